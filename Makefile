@@ -1,0 +1,50 @@
+# The course in two commands: `make run` and `make test`. Each sets itself up on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The torch build to install first. The default is the CPU/CUDA wheel pip picks for this machine;
+# override on a GPU host, e.g. `make TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130" setup`.
+TORCH_SPEC ?= torch==2.13.0
+EXTRAS ?= torch,tf,vertex,dev
+comma := ,
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+PYTEST_FLAGS ?=
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+export PYTHONUNBUFFERED := 1
+
+.PHONY: setup run test lab lint sync clean
+
+setup: $(STAMP)
+
+# Re-installed whenever pyproject.toml changes (the stamp is older than it).
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(TORCH_SPEC)
+	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	@if git rev-parse --git-dir >/dev/null 2>&1; then \
+		$(VENV)/bin/nbstripout --install --attributes .gitattributes >/dev/null 2>&1 || true; fi
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+	@echo "labkit environment ready in $(VENV)"
+
+run: setup
+	$(VENV)/bin/labkit course
+
+test: setup
+	$(PY) -m pytest tests notebooks --nbval-lax --nbval-cell-timeout=900 $(PYTEST_FLAGS)
+
+lab: setup
+	$(PY) -m pip install -q jupyterlab
+	$(VENV)/bin/jupyter lab notebooks
+
+lint: setup
+	$(VENV)/bin/ruff check labkit tests benchmarks notebooks/*.py
+	$(VENV)/bin/ruff format --check labkit tests benchmarks
+
+sync: setup
+	$(VENV)/bin/jupytext --sync notebooks/[0-9]*.ipynb
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,39 @@
+"""The `labkit` command. Each subcommand lives beside the code it drives; this file only lists
+them, so adding one never touches another."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from labkit import __version__
+
+# (module, function that adds the subparser). Imported when the CLI starts; all are framework-free.
+_COMMANDS = (
+    ("labkit.doctor", "add_doctor_command"),
+    ("labkit.notebook", "add_run_command"),
+    ("labkit.course", "add_course_command"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="labkit", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"labkit {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module, func in _COMMANDS:
+        getattr(importlib.import_module(module), func)(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return 2
+    return int(args.handler(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

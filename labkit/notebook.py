@@ -1,0 +1,176 @@
+"""Running a course notebook headless with papermill, and what a running notebook needs.
+
+`run_notebook` checks the parameters against the notebook's `parameters` cell before starting a
+kernel (an unknown name or a value of the wrong type fails at once, naming the parameter), then
+executes it and returns the key figures it recorded. `labkit run NOTEBOOK -p name value` is the
+command-line form.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from labkit.config import ParameterError
+from labkit.report import KeyFigure, figures_in_notebook
+
+ARTIFACTS_ENV = "LABKIT_ARTIFACTS"
+
+
+def find_notebook_dir(start: str | os.PathLike | None = None) -> Path:
+    """The course's `notebooks/` folder: under `start` (default: the working directory) or
+    beside the installed package (an editable install from the repository)."""
+    candidates = [Path(start or Path.cwd()) / "notebooks", Path(__file__).resolve().parents[1] / "notebooks"]
+    for c in candidates:
+        if c.is_dir() and any(c.glob("[0-9][0-9]_*.ipynb")):
+            return c
+    raise FileNotFoundError("no notebooks/ folder with NN_name.ipynb notebooks found (looked in "
+                            + ", ".join(str(c) for c in candidates) + ")")
+
+
+def course_notebooks(notebook_dir: str | os.PathLike | None = None) -> list[Path]:
+    """The course notebooks in order: `NN_name.ipynb`."""
+    d = Path(notebook_dir) if notebook_dir else find_notebook_dir()
+    return sorted(d.glob("[0-9][0-9]_*.ipynb"))
+
+
+def parse_value(text: str) -> Any:
+    """A `-p name value` string as Python: numbers, True/False/None (any case), lists, dicts;
+    anything else stays a string, so `-p scale smoke` needs no quotes."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false", "none", "null"):
+        return {"true": True, "false": False, "none": None, "null": None}[lowered]
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def notebook_parameters(path: str | os.PathLike) -> dict[str, Any]:
+    """Names and defaults of the notebook's `parameters` cell (empty if it has none)."""
+    import papermill
+
+    params = papermill.inspect_notebook(str(path))
+    out = {}
+    for name, info in params.items():
+        default = info.get("default")
+        try:
+            out[name] = ast.literal_eval(default) if default is not None else None
+        except (ValueError, SyntaxError):
+            out[name] = default
+    return out
+
+
+def check_parameters(path: str | os.PathLike, parameters: dict[str, Any]) -> None:
+    """Refuse names the notebook does not declare, and values whose type contradicts the default
+    (an int where the default is a string, say), before a kernel is started."""
+    declared = notebook_parameters(path)
+    for name, value in parameters.items():
+        if name not in declared:
+            known = ", ".join(sorted(declared)) or "none"
+            raise ParameterError(name, value, f"is not a parameter of {Path(path).name} (it has: {known})")
+        default = declared[name]
+        if default is None or value is None:
+            continue
+        numeric = (int, float)
+        if isinstance(default, bool) != isinstance(value, bool):
+            raise ParameterError(name, value, f"must be True or False like its default {default!r}")
+        if isinstance(default, numeric) and not isinstance(value, numeric):
+            raise ParameterError(name, value, f"must be a number like its default {default!r}")
+        if isinstance(default, str) and not isinstance(value, str):
+            raise ParameterError(name, value, f"must be a string like its default {default!r}")
+
+
+def artifacts_dir(name: str) -> Path:
+    """Where a notebook writes files it makes (shards, checkpoints, traces, plots): under
+    $LABKIT_ARTIFACTS when the course runner sets it, else a fresh temporary folder, so a run
+    never litters the repository."""
+    base = os.environ.get(ARTIFACTS_ENV)
+    if base:
+        path = Path(base) / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    return Path(tempfile.mkdtemp(prefix=f"labkit-{name}-"))
+
+
+@dataclass
+class NotebookRun:
+    """The outcome of one papermill execution."""
+
+    notebook: Path
+    output: Path
+    parameters: dict[str, Any]
+    seconds: float
+    ok: bool
+    error: str = ""
+    figures: list[KeyFigure] = field(default_factory=list)
+
+
+def timestamp() -> str:
+    return datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def run_notebook(
+    notebook: str | os.PathLike,
+    output: str | os.PathLike | None = None,
+    parameters: dict[str, Any] | None = None,
+    *,
+    cwd: str | os.PathLike | None = None,
+    cell_timeout: int | None = 1800,
+    log_output: bool = False,
+) -> NotebookRun:
+    """Execute `notebook` with papermill; never raises for a failing cell (see `.ok`/`.error`)."""
+    import nbformat
+    import papermill
+
+    notebook = Path(notebook)
+    if not notebook.is_file():
+        raise FileNotFoundError(f"no notebook at {notebook}")
+    parameters = dict(parameters or {})
+    check_parameters(notebook, parameters)
+    output = Path(output) if output else Path("runs") / timestamp() / notebook.name
+    output.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    error = ""
+    try:
+        papermill.execute_notebook(
+            str(notebook), str(output), parameters=parameters,
+            cwd=str(cwd or notebook.parent), progress_bar=False, log_output=log_output,
+            execution_timeout=cell_timeout,
+        )
+    except papermill.PapermillExecutionError as e:
+        error = f"cell {e.cell_index}: {e.ename}: {e.evalue}"
+    seconds = time.perf_counter() - start
+    figures = figures_in_notebook(nbformat.read(output, as_version=4)) if output.exists() else []
+    return NotebookRun(notebook, output, parameters, seconds, not error, error, figures)
+
+
+def add_run_command(subparsers) -> None:
+    p = subparsers.add_parser("run", help="execute a notebook headless with papermill",
+                              description="Execute NOTEBOOK with papermill and parameters.")
+    p.add_argument("notebook", help="path to an .ipynb notebook")
+    p.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
+                   metavar=("NAME", "VALUE"), help="set a parameter (repeatable)")
+    p.add_argument("-o", "--output", help="executed notebook path (default runs/<time>/<name>)")
+    p.add_argument("--log-output", action="store_true", help="stream cell output to the terminal")
+    p.set_defaults(handler=_run_command)
+
+
+def _run_command(args) -> int:
+    params = {name: parse_value(value) for name, value in args.parameter}
+    try:
+        result = run_notebook(args.notebook, args.output, params, log_output=args.log_output)
+    except (ParameterError, FileNotFoundError) as e:
+        print(f"labkit run: {e}")
+        return 2
+    status = "ok" if result.ok else f"FAILED ({result.error})"
+    print(f"{result.notebook.name}: {status} in {result.seconds:.0f}s -> {result.output}")
+    for fig in result.figures:
+        print(f"  {fig.text()}")
+    return 0 if result.ok else 1

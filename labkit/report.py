@@ -1,0 +1,76 @@
+"""Key figures: how a notebook states a measured result so the course summary can collect it.
+
+`key_figure("bf16 speed-up over fp32", 2.4, "×")` displays a line in the notebook and embeds the
+value in the cell output under a labkit MIME type. `labkit course` reads those outputs back from
+the executed notebooks to build its report, so the report can only show what a run measured.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+FIGURE_MIME = "application/vnd.labkit.figure+json"
+
+
+@dataclass(frozen=True)
+class KeyFigure:
+    name: str
+    value: float | int | str
+    unit: str = ""
+    note: str = ""
+
+    def text(self) -> str:
+        value = format_value(self.value)
+        unit = self.unit if self.unit in ("", "×", "%") else f" {self.unit}"
+        note = f" ({self.note})" if self.note else ""
+        return f"{self.name}: {value}{unit}{note}"
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    magnitude = abs(value)
+    if isinstance(value, int) or magnitude >= 100:
+        return f"{value:,.0f}"
+    if magnitude >= 10:
+        return f"{value:.1f}"
+    return f"{value:.3g}"
+
+
+def key_figure(name: str, value: float | int | str, unit: str = "", note: str = "") -> None:
+    """Show a measured figure in the notebook and record it for the course report. Returns None
+    so a cell ending in `key_figure(...)` does not echo it twice."""
+    fig = KeyFigure(name, value, unit, note)
+    bundle = {"text/plain": fig.text(), "text/markdown": f"**{fig.text()}**",
+              FIGURE_MIME: {"name": name, "value": value, "unit": unit, "note": note}}
+    shell = _ipython_shell()
+    if shell is None:  # plain Python (a script, a test): just print it
+        print(fig.text())
+    else:
+        from IPython.display import display
+
+        display(bundle, raw=True)
+
+
+def _ipython_shell():
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    return get_ipython()
+
+
+def figures_in_notebook(nb: Any) -> list[KeyFigure]:
+    """Every key figure recorded in an executed notebook (an nbformat NotebookNode), in order."""
+    found = []
+    for cell in nb.get("cells", []):
+        for output in cell.get("outputs", []) or []:
+            data = output.get("data") or {}
+            if FIGURE_MIME in data:
+                d = data[FIGURE_MIME]
+                found.append(KeyFigure(d["name"], d["value"], d.get("unit", ""), d.get("note", "")))
+    return found

@@ -1,0 +1,73 @@
+# %% [markdown]
+# # 00 · Tour: your environment, and the three ways a notebook runs
+#
+# Every notebook in this course **measures on your machine** and computes its conclusions from
+# those measurements. The cells are thin: each calls `labkit`, the tested package beside the
+# notebooks, so what you read here is what `labkit train` and a Vertex AI job run too.
+#
+# This notebook checks the environment (the same report as `labkit doctor` in a terminal) and
+# then shows, for real, the three ways any notebook of the course runs:
+#
+# 1. **Interactively** in JupyterLab or Vertex AI Workbench: what you are doing now.
+# 2. **Headless with papermill**, with parameters: `labkit run notebooks/04_mixed_precision.ipynb -p scale full`.
+# 3. **As a Vertex AI custom job**: papermill inside a prebuilt container, the executed notebook
+#    written to Cloud Storage. Without a Google Cloud project the job spec is built and validated
+#    offline (dry run) and nothing is submitted.
+#
+# The first code cell holds the **parameters** (tagged `parameters`, so papermill can override
+# them). `scale="auto"` means real sizes on a GPU and small "smoke" sizes on a CPU, where every
+# notebook finishes in about a minute.
+
+# %% tags=["parameters"]
+scale = "auto"
+papermill_matmul_size = 256
+
+# %%
+import labkit
+from labkit import config, doctor, notebook, tour
+from labkit.report import key_figure
+
+scale = config.resolve_scale(scale)
+config.check_int("papermill_matmul_size", papermill_matmul_size, minimum=1, maximum=8192)
+print(f"labkit {labkit.__version__}, scale resolved to {scale!r}")
+
+# %% [markdown]
+# ## The environment
+# Versions, devices (CPU cores; GPUs with memory and compute capability; a TPU if any) and
+# whether Google Cloud is configured. The last lines say what that means for the course.
+
+# %%
+report = doctor.collect()
+print(report.text())
+key_figure("CPU cores usable", report.devices.cpu_count)
+key_figure("GPUs", len(report.devices.gpus), note=", ".join(g.name for g in report.devices.gpus) or "none")
+
+# %% [markdown]
+# ## Way 1: interactively
+# You are running this cell in a kernel. Every notebook reads its parameters from the first code
+# cell, so changing `scale` there and re-running is all it takes to go from smoke to real sizes.
+#
+# ## Way 2: headless with papermill
+# papermill executes a notebook top to bottom without a browser and injects a cell with the
+# parameters you pass. Below, labkit runs a tiny notebook that times a NumPy matmul, with
+# `size` set from this notebook's `papermill_matmul_size`, and shows the injected cell and the
+# figure the run measured. From a terminal the same is `labkit run NOTEBOOK -p size 256`, and
+# `labkit course` (or `make run`) runs the whole course and writes a summary report.
+
+# %%
+run, injected = tour.papermill_demo(notebook.artifacts_dir("00_tour"), size=papermill_matmul_size)
+print("papermill injected this cell:\n" + injected)
+print(f"\nexecuted in {run.seconds:.1f}s, ok={run.ok}, output: {run.output}")
+for figure in run.figures:
+    print("measured by the headless run ->", figure.text())
+key_figure("papermill round trip (kernel start to saved notebook)", run.seconds, "s")
+
+# %% [markdown]
+# ## Way 3: as a Vertex AI custom job
+# A Vertex job runs the same notebook with papermill inside a container, on the machine type you
+# choose, and writes the executed notebook to Cloud Storage. Submitting needs credentials, a
+# project, a region and a bucket; the next cell says which of those this environment has.
+
+# %%
+cloud = report.cloud
+print("ready to submit" if cloud.ready else "dry-run mode; missing:\n- " + "\n- ".join(cloud.missing()))

@@ -1,0 +1,57 @@
+"""Shared fixtures and the rules for the `gpu` and `cloud` markers."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from labkit import devices, gcp
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK_DIR = REPO / "notebooks"
+
+
+def pytest_collection_modifyitems(config, items):
+    no_gpu = pytest.mark.skip(reason="needs a CUDA GPU (none visible to torch here)")
+    no_cloud = pytest.mark.skip(reason="needs Google Cloud credentials, project, region and bucket")
+    has_gpu = devices.cuda_available()
+    cloud_ready = gcp.detect().ready
+    for item in items:
+        if "gpu" in item.keywords and not has_gpu:
+            item.add_marker(no_gpu)
+        if "cloud" in item.keywords and not cloud_ready:
+            item.add_marker(no_cloud)
+
+
+@pytest.fixture
+def hide_frameworks(tmp_path):
+    """Environment for a subprocess in which the named top-level modules cannot be imported, as
+    on an image that lacks them (e.g. Vertex's torch-only container): `env = hide_frameworks("tensorflow")`."""
+
+    def make(*modules: str) -> dict[str, str]:
+        site = tmp_path / "hidden-site"
+        site.mkdir(exist_ok=True)
+        (site / "sitecustomize.py").write_text(textwrap.dedent(f"""
+            import sys
+            _HIDDEN = {tuple(modules)!r}
+            class _Hide:
+                def find_spec(self, name, path=None, target=None):
+                    if name.split(".")[0] in _HIDDEN:
+                        raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+                    return None
+            sys.meta_path.insert(0, _Hide())
+        """))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(site), str(REPO), env.get("PYTHONPATH", "")])
+        return env
+
+    return make
+
+
+@pytest.fixture
+def python() -> str:
+    return sys.executable

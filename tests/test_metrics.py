@@ -1,0 +1,35 @@
+import json
+
+import pytest
+
+from labkit.metrics import MetricsLog, StepMetrics, load_metrics, summarize
+
+
+def test_metrics_file_schema_and_summary(tmp_path):
+    log = MetricsLog({"framework": "torch", "model": "cnn"})
+    for i, loss in enumerate([2.0, 1.5, 1.0]):
+        log.append(StepMetrics(step=i, loss=loss, step_time_s=0.1 * (i + 1), samples_per_s=100.0,
+                               extra={"grad_norm": 1.0}))
+    path = log.write(tmp_path / "m" / "metrics.json")
+    data = load_metrics(path)
+    assert [s["step"] for s in data["steps"]] == [0, 1, 2]
+    assert data["steps"][0] == {"step": 0, "loss": 2.0, "step_time_s": 0.1, "samples_per_s": 100.0,
+                                "skipped": False, "grad_norm": 1.0}
+    assert data["summary"]["final_loss"] == 1.0
+    assert data["summary"]["median_step_time_s"] == pytest.approx(0.25)  # steps 1, 2 after warm-up
+    assert not list(path.parent.glob(".*.tmp"))
+
+
+def test_summarize_empty_and_single():
+    assert summarize([]) == {"num_steps": 0}
+    assert summarize([{"step": 0, "loss": 1.0, "step_time_s": 2.0}])["median_step_time_s"] == 2.0
+
+
+def test_load_metrics_names_the_bad_file(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="bad.json: not a metrics JSON"):
+        load_metrics(bad)
+    bad.write_text(json.dumps({"loss": 1}))
+    with pytest.raises(ValueError, match="'steps' list"):
+        load_metrics(bad)

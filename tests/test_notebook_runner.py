@@ -1,0 +1,67 @@
+import shutil
+import subprocess
+
+import nbformat
+import pytest
+
+from labkit import course, notebook
+from labkit.config import ParameterError
+from labkit.tour import HELLO_NOTEBOOK
+
+
+def test_parse_value():
+    assert notebook.parse_value("12") == 12
+    assert notebook.parse_value("0.5") == 0.5
+    assert notebook.parse_value("true") is True and notebook.parse_value("None") is None
+    assert notebook.parse_value("smoke") == "smoke"
+    assert notebook.parse_value("['bf16', 'fp32']") == ["bf16", "fp32"]
+
+
+def test_parameters_are_checked_before_a_kernel_starts():
+    assert notebook.notebook_parameters(HELLO_NOTEBOOK) == {"size": 512, "repeats": 3}
+    with pytest.raises(ParameterError, match=r"'sise' is not a parameter of hello.ipynb \(it has: repeats, size\)"):
+        notebook.check_parameters(HELLO_NOTEBOOK, {"sise": 3})
+    with pytest.raises(ParameterError, match="'size' must be a number"):
+        notebook.check_parameters(HELLO_NOTEBOOK, {"size": "big"})
+
+
+@pytest.mark.slow
+def test_papermill_run_injects_parameters_and_collects_figures(tmp_path):
+    run = notebook.run_notebook(HELLO_NOTEBOOK, tmp_path / "out.ipynb", {"size": 64, "repeats": 1})
+    assert run.ok, run.error
+    nb = nbformat.read(run.output, as_version=4)
+    injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert injected and "size = 64" in injected[0].source
+    assert len(run.figures) == 1 and run.figures[0].name == "NumPy float32 matmul 64³"
+    assert run.figures[0].value > 0
+
+
+def _failing_copy(tmp_path):
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    shutil.copy(HELLO_NOTEBOOK, nbs / "01_hello.ipynb")
+    bad = nbformat.read(HELLO_NOTEBOOK, as_version=4)
+    bad.cells.append(nbformat.v4.new_code_cell("raise RuntimeError('boom')"))
+    nbformat.write(bad, nbs / "02_broken.ipynb")
+    return nbs
+
+
+@pytest.mark.slow
+def test_course_runs_all_notebooks_reports_and_survives_a_failure(tmp_path):
+    nbs = _failing_copy(tmp_path)
+    runs, report = course.run_course(tmp_path / "run", {"size": 32, "repeats": 1, "unrelated": 1},
+                                     notebook_dir=nbs, echo=lambda *a, **k: None)
+    assert [r.ok for r in runs] == [True, False]
+    assert "RuntimeError: boom" in runs[1].error
+    text = report.read_text()
+    assert "1 of 2 succeeded" in text and "NumPy float32 matmul 32³" in text
+    assert (tmp_path / "run" / "summary.json").exists()
+    assert (tmp_path / "run" / "01_hello.ipynb").exists()
+
+
+@pytest.mark.slow
+def test_cli_run_reports_a_bad_parameter_by_name(python, tmp_path):
+    proc = subprocess.run([python, "-m", "labkit", "run", str(HELLO_NOTEBOOK), "-p", "colour", "red",
+                           "-o", str(tmp_path / "x.ipynb")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "'colour' is not a parameter of hello.ipynb" in proc.stdout

@@ -1,0 +1,75 @@
+"""Every course notebook follows the conventions: a parameters cell first, no committed outputs,
+thin cells (logic lives in labkit), and a py:percent twin that says the same thing."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+import jupytext
+import nbformat
+import pytest
+
+from tests.conftest import NOTEBOOK_DIR
+
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+MAX_LOGIC_LINES = 12
+# Training loops and gradient code belong in labkit, never in a cell.
+FORBIDDEN = re.compile(r"\.backward\(|GradientTape|optimizer\.step\(|\.zero_grad\(")
+
+
+def _code_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def _logic_lines(source: str) -> list[str]:
+    return [ln for ln in source.splitlines() if ln.strip() and not ln.strip().startswith(("#", "%", "!"))]
+
+
+def test_the_course_has_notebooks():
+    assert NOTEBOOKS and NOTEBOOKS[0].name == "00_tour.ipynb"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_first_code_cell_is_parameters_with_scale(path):
+    nb = nbformat.read(path, as_version=4)
+    first = _code_cells(nb)[0]
+    assert "parameters" in first.metadata.get("tags", []), "first code cell must be tagged parameters"
+    names = {t.id for node in ast.parse(first.source).body if isinstance(node, ast.Assign)
+             for t in node.targets if isinstance(t, ast.Name)}
+    assert "scale" in names
+    assert re.search(r'^scale = "auto"$', first.source, re.M), 'scale must default to "auto"'
+    assert all(isinstance(n, ast.Assign) for n in ast.parse(first.source).body), \
+        "the parameters cell holds plain assignments only"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_committed_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    for i, cell in enumerate(_code_cells(nb)):
+        assert not cell.outputs, f"code cell {i} has outputs (strip them: nbstripout)"
+        assert cell.execution_count is None, f"code cell {i} has an execution count"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_cells_are_thin(path):
+    nb = nbformat.read(path, as_version=4)
+    for i, cell in enumerate(_code_cells(nb)):
+        lines = _logic_lines(cell.source)
+        assert len(lines) <= MAX_LOGIC_LINES, f"code cell {i} has {len(lines)} lines of logic; move it to labkit"
+        tree = ast.parse(cell.source)
+        for node in ast.walk(tree):
+            assert not isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.While)), \
+                f"code cell {i} defines a function/class or loops with while; that belongs in labkit"
+        assert not FORBIDDEN.search(cell.source), f"code cell {i} contains training-loop code"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_paired_script_matches(path):
+    script = path.with_suffix(".py")
+    assert script.exists(), f"{path.name} has no py:percent twin (run `make sync`)"
+    nb = jupytext.read(path)
+    twin = jupytext.read(script)
+    assert [(c.cell_type, c.source) for c in nb.cells] == [(c.cell_type, c.source) for c in twin.cells], \
+        f"{path.name} and {script.name} differ (run `make sync`)"
+    assert nb.metadata.get("kernelspec", {}).get("name") == "python3"

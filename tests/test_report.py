@@ -1,0 +1,23 @@
+import nbformat
+
+from labkit.report import FIGURE_MIME, KeyFigure, figures_in_notebook, format_value, key_figure
+
+
+def test_format_value():
+    assert format_value(345107.3) == "345,107"
+    assert format_value(2.3456) == "2.35"
+    assert format_value(42.25) == "42.2"
+    assert format_value(3) == "3"
+    assert format_value("n/a") == "n/a"
+
+
+def test_key_figure_text_and_notebook_roundtrip(capsys):
+    key_figure("bf16 speed-up over fp32", 2.4, "×", note="CPU smoke sizes")
+    assert capsys.readouterr().out.strip() == "bf16 speed-up over fp32: 2.4× (CPU smoke sizes)"
+    assert KeyFigure("x", 3.0, "GB/s").text() == "x: 3 GB/s"
+    nb = nbformat.v4.new_notebook()
+    cell = nbformat.v4.new_code_cell("...")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={
+        "text/plain": "t", FIGURE_MIME: {"name": "a", "value": 1.5, "unit": "s", "note": ""}})]
+    nb.cells = [cell, nbformat.v4.new_markdown_cell("x")]
+    assert figures_in_notebook(nb) == [KeyFigure("a", 1.5, "s", "")]
