@@ -14,6 +14,7 @@ _COMMANDS = (
     ("labkit.doctor", "add_doctor_command"),
     ("labkit.notebook", "add_run_command"),
     ("labkit.course", "add_course_command"),
+    ("labkit.train", "add_train_command"),
 )
 
 
