@@ -53,6 +53,11 @@ class TrainConfig:
     grad_clip: float | None = 1.0
     seed: int = 0
     num_samples: int | None = None
+    # Input pipeline knobs: loader worker processes, pinned host memory, and an injected
+    # per-batch input latency (remote storage / decode cost) for building input-bound runs.
+    num_workers: int = 0
+    pin_memory: bool = False
+    input_latency_ms: float = 0.0
     checkpoint_dir: str | None = None
     checkpoint_every: int = 0
     metrics_out: str | None = None
@@ -78,6 +83,9 @@ class TrainConfig:
         check_float("grad_clip", self.grad_clip, minimum=0.0, allow_none=True)
         check_int("seed", self.seed, minimum=0)
         check_int("num_samples", self.num_samples, minimum=1, allow_none=True)
+        check_int("num_workers", self.num_workers, minimum=0)
+        check_bool("pin_memory", self.pin_memory)
+        check_float("input_latency_ms", self.input_latency_ms, minimum=0.0)
         check_int("checkpoint_every", self.checkpoint_every, minimum=0)
         check_int("preempt_at", self.preempt_at, minimum=0, allow_none=True)
         check_choice("device", self.device, ("auto", "cpu", "cuda"))
@@ -101,7 +109,7 @@ def add_train_command(subparsers) -> None:
         if isinstance(default, bool):
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
         else:
-            kind = {"lr": float, "grad_clip": float}.get(f.name)
+            kind = {"lr": float, "grad_clip": float, "input_latency_ms": float}.get(f.name)
             if kind is None:
                 kind = int if isinstance(default, int) or f.name in ("num_samples", "preempt_at") else str
             p.add_argument(flag, type=kind, default=default)
