@@ -41,7 +41,6 @@ lab: setup
 
 lint: setup
 	$(VENV)/bin/ruff check labkit tests benchmarks notebooks/*.py
-	$(VENV)/bin/ruff format --check labkit tests benchmarks
 
 sync: setup
 	$(VENV)/bin/jupytext --sync notebooks/[0-9]*.ipynb
