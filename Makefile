@@ -10,6 +10,8 @@ EXTRAS ?= torch,tf,vertex,dev
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 PYTEST_FLAGS ?=
+# papermill's per-cell timing metadata is output too: strip it with the outputs.
+NBSTRIP_EXTRA_KEYS := metadata.papermill cell.metadata.papermill cell.metadata.execution
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
@@ -24,7 +26,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q $(TORCH_SPEC)
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	@if git rev-parse --git-dir >/dev/null 2>&1; then \
-		$(VENV)/bin/nbstripout --install --attributes .gitattributes >/dev/null 2>&1 || true; fi
+		$(VENV)/bin/nbstripout --install --attributes .gitattributes >/dev/null 2>&1 && \
+		git config filter.nbstripout.extrakeys "$(NBSTRIP_EXTRA_KEYS)" || true; fi
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 	@echo "labkit environment ready in $(VENV)"
@@ -44,6 +47,7 @@ lint: setup
 
 sync: setup
 	$(VENV)/bin/jupytext --sync notebooks/[0-9]*.ipynb
+	$(VENV)/bin/nbstripout --extra-keys "$(NBSTRIP_EXTRA_KEYS)" notebooks/[0-9]*.ipynb labkit/assets/*.ipynb
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
