@@ -125,3 +125,36 @@ def test_roofline():
     assert r.attainable_tflops(1000) == pytest.approx(100.0)
     assert r.bound(1) == "memory-bound" and r.bound(500) == "compute-bound"
     assert matmul_intensity(3000, 2) == pytest.approx(1000.0)
+
+
+def test_tpu_break_even():
+    from labkit.hardware.cost import tpu_break_even
+
+    tpu = entry("TPU", 100, 1.0, 0.5)
+    tpu = tpu.__class__(**{**tpu.__dict__, "accelerator_type": "TPU_V5_LITEPOD"})
+    gpu = entry("GPU", 100, 2.0, 1.0)
+    w = Workload(flops_per_step=1e15, samples_per_step=1, samples_per_epoch=10)
+    t = estimate_costs(w, [tpu, gpu], CostAssumptions(mfu=0.4))
+    rows = tpu_break_even(t, [tpu, gpu], mfu=0.4)
+    # Same speed, half the price: the TPU breaks even at half the GPU's MFU.
+    assert rows[0]["break-even TPU MFU"] == pytest.approx(0.2)
+    assert rows[0]["cheaper at the same MFU"] and rows[0]["reachable"]
+
+
+def test_gpt_flops_match_the_reference_figure():
+    from labkit.hardware.flops import gpt_flops_per_token, mlp_training_flops
+    from labkit.models import GPTConfig
+
+    assert gpt_flops_per_token(GPTConfig.gpt2_small()) == pytest.approx(0.8548e9, rel=1e-3)
+    assert mlp_training_flops(width=4, depth=2, batch_size=3, out_features=2) == 6 * (32 + 8) * 3
+
+
+def test_flop_counter_agrees_with_formula():
+    torch = pytest.importorskip("torch")
+    from labkit.hardware.flops import count_training_flops, mlp_training_flops
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64, bias=False), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 10, bias=False))
+    counted = count_training_flops(model, torch.randn(8, 64))
+    # The first layer's input gradient is not needed: 6·W·B minus 2·(64·64)·8.
+    assert counted == pytest.approx(mlp_training_flops(64, 1, 8) - 2 * 64 * 64 * 8)

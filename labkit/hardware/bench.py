@@ -30,8 +30,10 @@ class BenchConfig:
     repeats: int = 5
     warmup: int = 2
     dtypes: tuple[str, ...] = ()
+    threads: int = 0  # CPU intra-op threads for torch; 0 keeps torch's default (all cores)
 
     def __post_init__(self) -> None:
+        check_int("threads", self.threads, minimum=0)
         check_choice("device", self.device, ("auto", "cpu", "cuda"))
         check_int("matmul_size", self.matmul_size, minimum=16, maximum=32768)
         check_int("copy_mb", self.copy_mb, minimum=1, maximum=65536)
@@ -182,6 +184,10 @@ def measure_ceilings(config: BenchConfig | None = None) -> Ceilings:
     dtypes = cfg.dtypes or (GPU_DTYPES if device == "cuda" else CPU_DTYPES)
     if not has_torch():
         dtypes = ("fp32",)
+    elif cfg.threads:
+        import torch
+
+        torch.set_num_threads(cfg.threads)
     out = Ceilings(device=device, device_name=device_name(device))
     for d in dtypes:
         if device == "cpu" and d in ("tf32", "fp16"):

@@ -185,3 +185,23 @@ def estimate_costs(
             measured=measured,
         ))
     return EstimateTable(estimates, skipped)
+
+
+def tpu_break_even(table: EstimateTable, entries: list[CatalogEntry], mfu: float,
+                   spot: bool = False) -> list[dict[str, object]]:
+    """For each TPU option: the utilisation it must reach to cost no more per run than the
+    cheapest GPU option at `mfu` (cost scales as 1/MFU at a fixed price per hour)."""
+    tpus = {e.name for e in entries if e.is_tpu}
+    key = (lambda e: e.spot_per_run) if spot else (lambda e: e.on_demand_per_run)
+    gpus = [e for e in table.estimates if e.name not in tpus and key(e) is not None]
+    if not gpus:
+        return []
+    best = min(gpus, key=key)  # type: ignore[arg-type]
+    out = []
+    for e in table.estimates:
+        if e.name in tpus and key(e) is not None and not e.measured:
+            needed = mfu * key(e) / key(best)  # type: ignore[operator]
+            out.append({"tpu": e.name, "cheapest GPU": best.name, "GPU $/run": key(best),
+                        "TPU $/run at same MFU": key(e), "break-even TPU MFU": needed,
+                        "cheaper at the same MFU": needed <= mfu, "reachable": needed <= 1.0})
+    return out
