@@ -22,8 +22,8 @@
 # We build two slow runs on purpose, let the profiler diagnose them, apply the fix through
 # labkit settings, and profile again:
 #
-# 1. an **input-bound** run: the loader pays `input_latency_ms` per batch (remote storage,
-#    decoding) in the training process; the fix is loader workers and prefetching;
+# 1. an **input-bound** `labkit train` run: the loader pays `input_latency_ms` per batch (remote
+#    storage, decoding) in the training process; the fix is loader workers and prefetching;
 # 2. a **launch-bound** run: a deep, narrow net at a tiny batch, where per-op overhead dwarfs
 #    the arithmetic; the fix is more work per op (a bigger batch).
 #
@@ -32,12 +32,10 @@
 
 # %% tags=["parameters"]
 scale = "auto"
-input_latency_ms = 20.0
-batch_size = 64
-width = 256
-depth = 4
+model = "cnn"
+batch_size = 16
+input_latency_ms = 100.0
 fixed_num_workers = 8
-fixed_prefetch_factor = 4
 small_batch = 2
 large_batch = 4096
 active_steps = 3
@@ -49,37 +47,40 @@ from labkit import config, frameworks
 from labkit.notebook import artifacts_dir
 from labkit.profiling import ProfileConfig, WorkloadConfig, profile_workload
 from labkit.profiling.display import compare, nvtx_ranges, plot_breakdowns
+from labkit.profiling.run import profile_training, set_cpu_threads
 from labkit.report import key_figure
+from labkit.train import TrainConfig
 
 scale = config.resolve_scale(scale)
 out = artifacts_dir("05_profiling")
-width = config.by_scale(scale, smoke=width, full=4 * width)
 schedule = dict(wait=2, warmup=1, active=config.check_int("active_steps", active_steps, minimum=1))
-print(f"scale {scale!r}, traces under {out}")
+print(f"scale {scale!r}, {set_cpu_threads(cpu_threads)} CPU thread(s) for torch, traces under {out}")
 
 # %% [markdown]
-# ## 1. An input-bound run
-# The model is small and every batch costs `input_latency_ms` to fetch, in the training
-# process itself (`num_workers=0`: the default of a DataLoader).
+# ## 1. An input-bound `labkit train` run
+# The torch engine (`labkit train`) trains the course's `model`; every batch costs
+# `input_latency_ms` to fetch (remote storage, decoding: `TrainConfig.input_latency_ms`), read
+# in the training process itself (`num_workers=0`, a DataLoader's default).
 
 # %%
-slow_cfg = WorkloadConfig(batch_size=batch_size, width=width, depth=depth, input_latency_ms=input_latency_ms, threads=cpu_threads)
-slow = profile_workload(slow_cfg, ProfileConfig(out_dir=str(out / "input_bound"), **schedule), label="num_workers=0")
+train_batch = config.by_scale(scale, smoke=batch_size, full=16 * batch_size)
+slow_cfg = TrainConfig(model=model, scale=scale, batch_size=train_batch, input_latency_ms=input_latency_ms,
+                       num_workers=0, steps=6, num_samples=64 * train_batch)
+slow = profile_training(slow_cfg, ProfileConfig(out_dir=str(out / "input_bound"), **schedule), label="num_workers=0")
 print(slow.text())
 key_figure("input-bound run: share of step waiting for data", 100 * slow.breakdown.fractions["input"], "%")
 key_figure("verdict before the fix", slow.verdict.kind)
 
 # %% [markdown]
 # ## 2. Fix it with labkit settings, profile again
-# The verdict says: more loader workers and prefetching. These are `TrainConfig.num_workers`
-# (and the DataLoader's `prefetch_factor`) in `labkit train`; here the same knobs of the
-# profiling workload. Worker processes fetch batches ahead while the step computes, so the
-# latency is hidden once workers × step time covers it (here `fixed_num_workers` workers; they
-# mostly wait on I/O, so more workers than cores is fine).
+# The verdict says: more loader workers and prefetching. That is `TrainConfig.num_workers`
+# (`labkit train --num-workers N`); the engine's DataLoader prefetches 4 batches per worker.
+# Workers fetch batches ahead while the step computes, so the latency is hidden once
+# workers × step time covers it; they mostly wait on I/O, so more workers than cores is fine.
 
 # %%
-fixed_cfg = WorkloadConfig(**{**slow_cfg.__dict__, "num_workers": fixed_num_workers, "prefetch_factor": fixed_prefetch_factor})
-fixed = profile_workload(fixed_cfg, ProfileConfig(out_dir=str(out / "input_fixed"), **schedule), label=f"num_workers={fixed_num_workers}")
+fixed_cfg = TrainConfig(**{**slow_cfg.__dict__, "num_workers": fixed_num_workers})
+fixed = profile_training(fixed_cfg, ProfileConfig(out_dir=str(out / "input_fixed"), **schedule), label=f"num_workers={fixed_num_workers}")
 print(fixed.text())
 print(compare(slow, fixed))
 key_figure("verdict after the fix", fixed.verdict.kind)
@@ -93,7 +94,7 @@ key_figure("speed-up from loader workers + prefetch", fixed.speedup_over(slow), 
 # and time in tiny ops.
 
 # %%
-tiny = profile_workload(WorkloadConfig(shape="deep_narrow", batch_size=small_batch, threads=cpu_threads),
+tiny = profile_workload(WorkloadConfig(shape="deep_narrow", batch_size=small_batch, threads=0),
                         ProfileConfig(out_dir=str(out / "launch_bound"), **schedule), label=f"batch {small_batch}")
 print(tiny.text())
 key_figure("launch-bound run: overhead share of the step", 100 * tiny.verdict.figures.get("overhead_fraction", 0.0), "%")
@@ -104,7 +105,7 @@ key_figure("launch-bound run: overhead share of the step", 100 * tiny.verdict.fi
 # launches too (notebook 04). Same model, batch `large_batch`:
 
 # %%
-big = profile_workload(WorkloadConfig(shape="deep_narrow", batch_size=large_batch, threads=cpu_threads),
+big = profile_workload(WorkloadConfig(shape="deep_narrow", batch_size=large_batch, threads=0),
                        ProfileConfig(out_dir=str(out / "launch_fixed"), **schedule), label=f"batch {large_batch}")
 print(big.text())
 print(compare(tiny, big))
@@ -141,7 +142,7 @@ from labkit.profiling.verdict import diagnose
 
 if profile_tf and frameworks.has_tf():
     with tf_profile(out / "tf") as tf_prof:
-        timer = run_tf_workload(TFWorkloadConfig(batch_size=batch_size, width=width, depth=2, input_latency_ms=input_latency_ms, steps=6), tf_prof)
+        timer = run_tf_workload(TFWorkloadConfig(batch_size=batch_size, width=256, depth=2, input_latency_ms=input_latency_ms, steps=6), tf_prof)
     tf_breakdown = step_breakdown(timer.timeline, skip_first=1)
     print(tf_breakdown.text(), "\n" + diagnose(tf_breakdown).text(), "\nxplane traces:", tf_prof.trace_files())
 else:

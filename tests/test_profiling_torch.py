@@ -74,3 +74,26 @@ def test_gpu_run_has_device_timeline(tmp_path):
                          ProfileConfig(out_dir=str(tmp_path), **SCHEDULE))
     assert r.breakdown.gpu_busy is not None and r.gpu is not None
     assert r.top[0].kind == "gpu"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_engine_run_input_bound_then_fixed_by_workers(tmp_path):
+    pytest.importorskip("labkit.torch.engine")
+    import torch
+
+    from labkit.profiling.run import profile_training, set_cpu_threads
+    from labkit.train import TrainConfig
+
+    previous = torch.get_num_threads()
+    set_cpu_threads(1)
+    try:
+        slow = TrainConfig(model="cnn", batch_size=8, steps=6, input_latency_ms=150.0, num_samples=8 * 32)
+        before = profile_training(slow, ProfileConfig(out_dir=str(tmp_path / "a"), **SCHEDULE), sample_gpu=False)
+        fixed = TrainConfig(**{**slow.__dict__, "num_workers": 8})
+        after = profile_training(fixed, ProfileConfig(out_dir=str(tmp_path / "b"), **SCHEDULE), sample_gpu=False)
+    finally:
+        torch.set_num_threads(previous)
+    assert before.verdict.kind == "input-bound", before.text()
+    assert after.breakdown.fractions["input"] < before.breakdown.fractions["input"], after.text()
+    assert sum(after.breakdown.fractions.values()) == pytest.approx(1.0)

@@ -76,13 +76,31 @@ def profile_workload(workload: WorkloadConfig, profile: ProfileConfig, label: st
     sampler = GpuSampler() if sample_gpu else None
     with (sampler or _Null()), torch_profile(profile) as prof:
         run_workload(workload, on_step=prof.step)
+    return _analyse(prof, profile, label, workload.batch_size, sampler)
+
+
+def profile_training(config, profile: ProfileConfig, label: str = "labkit train",
+                     sample_gpu: bool = True) -> ProfileResult:
+    """Profile a real `labkit train` run: the torch engine's `fit(config, on_step=...)` under
+    torch.profiler (the engine's DataLoader, model and optimizer, as configured by TrainConfig)."""
+    from labkit.torch.engine import fit
+
+    config = dataclasses.replace(config, steps=max(config.steps, profile.steps_needed), progress=False)
+    sampler = GpuSampler() if sample_gpu else None
+    with (sampler or _Null()), torch_profile(profile) as prof:
+        fit(config, on_step=lambda step, metrics: prof.step())
+    return _analyse(prof, profile, label, config.batch_size, sampler)
+
+
+def _analyse(prof, profile: ProfileConfig, label: str, batch_size: int,
+             sampler: GpuSampler | None) -> ProfileResult:
     timeline = prof.timeline()
     breakdown = step_breakdown(timeline)
     ops = op_profile(timeline)
     gpu = sampler.summary() if sampler else None
     verdict = diagnose(breakdown, ops, gpu["mean_utilization"] if gpu else None)
     notes = [] if gpu or not sampler else [sampler.reason]
-    return ProfileResult(label, workload.batch_size, breakdown, ops, top_ops(timeline, 10), verdict,
+    return ProfileResult(label, batch_size, breakdown, ops, top_ops(timeline, 10), verdict,
                          prof.trace_path, prof.tensorboard_dir if profile.tensorboard else None, gpu, notes)
 
 
@@ -92,3 +110,16 @@ class _Null:
 
     def __exit__(self, *exc):
         return None
+
+
+def set_cpu_threads(threads: int) -> int:
+    """Limit torch's CPU intra-op threads (0 leaves the default); returns the count in effect.
+    One thread keeps small CPU runs steady on a shared machine; GPUs are unaffected."""
+    import torch
+
+    from labkit.config import check_int
+
+    check_int("cpu_threads", threads, minimum=0)
+    if threads:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
