@@ -102,14 +102,18 @@ for e in catalog:
 # First, what this machine reaches on a simple matmul-heavy model, measured now:
 
 # %%
+from labkit import frameworks
 from labkit.hardware.throughput import measure_mlp_throughput
 
-measured = measure_mlp_throughput(width=config.by_scale(scale, smoke=256, full=4096), depth=4,
-                                  batch_size=config.by_scale(scale, smoke=64, full=1024), steps=config.by_scale(scale, smoke=5, full=50),
-                                  threads=cpu_threads)
-here_mfu = measured.mfu(ceilings.matmul_tflops.get("fp32", ceilings.best_tflops))
-key_figure("MLP training throughput here", measured.samples_per_s, "samples/s")
-key_figure("MLP model FLOPs utilisation here (vs measured fp32 ceiling)", 100 * here_mfu, "%")
+if frameworks.has_torch():
+    measured = measure_mlp_throughput(width=config.by_scale(scale, smoke=256, full=4096), depth=4,
+                                      batch_size=config.by_scale(scale, smoke=64, full=1024), steps=config.by_scale(scale, smoke=5, full=50),
+                                      threads=cpu_threads)
+    here_mfu = measured.mfu(ceilings.matmul_tflops.get("fp32", ceilings.best_tflops))
+    key_figure("MLP training throughput here", measured.samples_per_s, "samples/s")
+    key_figure("MLP model FLOPs utilisation here (vs measured fp32 ceiling)", 100 * here_mfu, "%")
+else:
+    print(frameworks.missing_reason("torch"))
 
 # %%
 per_sample = flops_per_sample or flops.model_flops_per_sample(model)

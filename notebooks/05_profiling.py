@@ -54,7 +54,8 @@ from labkit.train import TrainConfig
 scale = config.resolve_scale(scale)
 out = artifacts_dir("05_profiling")
 schedule = dict(wait=2, warmup=1, active=config.check_int("active_steps", active_steps, minimum=1))
-print(f"scale {scale!r}, {set_cpu_threads(cpu_threads)} CPU thread(s) for torch, traces under {out}")
+has_torch = frameworks.has_torch()
+print(f"scale {scale!r}, traces under {out}", "" if has_torch else "\n" + frameworks.missing_reason("torch"))
 
 # %% [markdown]
 # ## 1. An input-bound `labkit train` run
@@ -66,10 +67,12 @@ print(f"scale {scale!r}, {set_cpu_threads(cpu_threads)} CPU thread(s) for torch,
 train_batch = config.by_scale(scale, smoke=batch_size, full=16 * batch_size)
 slow_cfg = TrainConfig(model=model, scale=scale, batch_size=train_batch, input_latency_ms=input_latency_ms,
                        num_workers=0, steps=6, num_samples=64 * train_batch)
-slow = profile_training(slow_cfg, ProfileConfig(out_dir=str(out / "input_bound"), **schedule), label="num_workers=0")
-print(slow.text())
-key_figure("input-bound run: share of step waiting for data", 100 * slow.breakdown.fractions["input"], "%")
-key_figure("verdict before the fix", slow.verdict.kind)
+if has_torch:
+    print(f"{set_cpu_threads(cpu_threads)} CPU thread(s) for torch")
+    slow = profile_training(slow_cfg, ProfileConfig(out_dir=str(out / "input_bound"), **schedule), label="num_workers=0")
+    print(slow.text())
+    key_figure("input-bound run: share of step waiting for data", 100 * slow.breakdown.fractions["input"], "%")
+    key_figure("verdict before the fix", slow.verdict.kind)
 
 # %% [markdown]
 # ## 2. Fix it with labkit settings, profile again
@@ -80,11 +83,12 @@ key_figure("verdict before the fix", slow.verdict.kind)
 
 # %%
 fixed_cfg = TrainConfig(**{**slow_cfg.__dict__, "num_workers": fixed_num_workers})
-fixed = profile_training(fixed_cfg, ProfileConfig(out_dir=str(out / "input_fixed"), **schedule), label=f"num_workers={fixed_num_workers}")
-print(fixed.text())
-print(compare(slow, fixed))
-key_figure("verdict after the fix", fixed.verdict.kind)
-key_figure("speed-up from loader workers + prefetch", fixed.speedup_over(slow), "×")
+if has_torch:
+    fixed = profile_training(fixed_cfg, ProfileConfig(out_dir=str(out / "input_fixed"), **schedule), label=f"num_workers={fixed_num_workers}")
+    print(fixed.text())
+    print(compare(slow, fixed))
+    key_figure("verdict after the fix", fixed.verdict.kind)
+    key_figure("speed-up from loader workers + prefetch", fixed.speedup_over(slow), "×")
 
 # %% [markdown]
 # ## 3. A launch-bound run: tiny batches of a deep, narrow net
@@ -94,10 +98,11 @@ key_figure("speed-up from loader workers + prefetch", fixed.speedup_over(slow), 
 # and time in tiny ops.
 
 # %%
-tiny = profile_workload(WorkloadConfig(shape="deep_narrow", batch_size=small_batch, threads=0),
-                        ProfileConfig(out_dir=str(out / "launch_bound"), **schedule), label=f"batch {small_batch}")
-print(tiny.text())
-key_figure("launch-bound run: overhead share of the step", 100 * tiny.verdict.figures.get("overhead_fraction", 0.0), "%")
+if has_torch:
+    tiny = profile_workload(WorkloadConfig(shape="deep_narrow", batch_size=small_batch, threads=0),
+                            ProfileConfig(out_dir=str(out / "launch_bound"), **schedule), label=f"batch {small_batch}")
+    print(tiny.text())
+    key_figure("launch-bound run: overhead share of the step", 100 * tiny.verdict.figures.get("overhead_fraction", 0.0), "%")
 
 # %% [markdown]
 # The fix: more work per op. A larger batch (with gradient accumulation if the global batch
@@ -105,15 +110,17 @@ key_figure("launch-bound run: overhead share of the step", 100 * tiny.verdict.fi
 # launches too (notebook 04). Same model, batch `large_batch`:
 
 # %%
-big = profile_workload(WorkloadConfig(shape="deep_narrow", batch_size=large_batch, threads=0),
-                       ProfileConfig(out_dir=str(out / "launch_fixed"), **schedule), label=f"batch {large_batch}")
-print(big.text())
-print(compare(tiny, big))
-key_figure("verdict with the larger batch", big.verdict.kind)
-key_figure("throughput gain (samples/s) from the larger batch", big.speedup_over(tiny), "×")
+if has_torch:
+    big = profile_workload(WorkloadConfig(shape="deep_narrow", batch_size=large_batch, threads=0),
+                           ProfileConfig(out_dir=str(out / "launch_fixed"), **schedule), label=f"batch {large_batch}")
+    print(big.text())
+    print(compare(tiny, big))
+    key_figure("verdict with the larger batch", big.verdict.kind)
+    key_figure("throughput gain (samples/s) from the larger batch", big.speedup_over(tiny), "×")
 
 # %%
-plot_breakdowns([slow, fixed, tiny, big])
+if has_torch:
+    plot_breakdowns([slow, fixed, tiny, big])
 
 # %% [markdown]
 # ## 4. NVTX ranges and GPU utilisation
@@ -124,10 +131,11 @@ plot_breakdowns([slow, fixed, tiny, big])
 # The GPU sampler (NVML or nvidia-smi) runs beside every profiled run.
 
 # %%
-print("labkit ranges in the last trace:", nvtx_ranges(big))
-print("NVTX ranges emitted:", "yes (CUDA in use)" if big.gpu is not None else "no: NVTX needs a CUDA GPU")
-print("GPU utilisation:", big.gpu if big.gpu is not None else big.notes)
-print(f"open in Perfetto: {big.trace_path}\nTensorBoard: tensorboard --logdir {big.tensorboard_dir}")
+if has_torch:
+    print("labkit ranges in the last trace:", nvtx_ranges(big))
+    print("NVTX ranges emitted:", "yes (CUDA in use)" if big.gpu is not None else "no: NVTX needs a CUDA GPU")
+    print("GPU utilisation:", big.gpu if big.gpu is not None else big.notes)
+    print(f"open in Perfetto: {big.trace_path}\nTensorBoard: tensorboard --logdir {big.tensorboard_dir}")
 
 # %% [markdown]
 # ## 5. The TensorFlow profiler
