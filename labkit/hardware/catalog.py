@@ -8,8 +8,10 @@ its price comes from (`price_source`) and when it was read (`price_read_on`, ISO
 change, and a figure without a date cannot be checked. A price may be left empty when no source
 could be read, but then `note` must say why; the estimator skips such rows and says so.
 
-The prices are Compute Engine rates for the accelerators (plus the host VM where the host
-columns are filled). Vertex AI custom training bills the machine and accelerators at its own
+The shipped prices were read on 2026-11-22 (`price_read_on`) from SkyPilot's public GCP catalog
+(a snapshot of Google Cloud's published SKU prices, pinned to a commit in each row's URL); they
+are Compute Engine rates for the accelerators (plus the host VM where the host columns are
+filled), on-demand and Spot, in the row's region. Vertex AI custom training bills the machine and accelerators at its own
 rate card, which for many types equals or is close to these; check https://cloud.google.com/vertex-ai/pricing
 for your region before you commit a budget. Use your own file with `load_catalog(path)`.
 """
