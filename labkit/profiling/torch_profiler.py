@@ -120,10 +120,11 @@ def torch_profile(config: ProfileConfig | None = None):
         prof.export_chrome_trace(str(path))
         handle.trace_paths.append(path)
         if cfg.tensorboard:
-            # The TensorBoard profiler plugin reads <logdir>/plugins/profile/<run>/<host>.pt.trace.json.
-            run = out / "tensorboard" / "plugins" / "profile" / time.strftime("%Y_%m_%d_%H_%M_%S")
-            run.mkdir(parents=True, exist_ok=True)
-            shutil.copy(path, run / f"{socket.gethostname()}_{os.getpid()}.{len(handle.trace_paths)}.pt.trace.json")
+            # The PyTorch TensorBoard profiler plugin reads <logdir>/<worker>.<time>.pt.trace.json,
+            # the names torch.profiler.tensorboard_trace_handler writes.
+            tb = out / "tensorboard"
+            tb.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, tb / f"{socket.gethostname()}_{os.getpid()}.{time.time_ns() // 1_000_000}.pt.trace.json")
 
     prof = profile(
         activities=activities,
