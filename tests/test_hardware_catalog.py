@@ -91,3 +91,13 @@ def test_user_can_update_a_price(tmp_path):
     entries = load_catalog(_copy(tmp_path, edit))
     assert entries[0].on_demand_usd_hr == 0.5
     assert entries[0].price_read_on == dt.date(2027, 1, 31)
+
+
+def test_accelerator_types_are_vertex_enum_names():
+    """Each row's accelerator_type is what a Vertex job spec takes (checked against the real
+    aiplatform enum); a row Vertex cannot take yet must say so in its note."""
+    aip = pytest.importorskip("google.cloud.aiplatform_v1")
+    known = set(aip.types.AcceleratorType.__members__)
+    for e in load_catalog():
+        if e.accelerator_type not in known:
+            assert "no TPU" in e.note or "Vertex" in e.note, f"{e.name}: {e.accelerator_type} unknown to Vertex"
