@@ -1,4 +1,4 @@
-"""Small display helpers for the notebooks: a plain-text table and the time-vs-cost plot."""
+"""Display functions for the notebooks: a plain-text table and the time-vs-cost plot."""
 
 from __future__ import annotations
 

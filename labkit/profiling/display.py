@@ -1,4 +1,4 @@
-"""Display helpers for notebook 05: stacked step breakdowns and a before/after comparison."""
+"""Display functions for notebook 05: stacked step breakdowns and a before/after comparison."""
 
 from __future__ import annotations
 
