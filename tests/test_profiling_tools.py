@@ -90,3 +90,14 @@ def test_notebooks_run_without_torch(hide_frameworks, tmp_path, name):
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tmp_path, timeout=360)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "PyTorch is not installed" in out.read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_labkit_profile_a_train_run(tmp_path):
+    pytest.importorskip("labkit.torch.engine")
+    cmd = [sys.executable, "-m", "labkit", "profile", "--model", "cnn", "--batch-size", "8",
+           "--input-latency-ms", "200", "--cpu-threads", "1", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "labkit train --model cnn" in proc.stdout and "input-bound" in proc.stdout

@@ -4,6 +4,7 @@ the verdict, and write the Chrome trace (Perfetto), TensorBoard logs and a JSON 
     labkit profile --input-latency-ms 20            # an input-bound run: see the verdict
     labkit profile --input-latency-ms 20 --num-workers 4 --prefetch-factor 4
     labkit profile --shape deep_narrow --batch-size 2   # launch/overhead-bound
+    labkit profile --model cnn --input-latency-ms 100   # a real `labkit train` run (torch engine)
     labkit profile --trace path/to/trace.json        # analyse an existing torch.profiler trace
 """
 
@@ -21,6 +22,8 @@ def add_profile_command(subparsers) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--framework", choices=("torch", "tf"), default="torch")
     p.add_argument("--trace", default=None, help="analyse this Chrome trace instead of running")
+    p.add_argument("--model", choices=("cnn", "resnet", "gpt"), default=None,
+                   help="profile `labkit train` with this model (torch engine) instead of the MLP workload")
     p.add_argument("--shape", choices=("mlp", "deep_narrow"), default="mlp")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--width", type=int, default=256)
@@ -30,6 +33,8 @@ def add_profile_command(subparsers) -> None:
     p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=False)
     p.add_argument("--input-latency-ms", type=float, default=0.0)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--cpu-threads", type=int, default=1,
+                   help="torch CPU threads (default 1 keeps CPU timings steady; 0 = torch's default)")
     p.add_argument("--wait", type=int, default=1)
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--active", type=int, default=3)
@@ -57,18 +62,33 @@ def _profile_command(args) -> int:
             return 0
         if args.framework == "tf":
             return _profile_tf(args, out)
-        from labkit.profiling.run import profile_workload
+        from labkit.profiling.run import profile_training, profile_workload, set_cpu_threads
         from labkit.profiling.torch_profiler import ProfileConfig
         from labkit.profiling.workload import WorkloadConfig
 
+        set_cpu_threads(args.cpu_threads)
+        pc = ProfileConfig(out_dir=str(out), wait=args.wait, warmup=args.warmup, active=args.active)
+        if args.model:
+            from labkit.train import TrainConfig
+
+            steps = pc.steps_needed
+            tc = TrainConfig(model=args.model, batch_size=args.batch_size, steps=steps, num_workers=args.num_workers,
+                             pin_memory=args.pin_memory, input_latency_ms=args.input_latency_ms,
+                             device=args.device, num_samples=args.batch_size * 4 * steps)
+            result = profile_training(tc, pc, label=f"labkit train --model {args.model}")
+            return _print_result(result, args, out)
         wl = WorkloadConfig(shape=args.shape, batch_size=args.batch_size, width=args.width, depth=args.depth,
                             num_workers=args.num_workers, prefetch_factor=args.prefetch_factor,
-                            pin_memory=args.pin_memory, input_latency_ms=args.input_latency_ms, device=args.device)
-        pc = ProfileConfig(out_dir=str(out), wait=args.wait, warmup=args.warmup, active=args.active)
+                            pin_memory=args.pin_memory, input_latency_ms=args.input_latency_ms, device=args.device,
+                            threads=args.cpu_threads)
         result = profile_workload(wl, pc, label="labkit profile")
     except (ParameterError, ValueError, FileNotFoundError) as e:
         print(f"labkit profile: {e}")
         return 2
+    return _print_result(result, args, out)
+
+
+def _print_result(result, args, out: Path) -> int:
     print(result.text())
     summary = result.write_json(Path(args.json) if args.json else out / "summary.json")
     print(f"TensorBoard: tensorboard --logdir {result.tensorboard_dir}\nsummary: {summary}")
