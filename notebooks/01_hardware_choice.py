@@ -1,0 +1,151 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · Hardware choice: this machine's ceilings, the Vertex catalog, and what your run costs
+#
+# Before tuning anything, know the limits. This notebook **measures** the ceilings of the
+# machine it runs on (matmul TFLOP/s per dtype, memory bandwidth, host↔device bandwidth on a
+# GPU), draws the roofline, reads the catalog of Vertex AI accelerators (every price with its
+# source and the date it was read), and estimates the time and the dollars of *your* training
+# run on each option, on-demand and on Spot, with the Pareto front: the options nobody beats
+# on both time and cost.
+#
+# The catalog is a CSV file shipped with labkit (`labkit/hardware/catalog.csv`); prices change,
+# so update it (or point `catalog_path` at your own copy) before you commit a budget.
+
+# %% tags=["parameters"]
+scale = "auto"
+cpu_threads = 0
+model = "gpt"
+flops_per_sample = 0.0
+samples_per_step = 12
+samples_per_epoch = 1_000_000
+epochs = 1.0
+mfu = 0.4
+preemptions_per_hour = 0.05
+checkpoint_every_min = 30.0
+restart_min = 5.0
+catalog_path = ""
+
+# %%
+from labkit import config
+from labkit.hardware import BenchConfig, CostAssumptions, Roofline, SpotModel, Workload, display, flops
+from labkit.hardware import estimate_costs, load_catalog, matmul_intensity, measure_ceilings
+from labkit.report import key_figure
+
+scale = config.resolve_scale(scale)
+config.check_int("cpu_threads", cpu_threads, minimum=0)
+bench = BenchConfig(matmul_size=config.by_scale(scale, smoke=512, full=8192),
+                    copy_mb=config.by_scale(scale, smoke=64, full=1024), threads=cpu_threads)
+print(f"scale {scale!r}: matmul {bench.matmul_size}³, copy {bench.copy_mb} MiB")
+
+# %% [markdown]
+# ## 1. The ceilings of this machine
+# A large square matmul is the best case for arithmetic (TFLOP/s per dtype); a large buffer copy
+# is the best case for memory (GB/s, read + write). On a GPU the host↔device copies show how
+# fast batches can reach the device (pinned vs pageable host memory).
+
+# %%
+ceilings = measure_ceilings(bench)
+print(f"device: {ceilings.device_name}")
+print(display.format_table(ceilings.rows()))
+print("\n".join(ceilings.notes))
+best_dtype = max(ceilings.matmul_tflops, key=ceilings.matmul_tflops.get)
+key_figure(f"best matmul ({best_dtype}) on this {ceilings.device}", ceilings.best_tflops, "TFLOP/s")
+key_figure(f"memory copy bandwidth on this {ceilings.device}", ceilings.copy_gbs, "GB/s")
+
+# %% [markdown]
+# ## 2. The roofline
+# What a kernel can reach is min(peak, bandwidth × arithmetic intensity). Big matmuls sit far
+# right (compute-bound); elementwise ops sit far left (memory-bound), where a faster chip with
+# the same memory does not help. The H100 line uses its datasheet figures from the catalog.
+
+# %%
+from labkit.hardware.catalog import catalog_rows, find
+from labkit.hardware.roofline import plot_rooflines
+
+catalog = load_catalog(catalog_path or None)
+here = Roofline(f"this {ceilings.device} (measured)", ceilings.best_tflops, ceilings.copy_gbs)
+h100 = find(catalog, "H100 80GB")
+ref = Roofline("H100 datasheet", h100.peak_bf16_tflops, h100.memory_bw_gbs)
+point = (f"matmul {bench.matmul_size}³ {best_dtype}", matmul_intensity(bench.matmul_size, 2 if best_dtype != "fp32" else 4), ceilings.best_tflops)
+plot_rooflines([here, ref], [point])
+print(f"ridge point here: {here.ridge_flops_per_byte:.0f} FLOP/byte; H100: {ref.ridge_flops_per_byte:.0f} FLOP/byte")
+
+# %% [markdown]
+# ## 3. The Vertex accelerator catalog
+# Datasheet rates per accelerator (dense bf16 tensor-core TFLOP/s, HBM bandwidth) and prices per
+# hour for the row (accelerators, plus the host VM where the catalog lists it). Rows without a
+# price are kept, and the estimator below skips them and says why.
+
+# %%
+print(display.format_table(catalog_rows(catalog)))
+for e in catalog:
+    print(f"{e.name}: price read {e.price_read_on} from {e.price_source}" + (f"  [note: {e.note}]" if not e.has_price else ""))
+
+# %% [markdown]
+# ## 4. Your model's time and cost on each option
+# FLOPs per step come from the model (`flops_per_sample`, or computed for `model="gpt"`:
+# GPT-2 small at full scale, 6·N + attention per token). Utilisation `mfu` turns datasheet
+# peaks into time. Reference (not measured here): GPT-2 small trained in bf16 on one H100 80GB
+# reached 42% MFU eager and 60% with torch.compile at batch 48 (torch 2.11, 2026-11-22).
+# First, what this machine reaches on a simple matmul-heavy model, measured now:
+
+# %%
+from labkit import frameworks
+from labkit.hardware.throughput import measure_mlp_throughput
+
+if frameworks.has_torch():
+    measured = measure_mlp_throughput(width=config.by_scale(scale, smoke=256, full=4096), depth=4,
+                                      batch_size=config.by_scale(scale, smoke=64, full=1024), steps=config.by_scale(scale, smoke=5, full=50),
+                                      threads=cpu_threads)
+    here_mfu = measured.mfu(ceilings.matmul_tflops.get("fp32", ceilings.best_tflops))
+    key_figure("MLP training throughput here", measured.samples_per_s, "samples/s")
+    key_figure("MLP model FLOPs utilisation here (vs measured fp32 ceiling)", 100 * here_mfu, "%")
+else:
+    print(frameworks.missing_reason("torch"))
+
+# %%
+per_sample = flops_per_sample or flops.model_flops_per_sample(model)
+workload = Workload(flops_per_step=per_sample * samples_per_step, samples_per_step=samples_per_step,
+                    samples_per_epoch=samples_per_epoch, epochs=epochs)
+spot = SpotModel(preemptions_per_hour, checkpoint_every_min, restart_min)
+table = estimate_costs(workload, catalog, CostAssumptions(mfu=mfu, spot=spot))
+print(f"{per_sample / 1e9:.1f} GFLOP per sample, {workload.steps_per_epoch:,} steps per epoch, "
+      f"Spot overhead {100 * spot.overhead:.1f}% expected from preemptions")
+print(display.format_table(table.rows()))
+print(table.skipped_text())
+
+# %%
+display.plot_time_cost(table, title=f"{epochs:g} epoch(s) of {samples_per_epoch:,} samples at MFU {mfu:.0%}")
+fast, cheap, cheap_spot = table.fastest(), table.cheapest(), table.cheapest(spot=True)
+key_figure("fastest option", f"{fast.name}: {fast.hours_per_run:.2f} h, ${fast.on_demand_per_run:,.2f}")
+key_figure("cheapest on-demand", f"{cheap.name}: ${cheap.on_demand_per_run:,.2f}, {cheap.hours_per_run:.2f} h")
+key_figure("cheapest on Spot", f"{cheap_spot.name}: ${cheap_spot.spot_per_run:,.2f}, {cheap_spot.spot_hours_per_run:.2f} h")
+print("Pareto front (fastest first):", "; ".join(f"{n} {k} {h:.2f} h ${c:,.2f}" for n, k, h, c in table.pareto()))
+
+# %% [markdown]
+# ## 5. When would a TPU pay off?
+# A TPU needs an XLA code path (JAX, or TensorFlow / PyTorch-XLA); labkit's torch engine
+# targets GPUs, and no TPU is measured here, so the TPU rows use datasheet rates. The question
+# to ask is the utilisation a TPU must reach to beat the cheapest GPU per run:
+
+# %%
+from labkit.hardware.cost import tpu_break_even
+
+rows = tpu_break_even(table, catalog, mfu)
+print(display.format_table(rows))
+for r in rows:
+    print(f"{r['tpu']}: ${r['TPU $/run at same MFU']:,.2f} per run at {100 * mfu:.0f}% MFU vs "
+          f"${r['GPU $/run']:,.2f} on {r['cheapest GPU']}; it is the cheaper choice once it reaches "
+          f"{100 * r['break-even TPU MFU']:.0f}% MFU" + ("" if r["reachable"] else ", which no run reaches"))

@@ -1,0 +1,157 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 05 · Profiling: find what bounds your step, fix it, and prove the fix
+#
+# A profiler trace is only useful once someone reads it. Here labkit reads it **in code**: each
+# training step is broken down into input, host-to-device copy, compute, communication,
+# optimizer and idle time (fractions that sum to one), the top ops are ranked, and a verdict
+# names the bound (input, compute, communication, launch/overhead, memory) with the fix and the
+# notebook that teaches it.
+#
+# We build two slow runs on purpose, let the profiler diagnose them, apply the fix through
+# labkit settings, and profile again:
+#
+# 1. an **input-bound** `labkit train` run: the loader pays `input_latency_ms` per batch (remote
+#    storage, decoding) in the training process; the fix is loader workers and prefetching;
+# 2. a **launch-bound** run: a deep, narrow net at a tiny batch, where per-op overhead dwarfs
+#    the arithmetic; the fix is more work per op (a bigger batch).
+#
+# Every trace is a Chrome trace: open it in https://ui.perfetto.dev, or point TensorBoard at the
+# `tensorboard` folder. `labkit profile` does the same from a terminal.
+
+# %% tags=["parameters"]
+scale = "auto"
+model = "cnn"
+batch_size = 16
+input_latency_ms = 100.0
+fixed_num_workers = 8
+small_batch = 2
+large_batch = 4096
+active_steps = 3
+cpu_threads = 1
+profile_tf = True
+
+# %%
+from labkit import config, frameworks
+from labkit.notebook import artifacts_dir
+from labkit.profiling import ProfileConfig, WorkloadConfig, profile_workload
+from labkit.profiling.display import compare, nvtx_ranges, plot_breakdowns
+from labkit.profiling.run import profile_training, set_cpu_threads
+from labkit.report import key_figure
+from labkit.train import TrainConfig
+
+scale = config.resolve_scale(scale)
+out = artifacts_dir("05_profiling")
+schedule = dict(wait=2, warmup=1, active=config.check_int("active_steps", active_steps, minimum=1))
+has_torch = frameworks.has_torch()
+print(f"scale {scale!r}, traces under {out}", "" if has_torch else "\n" + frameworks.missing_reason("torch"))
+
+# %% [markdown]
+# ## 1. An input-bound `labkit train` run
+# The torch engine (`labkit train`) trains the course's `model`; every batch costs
+# `input_latency_ms` to fetch (remote storage, decoding: `TrainConfig.input_latency_ms`), read
+# in the training process itself (`num_workers=0`, a DataLoader's default).
+
+# %%
+train_batch = config.by_scale(scale, smoke=batch_size, full=16 * batch_size)
+slow_cfg = TrainConfig(model=model, scale=scale, batch_size=train_batch, input_latency_ms=input_latency_ms,
+                       num_workers=0, steps=6, num_samples=64 * train_batch)
+if has_torch:
+    print(f"{set_cpu_threads(cpu_threads)} CPU thread(s) for torch")
+    slow = profile_training(slow_cfg, ProfileConfig(out_dir=str(out / "input_bound"), **schedule), label="num_workers=0")
+    print(slow.text())
+    key_figure("input-bound run: share of step waiting for data", 100 * slow.breakdown.fractions["input"], "%")
+    key_figure("verdict before the fix", slow.verdict.kind)
+
+# %% [markdown]
+# ## 2. Fix it with labkit settings, profile again
+# The verdict says: more loader workers and prefetching. That is `TrainConfig.num_workers`
+# (`labkit train --num-workers N`); the engine's DataLoader prefetches 4 batches per worker.
+# Workers fetch batches ahead while the step computes, so the latency is hidden once
+# workers × step time covers it; they mostly wait on I/O, so more workers than cores is fine.
+
+# %%
+fixed_cfg = TrainConfig(**{**slow_cfg.__dict__, "num_workers": fixed_num_workers})
+if has_torch:
+    fixed = profile_training(fixed_cfg, ProfileConfig(out_dir=str(out / "input_fixed"), **schedule), label=f"num_workers={fixed_num_workers}")
+    print(fixed.text())
+    print(compare(slow, fixed))
+    key_figure("verdict after the fix", fixed.verdict.kind)
+    key_figure("speed-up from loader workers + prefetch", fixed.speedup_over(slow), "×")
+
+# %% [markdown]
+# ## 3. A launch-bound run: tiny batches of a deep, narrow net
+# A 24-layer, 32-wide MLP at batch `small_batch`: each op does almost no arithmetic, so the
+# step is spent dispatching ops and between them. On a GPU this is kernel-launch overhead and
+# the GPU sits idle; on a CPU it is per-op framework overhead. The profile shows it as idle time
+# and time in tiny ops.
+
+# %%
+if has_torch:
+    tiny = profile_workload(WorkloadConfig(shape="deep_narrow", batch_size=small_batch, threads=0),
+                            ProfileConfig(out_dir=str(out / "launch_bound"), **schedule), label=f"batch {small_batch}")
+    print(tiny.text())
+    key_figure("launch-bound run: overhead share of the step", 100 * tiny.verdict.figures.get("overhead_fraction", 0.0), "%")
+
+# %% [markdown]
+# The fix: more work per op. A larger batch (with gradient accumulation if the global batch
+# must stay fixed) amortises the per-op cost; on a GPU, `torch.compile` or CUDA graphs remove
+# launches too (notebook 04). Same model, batch `large_batch`:
+
+# %%
+if has_torch:
+    big = profile_workload(WorkloadConfig(shape="deep_narrow", batch_size=large_batch, threads=0),
+                           ProfileConfig(out_dir=str(out / "launch_fixed"), **schedule), label=f"batch {large_batch}")
+    print(big.text())
+    print(compare(tiny, big))
+    key_figure("verdict with the larger batch", big.verdict.kind)
+    key_figure("throughput gain (samples/s) from the larger batch", big.speedup_over(tiny), "×")
+
+# %%
+if has_torch:
+    plot_breakdowns([slow, fixed, tiny, big])
+
+# %% [markdown]
+# ## 4. NVTX ranges and GPU utilisation
+# labkit marks each phase of the step (`labkit/h2d`, `labkit/forward`, `labkit/backward`,
+# `labkit/optimizer`) with `labkit.profiling.phase(...)`: a `record_function` range in the
+# torch trace and, when CUDA is in use, an NVTX range of the same name, so Nsight Systems shows
+# the same phases: `nsys profile -t cuda,nvtx python -m labkit profile --device cuda`.
+# The GPU sampler (NVML or nvidia-smi) runs beside every profiled run.
+
+# %%
+if has_torch:
+    print("labkit ranges in the last trace:", nvtx_ranges(big))
+    print("NVTX ranges emitted:", "yes (CUDA in use)" if big.gpu is not None else "no: NVTX needs a CUDA GPU")
+    print("GPU utilisation:", big.gpu if big.gpu is not None else big.notes)
+    print(f"open in Perfetto: {big.trace_path}\nTensorBoard: tensorboard --logdir {big.tensorboard_dir}")
+
+# %% [markdown]
+# ## 5. The TensorFlow profiler
+# The same input-bound run in TensorFlow: `tf.profiler` writes the trace TensorBoard's Profile
+# tab reads, each step marked with `tf.profiler.experimental.Trace`, and labkit's `PhaseTimer`
+# times the steps on the host so the breakdown and the verdict come from the same code.
+
+# %%
+from labkit.profiling.analysis import step_breakdown
+from labkit.profiling.tf_profiler import TFWorkloadConfig, run_tf_workload, tf_profile
+from labkit.profiling.verdict import diagnose
+
+if profile_tf and frameworks.has_tf():
+    with tf_profile(out / "tf") as tf_prof:
+        timer = run_tf_workload(TFWorkloadConfig(batch_size=batch_size, width=256, depth=2, input_latency_ms=input_latency_ms, steps=6), tf_prof)
+    tf_breakdown = step_breakdown(timer.timeline, skip_first=1)
+    print(tf_breakdown.text(), "\n" + diagnose(tf_breakdown).text(), "\nxplane traces:", tf_prof.trace_files())
+else:
+    print(frameworks.missing_reason("tensorflow") if not frameworks.has_tf() else "skipped (profile_tf=False)")
