@@ -17,6 +17,7 @@ replicas in order, which is why the rows are laid out (step, local replica).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,6 +95,27 @@ def index_table(first_step: int, last_step: int, replicas: range, layout: BatchL
     return np.stack(rows).astype(np.int32)
 
 
+def gather_fn(x_all: np.ndarray, y_all: np.ndarray, latency_s: float = 0.0):
+    """`indices -> (inputs, targets)` for `Dataset.map`, with an optional injected latency
+    (remote storage, decoding) once per element."""
+    import tensorflow as tf
+
+    x_t, y_t = tf.constant(x_all), tf.constant(y_all)
+
+    def sleep():
+        time.sleep(latency_s)
+        return np.int32(0)
+
+    def gather(idx):
+        if latency_s:
+            # The gather depends on the sleep, so tf.data cannot run it early.
+            with tf.control_dependencies([tf.numpy_function(sleep, [], tf.int32)]):
+                idx = tf.identity(idx)
+        return tf.gather(x_t, idx), tf.gather(y_t, idx)
+
+    return gather
+
+
 def make_dataset_fn(arrays: tuple[np.ndarray, np.ndarray], layout: BatchLayout, *,
                     first_step: int, last_step: int, seed: int, latency_s: float = 0.0):
     """`fn(input_context) -> tf.data.Dataset` for `strategy.distribute_datasets_from_function`."""
@@ -106,14 +128,7 @@ def make_dataset_fn(arrays: tuple[np.ndarray, np.ndarray], layout: BatchLayout, 
         local = ctx.num_replicas_in_sync // ctx.num_input_pipelines
         replicas = range(ctx.input_pipeline_id * local, (ctx.input_pipeline_id + 1) * local)
         table = index_table(first_step, last_step, replicas, layout, num_samples, seed)
-        x_t, y_t = tf.constant(x_all), tf.constant(y_all)
-
-        def gather(idx):
-            if latency_s:  # injected storage latency, once per replica batch
-                tf.py_function(lambda: __import__("time").sleep(latency_s), [], [])
-            return tf.gather(x_t, idx), tf.gather(y_t, idx)
-
-        ds = tf.data.Dataset.from_tensor_slices(table).map(gather)
+        ds = tf.data.Dataset.from_tensor_slices(table).map(gather_fn(x_all, y_all, latency_s))
         options = tf.data.Options()
         # The rows are already this worker's share: tf.distribute must not shard them again.
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
