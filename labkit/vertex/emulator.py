@@ -10,8 +10,8 @@ Vertex's restart rules are applied: a replica that exits non-zero is restarted o
 5 times; with ``restart_job_on_worker_restart`` the whole job restarts instead; on a Spot job a
 preempted replica (an injected SIGTERM) restarts the whole job (up to 6 times). The job succeeds
 when the primary replica (workerpool0) exits 0. `Fault` injects SIGTERM or SIGKILL into a chosen
-replica once it reports a chosen step (a ``step N`` line or a tqdm ``N/M`` counter in its
-output). Each replica's output goes to its own log file.
+replica once the job reports a chosen step (a ``step N`` line or a tqdm ``N/M`` counter in
+any replica's output). Each replica's output goes to its own log file.
 
 Reduction Server replicas run Google's image, which cannot run here: they are emulated by an
 idle process so the pool layout and environment stay those of the real job.
@@ -47,7 +47,7 @@ _IDLE = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.
 @dataclass(frozen=True)
 class Fault:
     """Send `signal` ("SIGTERM" or "SIGKILL") to `replica` ("workerpool1[0]", "workerpool0")
-    once it reports step `at_step`, in job attempt `job_attempt` (0 = the first run). After
+    once the job reports step `at_step` (in any replica's output), in job attempt `job_attempt` (0 = the first run). After
     SIGTERM the replica has `grace_s` seconds before SIGKILL, like a Spot VM's shutdown."""
 
     replica: str = "workerpool0"
@@ -209,12 +209,33 @@ def replica_envs(spec: Mapping[str, Any], paths: LocalPaths, trial: str = "") ->
     return out
 
 
+class _FaultTrigger:
+    """Fires a `Fault` once the job reaches its step. The step is read from any replica's output
+    (often only the chief prints progress) and the signal goes to the fault's target."""
+
+    def __init__(self, fault: Fault | None, attempt: int, live: dict, events: list[str]):
+        self.fault, self.live, self.events = fault, live, events
+        self.armed = fault is not None and fault.job_attempt == attempt
+        self.lock = threading.Lock()
+
+    def __call__(self, step: int) -> None:
+        if not self.armed or step < self.fault.at_step:
+            return
+        with self.lock:
+            target = self.live.get(self.fault.target)
+            if not self.armed or target is None:
+                return
+            self.armed = False
+            target.send(self.fault.signal, self.fault.grace_s)
+            self.events.append(f"attempt {target.run.job_attempt}: sent {self.fault.signal} to "
+                               f"{target.run.name} at step {step}")
+
+
 class _Process:
     """A running replica: its process, a thread that tees output to the log and tracks steps."""
 
-    def __init__(self, run: ReplicaRun, env: dict[str, str], fault: Fault | None,
-                 events: list[str]):
-        self.run, self.fault, self.events = run, fault, events
+    def __init__(self, run: ReplicaRun, env: dict[str, str], on_step):
+        self.run, self.on_step = run, on_step
         self.start = time.monotonic()
         run.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(run.argv, env=env, stdout=subprocess.PIPE,
@@ -239,13 +260,8 @@ class _Process:
             m = pattern.search(line)
             if m:
                 self.run.last_step = int(m.group(1))
+                self.on_step(self.run.last_step)
                 break
-        f = self.fault
-        if f and self.run.signal_sent is None and self.run.last_step is not None \
-                and self.run.last_step >= f.at_step:
-            self.send(f.signal, f.grace_s)
-            self.events.append(f"attempt {self.run.job_attempt}: sent {f.signal} to {self.run.name} "
-                               f"at step {self.run.last_step}")
 
     def send(self, name: str, grace_s: float = 15.0) -> None:
         self.run.signal_sent = self.run.signal_sent or name
@@ -336,15 +352,15 @@ def run_local(
         envs = replica_envs(spec, paths, trial="")
         live: dict[tuple[int, int], _Process] = {}
         restarts = dict.fromkeys(envs, 0)
+        trigger = _FaultTrigger(fault, attempt, live, events)
 
         def launch(key: tuple[int, int], restart: int = 0, _attempt: int = attempt,
-                   _envs: dict = envs, _live: dict = live) -> None:
+                   _envs: dict = envs, _live: dict = live, trigger: _FaultTrigger = trigger) -> None:
             pool, index = key
             log = workdir / "logs" / f"attempt{_attempt}" / f"workerpool{pool}-{index}.restart{restart}.log"
             run = ReplicaRun(pool, index, _attempt, restart, argvs[pool], log)
             runs.append(run)
-            f = fault if fault and fault.target == key and fault.job_attempt == _attempt and restart == 0 else None
-            _live[key] = _Process(run, base_env | _envs[key], f, events)
+            _live[key] = _Process(run, base_env | _envs[key], trigger)
 
         for key in envs:
             launch(key)
