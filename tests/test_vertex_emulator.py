@@ -160,14 +160,16 @@ def test_two_worker_tf_job_finishes(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_sigtermed_replica_resumes_to_the_uninterrupted_result(tmp_path):
+def test_preemption_drill_resumes_to_the_uninterrupted_result(tmp_path):
     pytest.importorskip("torch")
-    spec = demo_job("ddp", replica_count=2, steps=6, checkpoint_every=2, step_sleep=0.1)
-    clean = run_local(spec, tmp_path / "clean")
-    hit = run_local(spec, tmp_path / "hit", fault=Fault("workerpool1[0]", at_step=3))
-    assert clean.succeeded and hit.succeeded, hit.summary()
-    assert hit.job_restarts == 1
-    resumed = [r for r in hit.runs if r.job_attempt == 1 and r.pool == 1][0]
-    assert "resumed from step-" in resumed.log()
-    assert _result(hit)["losses"] == _result(clean)["losses"]  # bit for bit
-    assert _result(hit)["weights"] == _result(clean)["weights"]
+    from labkit.vertex.drill import DrillConfig, preemption_drill
+
+    r = preemption_drill(DrillConfig(steps=8, preempt_step=4, checkpoint_every=3,
+                                     input_latency_ms=100), tmp_path)
+    assert r.clean.succeeded and r.preempted.succeeded, r.preempted.summary()
+    assert r.preempted.job_restarts == 1 and any("preempted (Spot)" in e for e in r.preempted.events)
+    first = [x for x in r.preempted.runs if x.job_attempt == 0]
+    assert {x.exit_code for x in first} == {143}  # every rank checkpointed and left at the same step
+    assert r.resumed_at_step is not None and 4 <= r.resumed_at_step < 8
+    assert len(r.clean_losses) == 8 and r.preempted_losses == r.clean_losses  # bit for bit
+    assert r.weights_equal and r.max_weight_difference == 0.0

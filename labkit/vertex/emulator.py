@@ -22,14 +22,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,8 @@ class LocalJob:
     seconds: float
     workdir: Path
     error: str = ""
+    # job attempt -> {path as given in `snapshot`: the copy taken when that attempt ended}
+    snapshots: dict[int, dict[str, Path]] = field(default_factory=dict)
 
     @property
     def succeeded(self) -> bool:
@@ -216,6 +219,7 @@ class _FaultTrigger:
     def __init__(self, fault: Fault | None, attempt: int, live: dict, events: list[str]):
         self.fault, self.live, self.events = fault, live, events
         self.armed = fault is not None and fault.job_attempt == attempt
+        self.fired = False
         self.lock = threading.Lock()
 
     def __call__(self, step: int) -> None:
@@ -226,6 +230,7 @@ class _FaultTrigger:
             if not self.armed or target is None:
                 return
             self.armed = False
+            self.fired = True
             target.send(self.fault.signal, self.fault.grace_s)
             self.events.append(f"attempt {target.run.job_attempt}: sent {self.fault.signal} to "
                                f"{target.run.name} at step {step}")
@@ -317,11 +322,14 @@ def run_local(
     timeout_s: float | None = None,
     env: Mapping[str, str] | None = None,
     worker_grace_s: float = 60.0,
+    snapshot: Sequence[str] = (),
 ) -> LocalJob:
     """Run every replica of `spec` as a local process and apply Vertex's restart rules.
 
     `env` adds variables to every replica (on top of this process's environment). `timeout_s`
-    (default: the spec's scheduling.timeout, else 1 hour) fails the job when exceeded."""
+    (default: the spec's scheduling.timeout, else 1 hour) fails the job when exceeded.
+    `snapshot`: files (gs://, /gcs/ or local paths) to copy when each attempt ends, e.g. a
+    metrics file the next attempt will overwrite; see `LocalJob.snapshots`."""
     validate(spec)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -345,6 +353,7 @@ def run_local(
 
     runs: list[ReplicaRun] = []
     events: list[str] = []
+    snapshots: dict[int, dict[str, Path]] = {}
     start = time.monotonic()
     job_restarts = worker_restarts = preemptions = 0
     attempt = 0
@@ -391,7 +400,9 @@ def run_local(
                         chief_done_at = time.monotonic()
                     continue
                 events.append(f"attempt {attempt}: {name} exited {code}")
-                if spot and proc.run.signal_sent == "SIGTERM":
+                # On Spot, a replica's exit after the injected SIGTERM (its own or a peer's that
+                # followed it) is a preemption: Vertex restarts the whole job.
+                if spot and trigger.fired and fault.signal == "SIGTERM":
                     preemptions += 1
                     if preemptions > MAX_PREEMPTION_RESTARTS:
                         outcome, error = "failed", f"preempted more than {MAX_PREEMPTION_RESTARTS} times"
@@ -415,6 +426,7 @@ def run_local(
                 launch(key, restarts[key])
         for proc in live.values():
             proc.stop()
+        snapshots[attempt] = _snapshot(snapshot, paths, workdir / "snapshots" / f"attempt{attempt}")
         if outcome == "restart_job":
             job_restarts += 1
             attempt += 1
@@ -422,4 +434,14 @@ def run_local(
         state = SUCCEEDED if outcome == "succeeded" else FAILED
         events.append(f"job {state}" + (f": {error}" if error else ""))
         return LocalJob(state, runs, events, job_restarts, worker_restarts,
-                        time.monotonic() - start, workdir, error)
+                        time.monotonic() - start, workdir, error, snapshots)
+
+
+def _snapshot(files: Sequence[str], paths: LocalPaths, dest: Path) -> dict[str, Path]:
+    out = {}
+    for name in files:
+        src = Path(paths(name))
+        if src.is_file():
+            dest.mkdir(parents=True, exist_ok=True)
+            out[name] = Path(shutil.copy2(src, dest / src.name))
+    return out
