@@ -39,7 +39,7 @@ def test_cheapest_interval_is_near_young_daly():
 
 
 def test_sigterm_checkpoint_removes_lost_work_only_when_it_fits_the_notice():
-    assert spot.lost_work_s(scenario(checkpoint_on_sigterm=True), 600) == 0.0
+    assert spot.lost_work_s(scenario(checkpoint_on_sigterm=True, checkpoint_write_s=10), 600) == 0.0
     assert spot.lost_work_s(scenario(checkpoint_on_sigterm=True, checkpoint_write_s=40), 600) == 300
     assert spot.young_daly_interval(60, 0) == math.inf
     assert "saving" in spot.table(spot.tradeoff(scenario(), [600, 1200]))
