@@ -161,3 +161,25 @@ def test_source_archive_is_pip_installable_layout():
     names = tarfile.open(fileobj=io.BytesIO(source_archive())).getnames()
     assert "labkit/pyproject.toml" in names and "labkit/labkit/cluster.py" in names
     assert not any("__pycache__" in n for n in names)
+
+
+def test_several_gpus_per_node_run_torchrun():
+    spec = vertex.training_job({"model": "gpt"}, output_uri=OUT, machine_type="a3-highgpu-8g",
+                               accelerator_type="NVIDIA_H100_80GB", accelerator_count=8, replica_count=4)
+    args = spec["worker_pool_specs"][1]["container_spec"]["args"]
+    assert args[:7] == ["python", "-m", "labkit.vertex.entry", "torchrun", "--nproc-per-node", "8", "--"]
+    assert args[7] == "train"
+    roundtrip(spec)
+
+
+def test_torchrun_argv_uses_node_rank_and_count():
+    from labkit.vertex.entry import torchrun_argv
+
+    env = {"CLUSTER_SPEC": json.dumps({"cluster": {"workerpool0": ["h:1"], "workerpool1": ["a:1", "b:1"]},
+                                       "task": {"type": "workerpool1", "index": 1}}),
+           "MASTER_PORT": "3333"}
+    argv = torchrun_argv(8, ["--", "train", "--steps", "3"], env=env)
+    assert argv[1:3] == ["-m", "torch.distributed.run"]
+    assert {"--nnodes=3", "--node_rank=2", "--nproc_per_node=8", "--master_addr=h",
+            "--master_port=3333"} <= set(argv)
+    assert argv[-4:] == ["labkit", "train", "--steps", "3"]

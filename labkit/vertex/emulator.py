@@ -212,6 +212,22 @@ def replica_envs(spec: Mapping[str, Any], paths: LocalPaths, trial: str = "") ->
     return out
 
 
+def describe_environments(spec: Mapping[str, Any], workdir: str | os.PathLike = "/tmp/labkit-job") -> str:
+    """A table of what each replica of `spec` would see: role, ranks, the TF_CONFIG task and
+    the torch variables (addresses are the emulator's loopback ports)."""
+    envs = replica_envs(spec, LocalPaths(Path(workdir)))
+    lines = [f"{'replica':<16} {'role':<17} {'rank':>4} {'WORLD':>5} {'TF_CONFIG task':<22} MASTER"]
+    for (pool, index), env in sorted(envs.items()):
+        info = from_env(env)
+        task = json.loads(env["TF_CONFIG"])["task"] if "TF_CONFIG" in env else None
+        task_s = f"{task['type']}:{task['index']}" if task else "-"
+        master = f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}" if "MASTER_ADDR" in env else "-"
+        lines.append(f"{f'workerpool{pool}[{index}]':<16} {info.role:<17} "
+                     f"{'-' if info.rank is None else info.rank:>4} {env.get('WORLD_SIZE', '-'):>5} "
+                     f"{task_s:<22} {master}")
+    return "\n".join(lines)
+
+
 class _FaultTrigger:
     """Fires a `Fault` once the job reaches its step. The step is read from any replica's output
     (often only the chief prints progress) and the signal goes to the fault's target."""

@@ -273,8 +273,12 @@ def training_job(
     boot_disk_size_gb: int = 100,
     timeout_s: int | None = None,
     restart_job_on_worker_restart: bool | None = None,
+    processes_per_node: int | None = None,
 ) -> dict[str, Any]:
     """CustomJobSpec running ``python -m labkit train`` on every training replica.
+
+    With several GPUs per node (torch), each node runs `processes_per_node` processes (default:
+    `accelerator_count`) through torchrun, so the global rank is RANK x gpus + local rank.
 
     Unless `config` names them, checkpoints go to ``<output_uri>/checkpoints`` (what Vertex
     also exports as AIP_CHECKPOINT_DIR) and metrics to ``<output_uri>/metrics.json``, through
@@ -292,7 +296,14 @@ def training_job(
     cfg = TrainConfig(**{**{f.name: getattr(cfg, f.name) for f in fields(TrainConfig)}, **updates})
     if image_uri is None and package_uri is None:
         package_uri = _join(output_uri, "inputs", "labkit.tar.gz")
-    args = ["python", "-m", "labkit", "train", *train_args(cfg)]
+    if processes_per_node is None:
+        processes_per_node = accelerator_count if cfg.framework == "torch" and accelerator_count > 1 else 1
+    check_int("processes_per_node", processes_per_node, minimum=1)
+    if processes_per_node > 1:
+        args = ["python", "-m", "labkit.vertex.entry", "torchrun", "--nproc-per-node",
+                str(processes_per_node), "--", "train", *train_args(cfg)]
+    else:
+        args = ["python", "-m", "labkit", "train", *train_args(cfg)]
     pools = _pools_for(args, machine_type=machine_type, accelerator_type=accelerator_type,
                        accelerator_count=accelerator_count, replica_count=replica_count,
                        image_uri=image_uri, framework=cfg.framework, env=env,
