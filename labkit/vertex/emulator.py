@@ -116,6 +116,10 @@ class LocalJob:
     def succeeded(self) -> bool:
         return self.state == SUCCEEDED
 
+    def local(self, uri: str) -> Path:
+        """Where a gs:// or /gcs/ path of the job lives on this machine."""
+        return Path(LocalPaths(self.workdir)(uri))
+
     def final(self, replica: str = "workerpool0") -> ReplicaRun:
         pool, index = parse_replica(replica)
         return [r for r in self.runs if (r.pool, r.index) == (pool, index)][-1]
