@@ -75,10 +75,10 @@ print("ready to submit" if cloud.ready else "dry-run mode; missing:\n- " + "\n- 
 # %% [markdown]
 # The job spec for running **this** notebook on Vertex AI, on one L4 GPU with real sizes:
 # papermill inside a prebuilt PyTorch container, the executed notebook written under the
-# bucket. It is validated offline against Vertex's API types (`google.cloud.aiplatform_v1`)
-# and printed with its estimated cost per hour. `labkit run notebooks/00_tour.ipynb --vertex
-# --accelerator-type NVIDIA_L4 --accelerator-count 1` does the same from a terminal, and submits
-# it when the environment is ready.
+# bucket. The dry run validates it offline against Vertex's API types
+# (`google.cloud.aiplatform_v1`) and prints it with its estimated cost per hour.
+# `labkit run notebooks/00_tour.ipynb --vertex --accelerator-type NVIDIA_L4 --accelerator-count 1`
+# does the same from a terminal, and submits it when the environment is ready.
 
 # %%
 from labkit import vertex
@@ -86,5 +86,4 @@ from labkit import vertex
 tour_job = vertex.notebook_job("notebooks/00_tour.ipynb", {"scale": "full"},
                                output_uri=f"{cloud.bucket or 'gs://YOUR_BUCKET'}/labkit/00_tour",
                                machine_type="g2-standard-8", accelerator_type="NVIDIA_L4", accelerator_count=1)
-vertex.validate(tour_job)
 print(vertex.dry_run(tour_job).text())

@@ -65,8 +65,11 @@ spot_spec = vertex.training_job(dict(model="cnn", steps=steps, checkpoint_every=
 print("scheduling:", json.dumps(spot_spec["scheduling"]))
 print("baseOutputDirectory:", spot_spec["base_output_directory"]["output_uri_prefix"],
       "-> AIP_CHECKPOINT_DIR =", output_uri + "/checkpoints/")
-message = vertex.validate(spot_spec)
-print("accepted by aiplatform_v1.CustomJobSpec; strategy =", message.scheduling.strategy.name)
+if frameworks.has_aiplatform():
+    message = vertex.validate(spot_spec)
+    print("accepted by aiplatform_v1.CustomJobSpec; strategy =", message.scheduling.strategy.name)
+else:
+    print(frameworks.missing_reason("google.cloud.aiplatform"))
 
 # %% [markdown]
 # ## What Spot saves

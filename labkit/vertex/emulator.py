@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.cluster import POOL2_ROLE_ENV, from_env
+from labkit.frameworks import has_aiplatform
 from labkit.vertex.specs import REDUCTION_SERVER_IMAGE, SETUP_MARKER, validate
 
 SUCCEEDED, FAILED = "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED"
@@ -350,7 +351,8 @@ def run_local(
     (default: the spec's scheduling.timeout, else 1 hour) fails the job when exceeded.
     `snapshot`: files (gs://, /gcs/ or local paths) to copy when each attempt ends, e.g. a
     metrics file the next attempt will overwrite; see `LocalJob.snapshots`."""
-    validate(spec)
+    if has_aiplatform():
+        validate(spec)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     paths = LocalPaths(workdir)
