@@ -15,6 +15,7 @@ _COMMANDS = (
     ("labkit.notebook", "add_run_command"),
     ("labkit.course", "add_course_command"),
     ("labkit.train", "add_train_command"),
+    ("labkit.tf.launch", "add_launch_command"),
     ("labkit.profiling.cli", "add_profile_command"),
 )
 

@@ -1,0 +1,137 @@
+"""tf.data input for the TF engine: the same synthetic samples the torch engine trains on.
+
+Batch semantics are explicit. One optimizer step consumes `global_batch` samples, split into
+`grad_accum` micro-steps and, within each, across `num_replicas` replicas:
+
+    per-replica micro-batch = global_batch / (num_replicas * grad_accum)
+
+Sample order is DistributedSampler's recipe: a seeded permutation per epoch, replica `r` of `R`
+taking positions r, r+R, r+2R, ... (the tail that does not fill a global step is dropped). Every
+replica computes its own indices from (seed, epoch, step), so nothing is communicated and a
+resumed run starts at exactly the next step.
+
+Each input pipeline (one per worker) yields, per step and local replica, a tensor of shape
+`(grad_accum, micro_batch, ...)`; `tf.distribute` hands consecutive elements to the worker's
+replicas in order, which is why the rows are laid out (step, local replica).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from labkit.config import ParameterError
+from labkit.data.synthetic import (
+    ImageDatasetConfig,
+    SyntheticImages,
+    SyntheticTokens,
+    TokenDatasetConfig,
+)
+from labkit.models import GPTConfig, ModelConfig
+
+
+@dataclass(frozen=True)
+class BatchLayout:
+    """How one global batch is cut: replicas x accumulation micro-steps x micro-batch."""
+
+    global_batch: int
+    num_replicas: int
+    grad_accum: int
+
+    def __post_init__(self) -> None:
+        if self.global_batch % (self.num_replicas * self.grad_accum):
+            raise ParameterError(
+                "batch_size", self.global_batch,
+                f"must be divisible by replicas x grad_accum = {self.num_replicas} x {self.grad_accum}")
+
+    @property
+    def micro_batch(self) -> int:
+        return self.global_batch // (self.num_replicas * self.grad_accum)
+
+    @property
+    def per_replica_batch(self) -> int:
+        """Samples one replica contributes to one optimizer step (all micro-steps)."""
+        return self.global_batch // self.num_replicas
+
+
+def load_arrays(model_cfg: ModelConfig, num_samples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """All samples in memory: (images uint8 NHWC, labels int32) or (tokens int32, targets int32)."""
+    if isinstance(model_cfg, GPTConfig):
+        src = SyntheticTokens(TokenDatasetConfig(num_sequences=num_samples, seed=seed,
+                                                 block_size=model_cfg.block_size,
+                                                 vocab_size=model_cfg.vocab_size))
+        x, y = src.batch(range(num_samples))
+        return x.astype(np.int32), y.astype(np.int32)
+    src = SyntheticImages(ImageDatasetConfig(num_samples=num_samples, seed=seed,
+                                             image_size=model_cfg.image_size,
+                                             channels=model_cfg.channels,
+                                             num_classes=model_cfg.num_classes))
+    x, y = src.batch(range(num_samples))
+    return x, y.astype(np.int32)
+
+
+def replica_indices(step: int, replica: int, layout: BatchLayout, num_samples: int,
+                    seed: int) -> np.ndarray:
+    """Sample indices replica `replica` trains on in optimizer step `step`: (grad_accum, micro)."""
+    per_epoch = num_samples // layout.global_batch
+    if per_epoch == 0:
+        raise ParameterError("num_samples", num_samples,
+                             f"must hold at least one global batch of {layout.global_batch}")
+    epoch, within = divmod(step, per_epoch)
+    order = np.random.default_rng([seed, epoch]).permutation(num_samples)
+    mine = order[replica::layout.num_replicas]
+    start = within * layout.per_replica_batch
+    chunk = mine[start:start + layout.per_replica_batch]
+    return chunk.reshape(layout.grad_accum, layout.micro_batch)
+
+
+def index_table(first_step: int, last_step: int, replicas: range, layout: BatchLayout,
+                num_samples: int, seed: int) -> np.ndarray:
+    """Rows in the order one pipeline must yield them: (steps * len(replicas), accum, micro)."""
+    rows = [replica_indices(s, r, layout, num_samples, seed)
+            for s in range(first_step, last_step) for r in replicas]
+    return np.stack(rows).astype(np.int32)
+
+
+def gather_fn(x_all: np.ndarray, y_all: np.ndarray, latency_s: float = 0.0):
+    """`indices -> (inputs, targets)` for `Dataset.map`, with an optional injected latency
+    (remote storage, decoding) once per element."""
+    import tensorflow as tf
+
+    x_t, y_t = tf.constant(x_all), tf.constant(y_all)
+
+    def sleep():
+        time.sleep(latency_s)
+        return np.int32(0)
+
+    def gather(idx):
+        if latency_s:
+            # The gather depends on the sleep, so tf.data cannot run it early.
+            with tf.control_dependencies([tf.numpy_function(sleep, [], tf.int32)]):
+                idx = tf.identity(idx)
+        return tf.gather(x_t, idx), tf.gather(y_t, idx)
+
+    return gather
+
+
+def make_dataset_fn(arrays: tuple[np.ndarray, np.ndarray], layout: BatchLayout, *,
+                    first_step: int, last_step: int, seed: int, latency_s: float = 0.0):
+    """`fn(input_context) -> tf.data.Dataset` for `strategy.distribute_datasets_from_function`."""
+    import tensorflow as tf
+
+    x_all, y_all = arrays
+    num_samples = len(x_all)
+
+    def fn(ctx: tf.distribute.InputContext):
+        local = ctx.num_replicas_in_sync // ctx.num_input_pipelines
+        replicas = range(ctx.input_pipeline_id * local, (ctx.input_pipeline_id + 1) * local)
+        table = index_table(first_step, last_step, replicas, layout, num_samples, seed)
+        ds = tf.data.Dataset.from_tensor_slices(table).map(gather_fn(x_all, y_all, latency_s))
+        options = tf.data.Options()
+        # The rows are already this worker's share: tf.distribute must not shard them again.
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        return ds.with_options(options).prefetch(2)
+
+    return fn

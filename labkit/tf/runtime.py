@@ -1,0 +1,50 @@
+"""Process-level TensorFlow set-up: which devices TF may use, and quiet logs.
+
+TensorFlow by default maps (almost) all memory of every visible GPU when it first touches one.
+In a notebook that also runs PyTorch on that GPU this starves torch, so labkit either hides the
+GPUs from TF (CPU runs, CI) or switches on memory growth (TF takes memory as it needs it). Both
+must happen before TF initialises its devices; `configure` is idempotent and called by every
+labkit.tf entry point first.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Set before tensorflow is imported anywhere through labkit: TF's C++ INFO lines drown output.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+_configured: str | None = None
+
+
+def torch_holds_cuda() -> bool:
+    """True when PyTorch in this process has already initialised CUDA."""
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized())
+
+
+def configure(device: str = "auto") -> str:
+    """Make TF use the CPU only (`device="cpu"`) or the GPUs with memory growth ("auto"/"cuda").
+    Returns what TF got: "cpu" or "gpu". Safe to call again; the first call decides."""
+    global _configured
+    import tensorflow as tf
+
+    if _configured is not None:
+        return _configured
+    gpus = tf.config.list_physical_devices("GPU")
+    try:
+        if device == "cpu" or not gpus:
+            tf.config.set_visible_devices([], "GPU")
+            _configured = "cpu"
+        else:
+            # Growth instead of the default grab-everything, so torch keeps what it holds.
+            for gpu in gpus:
+                tf.config.experimental.set_memory_growth(gpu, True)
+            _configured = "gpu"
+    except RuntimeError:
+        # Devices were initialised earlier in this process (by user code); keep what exists.
+        _configured = "gpu" if tf.config.get_visible_devices("GPU") else "cpu"
+    if device == "cuda" and _configured != "gpu":
+        raise RuntimeError("device='cuda' was requested but TensorFlow sees no usable GPU")
+    return _configured
