@@ -65,7 +65,14 @@ def test_records_larger_than_the_read_buffer(tmp_path):
     path = tmp_path / "big.tfrecord"
     recs = [os.urandom(5000), os.urandom(70_000), b"z", os.urandom(3)]
     write_records(path, recs)
-    assert [bytes(v) for v in iter_views(str(path), chunk_bytes=64)] == recs
+    # an opener forces the buffered (read) path instead of the memory-mapped one
+    views = iter_views(str(path), chunk_bytes=64, opener=lambda p: open(p, "rb"))
+    assert [bytes(v) for v in views] == recs
+    assert [bytes(v) for v in iter_views(str(path))] == recs
+
+
+# Both reading paths: memory-mapped (local, uncompressed) and buffered (any opener).
+BUFFERED = {"opener": lambda p: open(p, "rb", buffering=0)}
 
 
 def _offsets(records):
@@ -76,7 +83,8 @@ def _offsets(records):
     return out
 
 
-def test_flipped_data_byte_names_file_and_offset(tmp_path):
+@pytest.mark.parametrize("kw", [{}, BUFFERED], ids=["mmap", "buffered"])
+def test_flipped_data_byte_names_file_and_offset(tmp_path, kw):
     path = tmp_path / "bad.tfrecord"
     recs = [b"first record", b"second record", b"third"]
     write_records(path, recs)
@@ -86,7 +94,7 @@ def test_flipped_data_byte_names_file_and_offset(tmp_path):
     path.write_bytes(bytes(raw))
     got = []
     with pytest.raises(CorruptRecordError) as e:
-        for r in read_records(path):
+        for r in read_records(path, **kw):
             got.append(r)
     assert got == recs[:1]
     assert e.value.path == str(path) and e.value.offset == bad_at
@@ -95,7 +103,8 @@ def test_flipped_data_byte_names_file_and_offset(tmp_path):
     assert isinstance(e.value, ValueError)
 
 
-def test_corrupt_length_is_caught_by_length_crc(tmp_path):
+@pytest.mark.parametrize("kw", [{}, BUFFERED], ids=["mmap", "buffered"])
+def test_corrupt_length_is_caught_by_length_crc(tmp_path, kw):
     path = tmp_path / "bad.tfrecord"
     recs = [b"aaaa", b"bbbb"]
     write_records(path, recs)
@@ -103,18 +112,19 @@ def test_corrupt_length_is_caught_by_length_crc(tmp_path):
     raw[_offsets(recs)[1]] ^= 0x04
     path.write_bytes(bytes(raw))
     with pytest.raises(CorruptRecordError, match=f"offset {_offsets(recs)[1]}.*length CRC"):
-        list(read_records(path))
+        list(read_records(path, **kw))
 
 
 @pytest.mark.parametrize("cut", [5, 12, 20, 1])
-def test_truncated_file(tmp_path, cut):
+@pytest.mark.parametrize("kw", [{}, BUFFERED], ids=["mmap", "buffered"])
+def test_truncated_file(tmp_path, kw, cut):
     path = tmp_path / "trunc.tfrecord"
     recs = [b"x" * 30, b"y" * 30]
     write_records(path, recs)
     raw = path.read_bytes()
     path.write_bytes(raw[:-cut])
     with pytest.raises(CorruptRecordError) as e:
-        list(read_records(path))
+        list(read_records(path, **kw))
     assert e.value.offset == _offsets(recs)[1]
     assert str(path) in str(e.value)
 
@@ -141,6 +151,11 @@ def test_gzip_file_is_a_real_gzip_stream(tmp_path):
     path = tmp_path / "r.tfrecord.gz"
     write_records(path, [b"abc"], compression="gzip")
     assert gzip.decompress(path.read_bytes())[12:15] == b"abc"
+
+
+def test_empty_file_has_no_records(tmp_path):
+    (tmp_path / "empty.tfrecord").write_bytes(b"")
+    assert list(read_records(tmp_path / "empty.tfrecord")) == []
 
 
 def test_bad_input_errors(tmp_path):

@@ -7,8 +7,9 @@ The torch DataLoader path (`labkit.data.torch_loader`) runs this code inside eac
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -101,32 +102,48 @@ def _shuffled(views: Iterator[memoryview], size: int, rng: random.Random) -> Ite
         yield memoryview(item)
 
 
-class BatchDecoder:
-    """Decodes record views straight into preallocated batch arrays (one copy per payload)."""
+def _numpy_alloc(shape: tuple[int, ...], dtype) -> tuple[np.ndarray, np.ndarray]:
+    a = np.empty(shape, dtype)
+    return a, a
 
-    def __init__(self, kind: str, batch_size: int):
+
+Allocator = Callable[[tuple[int, ...], Any], tuple[Any, np.ndarray]]
+
+
+class BatchDecoder:
+    """Decodes record views straight into preallocated batch arrays (one copy per payload).
+    `alloc(shape, dtype)` returns (what the batch holds, a writable NumPy view of it), so the
+    torch path can decode straight into shared-memory tensors."""
+
+    def __init__(self, kind: str, batch_size: int, alloc: Allocator = _numpy_alloc):
         self.kind = kind
         self.batch_size = batch_size
+        self.alloc = alloc
         self._arrays: dict[str, np.ndarray] | None = None
+        self._handles: dict[str, Any] = {}
         self.n = 0
 
-    def _alloc(self, first: dict) -> dict[str, np.ndarray]:
+    def _alloc(self, first) -> dict[str, np.ndarray]:
         b = self.batch_size
         if self.kind == "images":
             h, w, c = first["shape"]
-            return {"index": np.empty(b, np.int64), "label": np.empty(b, np.int64),
-                    "image": np.empty((b, h, w, c), np.uint8)}
-        if self.kind == "tokens":
-            return {"index": np.empty(b, np.int64),
-                    "tokens": np.empty((b, len(first["tokens"][0]) // 4), np.int64)}
-        return {"record": np.empty((b, first), np.uint8)}
+            shapes = {"index": ((b,), np.int64), "label": ((b,), np.int64),
+                      "image": ((b, h, w, c), np.uint8)}
+        elif self.kind == "tokens":
+            shapes = {"index": ((b,), np.int64),
+                      "tokens": ((b, len(first["tokens"][0]) // 4), np.int64)}
+        else:
+            shapes = {"record": ((b, first), np.uint8)}
+        made = {k: self.alloc(shape, dtype) for k, (shape, dtype) in shapes.items()}
+        self._handles = {k: h for k, (h, _) in made.items()}
+        return {k: a for k, (_, a) in made.items()}
 
     def add(self, view: memoryview) -> dict[str, np.ndarray] | None:
         """Add one record; returns the full batch when it completes (arrays are then new)."""
         if self.kind == "raw":
             if self._arrays is None:
                 self._arrays = self._alloc(len(view))
-            self._arrays["record"][self.n] = np.frombuffer(view, np.uint8)
+            self._arrays["record"][self.n] = view
         else:
             ex = decode_example(view)
             try:
@@ -145,26 +162,28 @@ class BatchDecoder:
         self.n += 1
         return self.flush() if self.n == self.batch_size else None
 
-    def flush(self) -> dict[str, np.ndarray] | None:
+    def flush(self) -> dict[str, Any] | None:
         if not self.n or self._arrays is None:
             return None
-        out = {k: v[: self.n] for k, v in self._arrays.items()}
-        self._arrays, self.n = None, 0
+        n, full = self.n, self.n == self.batch_size
+        out = {k: (h if full else h[:n]) for k, h in self._handles.items()}
+        self._arrays, self._handles, self.n = None, {}, 0
         return out
 
 
-def read_batches(paths, config: ReadConfig = ReadConfig(), *, num_consumers: int = 1, consumer: int = 0,
+def read_batches(paths, config: ReadConfig | None = None, *, num_consumers: int = 1, consumer: int = 0,
                  shard_mode: str = "auto", epoch: int = 0, shuffle_files: bool = False,
-                 opener: Opener | None = None) -> Iterator[dict[str, np.ndarray]]:
+                 opener: Opener | None = None, alloc: Allocator = _numpy_alloc) -> Iterator[dict[str, Any]]:
     """Batches of `{"index", "image", "label"}` / `{"index", "tokens"}` / `{"record"}` arrays from
-    this consumer's share of the shards."""
+    this consumer's share of the shards (arrays made by `alloc`, NumPy by default)."""
+    config = config or ReadConfig()
     files = expand_paths(paths)
     assignment = assign_shards(files, num_consumers, consumer, shard_mode, epoch=epoch,
                                shuffle_files=shuffle_files, seed=config.seed)
     views = iter_assigned(assignment, config, opener)
     if config.shuffle_buffer > 1:
         views = _shuffled(views, config.shuffle_buffer, random.Random(config.seed * 7919 + epoch))
-    decoder = BatchDecoder(config.kind, config.batch_size)
+    decoder = BatchDecoder(config.kind, config.batch_size, alloc)
     for v in views:
         batch = decoder.add(v)
         if batch is not None:

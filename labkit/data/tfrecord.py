@@ -17,6 +17,7 @@ the next record, for callers that decode straight into a batch array.
 from __future__ import annotations
 
 import gzip
+import mmap
 import os
 import struct
 import zlib
@@ -236,6 +237,9 @@ def iter_views(
     With `every` > 1 only records whose index i has i % every == offset are verified and yielded
     (the others are framed and length-checked only): record-level sharding without copies."""
     comp = normalize_compression(compression)
+    if not comp and opener is None and not is_remote(path):
+        yield from _iter_mapped(path, verify, every, offset)
+        return
     stream, raw = _open_stream(path, comp, opener)
     buf = bytearray(chunk_bytes)
     view = memoryview(buf)
@@ -295,6 +299,53 @@ def iter_views(
         stream.close()
         if raw is not stream:
             raw.close()
+
+
+def _iter_mapped(path: str, verify: bool, every: int, offset: int) -> Iterator[memoryview]:
+    """Local uncompressed files are memory-mapped: records are views straight into the page
+    cache, which saves the copy a read() makes (the slowest pass over the bytes)."""
+    f = open_binary(path, "rb")
+    try:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    finally:
+        f.close()
+    if hasattr(mm, "madvise"):
+        mm.madvise(mmap.MADV_SEQUENTIAL)
+    view = memoryview(mm)
+    header, footer, crc = _HEADER.unpack_from, _FOOTER.unpack_from, _crc
+    start = index = 0
+    try:
+        while start < size:
+            if size - start < 12:
+                raise CorruptRecordError(path, start, "file ends inside a record header")
+            length, length_crc = header(view, start)
+            if verify and masked_crc32c(view[start:start + 8]) != length_crc:
+                raise CorruptRecordError(path, start, "length CRC mismatch (not a TFRecord file?)")
+            total = 16 + length
+            if size - start < total:
+                raise CorruptRecordError(path, start, f"truncated: record of {length} bytes, file ends first")
+            index += 1
+            if every > 1 and (index - 1) % every != offset:
+                start += total
+                continue
+            data = view[start + 12:start + 12 + length]
+            if verify:
+                (data_crc,) = footer(view, start + 12 + length)
+                c = crc(data)
+                if (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF != data_crc:
+                    raise CorruptRecordError(path, start, "data CRC mismatch")
+            start += total
+            yield data
+    finally:
+        # A consumer still holding a record view keeps the mapping alive; it is freed with it.
+        try:
+            view.release()
+            mm.close()
+        except BufferError:
+            pass
 
 
 def read_records(

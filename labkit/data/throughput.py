@@ -65,6 +65,57 @@ def measure(name: str, make_batches: Callable[[], Iterable], *, nbytes: int = 0,
     return best
 
 
+def count_pass(make_batches: Callable[[], Iterable]) -> Callable[[], int]:
+    """A full pass over `make_batches()` as a callable returning the samples it delivered."""
+    return lambda: sum(batch_size_of(b) for b in make_batches())
+
+
+def raw_read_pass(paths, chunk_bytes: int = 8 << 20) -> Callable[[], int]:
+    """A sequential read of the files into one reused buffer (no parsing, no CRC)."""
+    files = expand_paths(paths)
+    buf = memoryview(bytearray(chunk_bytes))
+
+    def run() -> int:
+        for p in files:
+            with open(p, "rb", buffering=0) as f:
+                while f.readinto(buf):
+                    pass
+        return 0
+
+    return run
+
+
+def crc32c_pass(paths) -> Callable[[], int]:
+    """CRC-32C of the files' bytes, held in memory (so only the checksum is timed)."""
+    blobs = []
+    for p in expand_paths(paths):
+        with open(p, "rb") as f:
+            blobs.append(f.read())
+
+    def run() -> int:
+        for b in blobs:
+            crc32c.crc32c(b)
+        return 0
+
+    return run
+
+
+def compare(passes: dict[str, Callable[[], int]], *, nbytes: int, repeats: int = 3) -> dict[str, Throughput]:
+    """Time each pass `repeats` times, round-robin (so a noisy neighbour hurts every entry
+    alike), after one untimed warm-up of each; keep each entry's best time."""
+    for run in passes.values():
+        run()
+    best: dict[str, Throughput] = {}
+    for _ in range(max(1, repeats)):
+        for name, run in passes.items():
+            t0 = time.perf_counter()
+            samples = run()
+            dt = time.perf_counter() - t0
+            if name not in best or dt < best[name].seconds:
+                best[name] = Throughput(name, samples, nbytes, dt)
+    return best
+
+
 def raw_read_rate(paths, *, repeats: int = 3, chunk_bytes: int = 8 << 20) -> float:
     """Bytes/s reading the files sequentially into one reused buffer (no parsing, no CRC)."""
     files = expand_paths(paths)

@@ -70,7 +70,6 @@ def _dist_rank_world(config: LoaderConfig) -> tuple[int, int]:
 
 
 def _make_dataset(paths, read: ReadConfig, loader: LoaderConfig, opener: Opener | None):
-    import torch
     from torch.utils.data import IterableDataset, get_worker_info
 
     files = expand_paths(paths)
@@ -96,12 +95,12 @@ def _make_dataset(paths, read: ReadConfig, loader: LoaderConfig, opener: Opener 
 
         def __iter__(self) -> Iterator:
             consumer, n = self._reader()
+            shared = get_worker_info() is not None and self.loader.mechanism == "batch"
             batches = read_batches(self.files, self.read, num_consumers=n, consumer=consumer,
                                    shard_mode=self.loader.shard_mode, epoch=self.epoch,
-                                   shuffle_files=self.loader.shuffle_files, opener=self.opener)
-            shared = get_worker_info() is not None and self.loader.mechanism == "batch"
-            for b in batches:
-                tensors = {k: _to_tensor(torch, v, shared) for k, v in b.items()}
+                                   shuffle_files=self.loader.shuffle_files, opener=self.opener,
+                                   alloc=_shared_alloc if shared else _tensor_alloc)
+            for tensors in batches:
                 if self.loader.mechanism == "batch":
                     yield tensors
                 else:
@@ -111,15 +110,20 @@ def _make_dataset(paths, read: ReadConfig, loader: LoaderConfig, opener: Opener 
     return TFRecordIterable()
 
 
-def _to_tensor(torch, array: np.ndarray, shared: bool):
-    """A NumPy batch as a tensor; in a worker, built in shared memory so the hand-off to the
-    main process is a file-descriptor pass instead of another copy."""
-    t = torch.from_numpy(array)
-    if shared:
-        s = torch.empty(t.shape, dtype=t.dtype).share_memory_()
-        s.copy_(t)
-        return s
-    return t
+def _tensor_alloc(shape: tuple[int, ...], dtype):
+    import torch
+
+    t = torch.from_numpy(np.empty(shape, dtype))
+    return t, t.numpy()
+
+
+def _shared_alloc(shape: tuple[int, ...], dtype):
+    """In a loader worker, batches are decoded straight into shared memory, so handing one to
+    the main process passes a file descriptor instead of copying the batch again."""
+    import torch
+
+    t = torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype).share_memory_()
+    return t, t.numpy()
 
 
 def make_dataset(paths, read: ReadConfig | None = None, loader: LoaderConfig | None = None,
