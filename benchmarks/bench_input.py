@@ -69,12 +69,11 @@ def torch_loader(paths, batch: int, workers: int):
 
 
 def tf_records(paths, batch: int, reads: int):
-    import tensorflow as tf
+    from labkit.data.tf_pipeline import tf_record_batches
+
+    ds = tf_record_batches(paths, batch, reads)
 
     def run():
-        ds = tf.data.TFRecordDataset(paths, num_parallel_reads=reads if reads > 1 else None)
-        if batch > 1:
-            ds = ds.batch(batch)
         for b in ds:
             yield b if batch > 1 else [b]
     return run
