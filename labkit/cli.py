@@ -15,6 +15,7 @@ _COMMANDS = (
     ("labkit.notebook", "add_run_command"),
     ("labkit.course", "add_course_command"),
     ("labkit.train", "add_train_command"),
+    ("labkit.data.cli", "add_data_command"),
 )
 
 

@@ -75,7 +75,7 @@ rates = ladder.page_cache_rates(data.shards.paths, batch_size=batch_size, repeat
 for name, value in rates.records_per_s.items():
     print(f"{name:32s} {value:12,.0f} samples/s")
 mechanism = ladder.best_torch_mechanism(rates) if has_torch else "batch"
-print(f"chosen torch mechanism: {mechanism}")
+print(f"chosen torch mechanism: {mechanism}" if has_torch else frameworks.missing_reason("torch"))
 
 # %% [markdown]
 # ## 3. The ceiling: how fast can one core read and verify?
@@ -90,13 +90,14 @@ raw = ladder.page_cache_rates(bench.paths, kind="raw", batch_size=64, repeats=re
                               with_tf=has_tf)
 for name, value in raw.gb_per_s.items():
     print(f"{name:32s} {value:6.2f} GB/s")
-torch_gb = raw.gb_per_s.get("torch, mechanism=batch", float("nan"))
-key_figure("labkit torch path vs single-core ceiling (CRC on)", 100 * torch_gb / raw.ceiling, "%",
-           f"{bench_record_kb} KB records, page cache")
+torch_gb, tf_gb = raw.gb_per_s.get("torch, mechanism=batch"), raw.gb_per_s.get("tf.data, 2 parallel reads")
 
 # %%
-tf_gb = raw.gb_per_s.get("tf.data, 2 parallel reads", float("nan"))
-key_figure("labkit torch path vs tf.data TFRecordDataset", torch_gb / tf_gb, "×", "same shards, same run")
+if torch_gb:
+    key_figure("labkit torch path vs single-core ceiling (CRC on)", 100 * torch_gb / raw.ceiling, "%",
+               f"{bench_record_kb} KB records, page cache")
+if torch_gb and tf_gb:
+    key_figure("labkit torch path vs tf.data TFRecordDataset", torch_gb / tf_gb, "×", "same shards, same run")
 for module in [m for m in ("torch", "tensorflow") if not frameworks.is_installed(m)]:
     print(frameworks.missing_reason(module))
 
@@ -156,7 +157,10 @@ print(ladder.conclusions(measured, rates, raw, mechanism, cfg))
 # torch path from section 3 is turned into the number of loader workers that appetite needs.
 
 # %%
-need = ladder.workers_to_feed(images_per_s=1.5 * 5534, image_bytes=224 * 224 * 3, gb_per_s=torch_gb)
-print(f"one loader process here reads {torch_gb:.2f} GB/s of 100 KB records: "
-      f"about {need} worker(s) would feed 1.5× the H100's best ResNet-50 rate")
-key_figure("loader workers to feed 1.5× H100 ResNet-50 (estimate from this machine)", need)
+if torch_gb:
+    need = ladder.workers_to_feed(images_per_s=1.5 * 5534, image_bytes=224 * 224 * 3, gb_per_s=torch_gb)
+    print(f"one loader process here reads {torch_gb:.2f} GB/s of {bench_record_kb} KB records: "
+          f"about {need} worker(s) would feed 1.5× the H100's best ResNet-50 rate (decoding not included)")
+    key_figure("loader workers to feed 1.5× H100 ResNet-50 (estimate from this machine)", need)
+else:
+    print(frameworks.missing_reason("torch"))
