@@ -108,7 +108,8 @@ for module in [m for m in ("torch", "tensorflow") if not frameworks.is_installed
 # workers; **shards**; **parallel reads** with `num_workers` loader processes (each reads its
 # own shards); **prefetch** (`prefetch_factor`, persistent workers, pinned memory on a GPU);
 # **cache** (batches kept in memory after the first epoch). "data wait" is the share of the
-# epoch the training loop spent waiting for its next batch.
+# epoch the training loop spent waiting for its next batch. `num_workers` may exceed the core
+# count: loader workers reading from remote storage mostly wait.
 
 # %%
 torch_ladder = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
@@ -170,7 +171,14 @@ class CachedBatches:
 
 
 def torch_ladder(data: LadderData, step: Callable[[dict], object]) -> Ladder:
-    """The ladder for the torch DataLoader (mechanism "batch"), every rung behind the latency."""
+    """The ladder for the torch DataLoader (mechanism "batch"), every rung behind the latency.
+    More workers than cores is deliberate here: they mostly wait on (injected) storage."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*worker processes in total.*")
+        return _torch_ladder(data, step)
+
+
+def _torch_ladder(data: LadderData, step: Callable[[dict], object]) -> Ladder:
     from labkit import devices
     from labkit.data.torch_loader import LoaderConfig, make_loader
 
