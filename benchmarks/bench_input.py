@@ -132,11 +132,14 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write the results here")
     a = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench_input-") as d:
-        results = {"date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(),
+        results = {"date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(), "load_before": os.getloadavg()[0],
                    "large": bench_size(100_000, a.mb, a.shards, a.repeats, d + "/large"),
                    "small": bench_size(1_000, a.small_mb, a.shards, a.repeats, d + "/small")}
         if a.images:
             results["images"] = bench_images(a.images, a.image_count, a.workers, d + "/images")
+    results["load_after"] = os.getloadavg()[0]
+    print(f"{results['cpus']} CPUs, load average {results['load_before']:.1f} before / "
+          f"{results['load_after']:.1f} after (a busy machine makes every row noisier)")
     for key in ("large", "small"):
         r = results[key]
         print(f"\n{r['record_bytes']:,}-byte records: {r['files']} shards, {r['bytes'] / 1e6:,.0f} MB, page cache")
