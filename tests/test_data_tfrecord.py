@@ -237,3 +237,14 @@ def test_shard_config_validation():
         ShardConfig(records_per_shard=0)
     with pytest.raises(ParameterError, match="compression"):
         ShardConfig(compression="BZ2")
+
+
+def test_image_shards_through_an_fsspec_url():
+    ds = SyntheticImages(ImageDatasetConfig(num_samples=5, image_size=4))
+    shards = write_image_shards("memory://labkit-shards/run1", ds, ShardConfig(records_per_shard=2,
+                                                                               compression="GZIP"))
+    assert shards.paths[0].startswith("memory://labkit-shards/run1/data-00000-of-00003")
+    (batch,) = read_batches("memory://labkit-shards/run1/*.tfrecord.gz",
+                            ReadConfig(batch_size=8, compression="GZIP"))
+    assert batch["index"].tolist() == list(range(5))
+    np.testing.assert_array_equal(batch["image"], ds.batch(range(5))[0])

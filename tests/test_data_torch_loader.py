@@ -143,3 +143,41 @@ def test_real_ddp_gloo_ranks_with_workers(shards, tmp_path):
     ids = [list(map(int, (tmp_path / f"ids-{r}.txt").read_text().split())) for r in range(2)]
     assert ids[0] and ids[1] and not set(ids[0]) & set(ids[1])
     assert sorted(ids[0] + ids[1]) == list(range(53))
+
+
+def test_missing_shard_is_reported_before_any_worker_starts(tmp_path):
+    with pytest.raises(FileNotFoundError, match="gone.tfrecord"):
+        make_loader([str(tmp_path / "gone.tfrecord")], loader=LoaderConfig(num_workers=2))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_corrupt_shard_in_a_worker_surfaces_as_corrupt_record_error(shards, tmp_path):
+    from labkit.data import CorruptRecordError
+
+    _, s = shards
+    bad = tmp_path / "bad.tfrecord"
+    raw = bytearray(open(s.paths[0], "rb").read())
+    raw[-10] ^= 0xFF  # inside the last record's payload
+    bad.write_bytes(bytes(raw))
+    loader = make_loader([str(bad)], ReadConfig(batch_size=2), LoaderConfig(num_workers=1))
+    with pytest.raises(CorruptRecordError, match=r"bad.tfrecord at byte offset \d+: data CRC"):
+        list(loader)
+
+
+def test_not_a_tfrecord_is_a_clear_error(tmp_path):
+    from labkit.data import CorruptRecordError
+
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"PK\x03\x04 this is a zip file, not a TFRecord" * 4)
+    with pytest.raises(CorruptRecordError, match="junk.bin at byte offset 0.*not a TFRecord"):
+        list(make_loader([str(junk)]))
+
+
+@pytest.mark.gpu
+def test_pinned_batches_with_workers(shards):
+    _, s = shards
+    loader = make_loader(s.paths, ReadConfig(batch_size=8),
+                         LoaderConfig(num_workers=2, pin_memory=True, prefetch_factor=2))
+    batch = next(iter(loader))
+    assert batch["image"].is_pinned() and batch["image"].to("cuda", non_blocking=True).shape[0] == 8
