@@ -117,6 +117,10 @@ def make_tf_dataset(paths, config: TFPipelineConfig | None = None, *,
         ds = ds.map(lambda r: {"record": r})
     if c.prefetch:
         ds = ds.prefetch(n(c.prefetch))
+    if c.num_workers > 1:  # sharded here already: tf.distribute must not shard it again
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        ds = ds.with_options(options)
     return ds
 
 
