@@ -90,6 +90,7 @@ raw = ladder.page_cache_rates(bench.paths, kind="raw", batch_size=64, repeats=re
                               with_tf=has_tf)
 for name, value in raw.gb_per_s.items():
     print(f"{name:32s} {value:6.2f} GB/s")
+fig_rates = ladder.plot_rates(raw, out / "page_cache_rates.png")
 torch_gb, tf_gb = raw.gb_per_s.get("torch, mechanism=batch"), raw.gb_per_s.get("tf.data, 2 parallel reads")
 
 # %%

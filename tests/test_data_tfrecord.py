@@ -248,3 +248,21 @@ def test_image_shards_through_an_fsspec_url():
                             ReadConfig(batch_size=8, compression="GZIP"))
     assert batch["index"].tolist() == list(range(5))
     np.testing.assert_array_equal(batch["image"], ds.batch(range(5))[0])
+
+
+def test_buffer_pool_reuses_only_released_arrays():
+    from labkit.data.reader import BufferPool
+
+    pool = BufferPool(capacity=2)
+    a = pool.array((4, 3), np.uint8)
+    a[:] = 7
+    b = pool.array((4, 3), np.uint8)
+    assert a is not b
+    view = a[1:]
+    del a
+    c = pool.array((4, 3), np.uint8)  # `a` is still referenced through `view`: not reused
+    assert not np.shares_memory(c, view) and pool.reused == 0
+    del b
+    d = pool.array((4, 3), np.uint8)
+    assert pool.reused == 1 and not np.shares_memory(d, view)
+    assert (view == 7).all()

@@ -181,3 +181,20 @@ def test_pinned_batches_with_workers(shards):
                          LoaderConfig(num_workers=2, pin_memory=True, prefetch_factor=2))
     batch = next(iter(loader))
     assert batch["image"].is_pinned() and batch["image"].to("cuda", non_blocking=True).shape[0] == 8
+
+
+def test_pooled_batches_are_reused_only_once_released(shards):
+    _, s = shards
+    loader = make_loader(s.paths, ReadConfig(batch_size=4))
+    it = iter(loader)
+    kept = next(it)
+    kept_view = kept["image"][1:3]  # a view keeps the storage (and the pooled array) alive
+    kept_copy = kept_view.clone()
+    del kept
+    ptrs = set()
+    for b in it:  # drop each batch before the next
+        ptrs.add(b["image"].data_ptr())
+        del b
+    assert torch.equal(kept_view, kept_copy)  # never overwritten while referenced
+    assert kept_view.data_ptr() not in ptrs
+    assert len(ptrs) < 12  # released batches were reused (13 batches in all)

@@ -301,6 +301,23 @@ def plot_ladders(ladders: list[Ladder], path: str | os.PathLike | None = None):
     return fig
 
 
+def plot_rates(rates: ReadRates, path: str | os.PathLike | None = None):
+    """Horizontal bars of GB/s from the page cache, the single-core ceiling drawn as a line."""
+    import matplotlib.pyplot as plt
+
+    rows = {k: v for k, v in rates.gb_per_s.items() if not k.startswith("ceiling")}
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1))
+    ax.barh(list(rows), list(rows.values()), color="tab:gray")
+    ax.axvline(rates.ceiling, color="tab:red", linestyle="--", label=f"single-core ceiling {rates.ceiling:.2f} GB/s")
+    ax.invert_yaxis()
+    ax.set_xlabel("GB/s of shard bytes (page cache, CRC verified)")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=100)
+    return fig
+
+
 def corruption_demo(path: str, out_path: str) -> str:
     """Copy a shard with one payload byte flipped in its second record and read it back: the
     error message (which names the file and byte offset)."""

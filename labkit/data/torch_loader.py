@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from labkit.config import check_bool, check_choice, check_int
-from labkit.data.reader import SHARD_MODES, ReadConfig, read_batches
+from labkit.data.reader import SHARD_MODES, BufferPool, ReadConfig, read_batches
 from labkit.data.tfrecord import Opener, expand_paths
 
 MECHANISMS = ("batch", "sample")
@@ -99,7 +99,7 @@ def _make_dataset(paths, read: ReadConfig, loader: LoaderConfig, opener: Opener 
             batches = read_batches(self.files, self.read, num_consumers=n, consumer=consumer,
                                    shard_mode=self.loader.shard_mode, epoch=self.epoch,
                                    shuffle_files=self.loader.shuffle_files, opener=self.opener,
-                                   alloc=_shared_alloc if shared else _tensor_alloc)
+                                   alloc=_shared_alloc if shared else _PooledTensors().alloc)
             for tensors in batches:
                 if self.loader.mechanism == "batch":
                     yield tensors
@@ -110,11 +110,18 @@ def _make_dataset(paths, read: ReadConfig, loader: LoaderConfig, opener: Opener 
     return TFRecordIterable()
 
 
-def _tensor_alloc(shape: tuple[int, ...], dtype):
-    import torch
+class _PooledTensors:
+    """In-process batches: tensors over pooled NumPy arrays (see BufferPool for why reuse is safe:
+    a tensor from `torch.from_numpy` and all its views hold a reference to the array)."""
 
-    t = torch.from_numpy(np.empty(shape, dtype))
-    return t, t.numpy()
+    def __init__(self) -> None:
+        self.pool = BufferPool()
+
+    def alloc(self, shape: tuple[int, ...], dtype):
+        import torch
+
+        a = self.pool.array(shape, dtype)
+        return torch.from_numpy(a), a
 
 
 def _shared_alloc(shape: tuple[int, ...], dtype):
