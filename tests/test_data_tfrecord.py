@@ -266,3 +266,24 @@ def test_buffer_pool_reuses_only_released_arrays():
     d = pool.array((4, 3), np.uint8)
     assert pool.reused == 1 and not np.shares_memory(d, view)
     assert (view == 7).all()
+
+
+def test_data_layer_works_without_torch_or_tensorflow(tmp_path, hide_frameworks):
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import sys
+        from labkit.data import (ImageDatasetConfig, ReadConfig, ShardConfig, SyntheticImages,
+                                 read_batches, write_image_shards)
+        shards = write_image_shards({str(tmp_path)!r}, SyntheticImages(ImageDatasetConfig(num_samples=6)),
+                                    ShardConfig(records_per_shard=4, compression="GZIP"))
+        (batch,) = read_batches(shards.paths, ReadConfig(batch_size=8, compression="GZIP"))
+        assert batch["index"].tolist() == list(range(6))
+        assert "torch" not in sys.modules and "tensorflow" not in sys.modules
+        print("ok")
+    """)
+    env = hide_frameworks("torch", "tensorflow")
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
