@@ -198,3 +198,16 @@ def test_pooled_batches_are_reused_only_once_released(shards):
     assert torch.equal(kept_view, kept_copy)  # never overwritten while referenced
     assert kept_view.data_ptr() not in ptrs
     assert len(ptrs) < 12  # released batches were reused (13 batches in all)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_spawned_workers_with_injected_latency(shards):
+    """Workers started with "spawn" (macOS/Windows default) get the pickled dataset and opener."""
+    from labkit.data import StorageLatency
+
+    _, s = shards
+    cfg = LoaderConfig(num_workers=2, multiprocessing_context="spawn", world_size=1, rank=0)
+    opener = StorageLatency(open_latency_ms=1, bandwidth_mb_s=None).opener()
+    ids = _ids(make_loader(s.paths, ReadConfig(batch_size=8), cfg, opener=opener))
+    assert sorted(ids) == list(range(53))
