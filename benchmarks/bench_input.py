@@ -11,9 +11,10 @@ Rows (100 KB records, CRC verified everywhere):
   labkit records labkit.data.tfrecord.iter_views, all shards, one core
   labkit torch   make_loader(kind="raw", batch 64, mechanism="batch"): uint8 (64, L) tensors
   tf.data        TFRecordDataset(files, num_parallel_reads=2).batch(64) (and one record at a time)
-Ratios printed at the end are the targets of PERFORMANCE.md: labkit torch / ceiling >= 0.70 and
+Ratios printed at the end are the course's targets: labkit torch / ceiling >= 0.70 and
 labkit torch / tf.data >= 1.0. With --images, the decoded image rate of the torch loader with
-workers is compared to 1.5x the best ResNet-50 training rate measured on one H100 (5,534 img/s).
+workers is compared to 1.5x the best ResNet-50 training rate measured on one H100 (5,534 img/s,
+see labkit.data.ladder.REFERENCE_SOURCE).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from labkit.data import ReadConfig, ShardConfig, write_raw_shards  # noqa: E402
+from labkit.data.ladder import REFERENCE_RESNET50_IMAGES_PER_S  # noqa: E402
 from labkit.data.tfrecord import iter_views  # noqa: E402
 from labkit.data.throughput import (  # noqa: E402
     compare,
@@ -40,8 +42,6 @@ from labkit.data.throughput import (  # noqa: E402
     single_core_ceiling,
 )
 from labkit.frameworks import has_tf, has_torch, missing_reason  # noqa: E402
-
-RESNET50_BEST_IMG_S = 5534  # PERFORMANCE.md: bf16 + channels_last + compile, one H100, 2026-11-22
 
 
 def write_fixed(out: str, record_bytes: int, total_mb: int, shards: int) -> list[str]:
@@ -117,7 +117,7 @@ def bench_images(size: int, num: int, workers: int, workdir: str) -> dict:
                                       prefetch_factor=4))
     t = measure("images", lambda: loader, repeats=2)
     return {"image_size": size, "workers": workers, "pin_memory": pin, "images_per_s": t.samples_per_s,
-            "target_images_per_s": 1.5 * RESNET50_BEST_IMG_S}
+            "target_images_per_s": 1.5 * REFERENCE_RESNET50_IMAGES_PER_S}
 
 
 def main(argv=None) -> int:

@@ -79,10 +79,11 @@ print(f"chosen torch mechanism: {mechanism}" if has_torch else frameworks.missin
 
 # %% [markdown]
 # ## 3. The ceiling: how fast can one core read and verify?
-# Reading a shard means reading every byte once and checksumming it once, so one core cannot
-# beat 1 / (1/raw_read + 1/crc32c). Measured here on shards of `bench_record_kb` KB records from
-# the page cache, with labkit's torch path (batch mechanism, one process) and tf.data's
-# TFRecordDataset (batch 64, 2 parallel reads) timed in the same run.
+# A reader that reads every byte once and checksums it once cannot beat, on one core,
+# 1 / (1/raw_read + 1/crc32c). Measured here on shards of `bench_record_kb` KB records from the
+# page cache, with labkit's torch path (batch mechanism, one process) and tf.data's
+# TFRecordDataset (batch 64, 2 parallel reads) timed in the same run. (labkit memory-maps local
+# shards, which saves the copy a read makes, then copies each payload once into its batch.)
 
 # %%
 bench = ladder.write_bench_shards(out / "bench", record_kb=bench_record_kb, total_mb=mb)
@@ -152,17 +153,20 @@ print(ladder.conclusions(measured, rates, raw, mechanism, cfg))
 # %% [markdown]
 # ## 7. Does it feed a GPU?
 # This machine may have no GPU. The reference point is the best ResNet-50 training rate measured
-# on one NVIDIA H100 80GB (bf16 + channels_last + torch.compile, batch 256: **5,534 images/s**,
-# the course's PERFORMANCE.md, 2026-11-22). Feeding it with margin (1.5×) at 224×224×3 uint8
-# means about 8,300 decoded images/s, about 1.25 GB/s of pixels. `benchmarks/bench_input.py
-# --images 224` measures it on the training machine; below, the rate of this machine's one-process
-# torch path from section 3 is turned into the number of loader workers that appetite needs.
+# on one NVIDIA H100 80GB HBM3 (bf16 + channels_last + torch.compile, batch 256, synthetic data:
+# **5,534 images/s**, measured 2026-11-22 with torch 2.11 and CUDA 13.0). Feeding it with margin
+# (1.5×) at 224×224×3 uint8 means about 8,300 decoded images/s, about 1.25 GB/s of pixels.
+# `benchmarks/bench_input.py --images 224` measures that on the training machine; below, the
+# rate of this machine's one-process torch path from section 3 is turned into the number of
+# loader workers that appetite needs.
 
 # %%
 if torch_gb:
-    need = ladder.workers_to_feed(images_per_s=1.5 * 5534, image_bytes=224 * 224 * 3, gb_per_s=torch_gb)
+    appetite = 1.5 * ladder.REFERENCE_RESNET50_IMAGES_PER_S
+    need = ladder.workers_to_feed(images_per_s=appetite, image_bytes=224 * 224 * 3, gb_per_s=torch_gb)
     print(f"one loader process here reads {torch_gb:.2f} GB/s of {bench_record_kb} KB records: "
           f"about {need} worker(s) would feed 1.5× the H100's best ResNet-50 rate (decoding not included)")
-    key_figure("loader workers to feed 1.5× H100 ResNet-50 (estimate from this machine)", need)
+    key_figure("loader workers to feed 1.5× H100 ResNet-50 (estimate from this machine)", need,
+               note=ladder.REFERENCE_SOURCE)
 else:
     print(frameworks.missing_reason("torch"))
