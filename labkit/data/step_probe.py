@@ -9,11 +9,14 @@ from collections.abc import Callable
 
 
 def torch_image_step(num_classes: int, *, channels: int = 3, width: int = 16, lr: float = 0.05,
-                     device: str = "cpu", seed: int = 0) -> Callable[[dict], float]:
-    """`step(batch)` for batches `{"image": (B,H,W,C) uint8, "label": (B,)}` from `make_loader`."""
+                     device: str = "auto", seed: int = 0) -> Callable[[dict], float]:
+    """`step(batch)` for batches `{"image": (B,H,W,C) uint8, "label": (B,)}` from `make_loader`;
+    on the GPU when there is one (`device="auto"`), where pinned batches copy asynchronously."""
     import torch
     from torch import nn
 
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(seed)
     model = nn.Sequential(
         nn.Conv2d(channels, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
