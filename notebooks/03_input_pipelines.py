@@ -29,6 +29,7 @@ seed = 0
 # %%
 from labkit import config, frameworks, notebook
 from labkit.data import ladder, read_records, decode_example
+from labkit.data.step_probe import tf_image_step, torch_image_step
 from labkit.report import key_figure
 
 scale = config.resolve_scale(scale)
@@ -64,18 +65,21 @@ print(ladder.corruption_demo(data.shards.paths[0], str(out / "corrupted.tfrecord
 
 # %% [markdown]
 # ## 2. Which reading mechanism for PyTorch?
-# Two ways to feed a DataLoader from TFRecord shards: the dataset yields **one sample at a time**
-# and the DataLoader's collate stacks them (the textbook way), or the dataset **decodes a whole
-# batch** straight into one tensor (shared memory when in a worker) and the DataLoader passes
-# batches through. Both are timed from the page cache, in-process, against tf.data on the same shards.
+# Four ways to feed a training loop from TFRecord shards, timed from the page cache on the same
+# shards: the textbook DataLoader whose dataset yields **one sample at a time** for the collate
+# function to stack, with worker processes; a dataset that **decodes whole batches** straight
+# into one tensor, in the training process or in worker processes (into shared memory); and
+# whole batches decoded by a **background thread** of the training process (CRC32C and the
+# copies release the GIL, and batches never cross a process boundary). The fastest is the one
+# labkit should use here; the ladder below then shows the DataLoader knobs under latency.
 
 # %%
-rates = ladder.page_cache_rates(data.shards.paths, batch_size=batch_size, repeats=2 * repeats,
-                                with_torch=has_torch, with_tf=has_tf)
-for name, value in rates.records_per_s.items():
+mechanisms = ladder.compare_mechanisms(data) if has_torch else None
+for name, value in (mechanisms or {}).items():
     print(f"{name:32s} {value:12,.0f} samples/s")
-mechanism = ladder.best_torch_mechanism(rates) if has_torch else "batch"
-print(f"chosen torch mechanism: {mechanism}" if has_torch else frameworks.missing_reason("torch"))
+mechanism = ladder.best_torch_mechanism(mechanisms) if mechanisms else None
+if mechanism:
+    key_figure("fastest torch reading mechanism here", mechanism)
 
 # %% [markdown]
 # ## 3. The ceiling: how fast can one core read and verify?
@@ -116,7 +120,6 @@ for module in [m for m in ("torch", "tensorflow") if not frameworks.is_installed
 # %%
 torch_ladder = None
 if has_torch:
-    from labkit.data.step_probe import torch_image_step
     torch_ladder = ladder.torch_ladder(data, torch_image_step(cfg.num_classes, seed=seed))
     print(torch_ladder.table())
 else:
@@ -130,7 +133,6 @@ else:
 # %%
 tf_ladder = None
 if has_tf:
-    from labkit.data.step_probe import tf_image_step
     tf_ladder = ladder.tf_ladder(data, tf_image_step(cfg.num_classes, seed=seed))
     print(tf_ladder.table())
 else:
@@ -148,7 +150,7 @@ for lad in measured:
 # ## 6. What this run says
 
 # %%
-print(ladder.conclusions(measured, rates, raw, mechanism, cfg))
+print(ladder.conclusions(measured, mechanisms, raw, cfg))
 
 # %% [markdown]
 # ## 7. Does it feed a GPU?

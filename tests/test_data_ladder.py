@@ -61,13 +61,14 @@ def _ladder(engine, rates):
 def test_conclusions_are_computed_from_the_numbers():
     lad = _ladder("torch", [10, 50, 40, 100, 150])
     assert lad.best.name == "cache" and lad.speedup() == pytest.approx(15)
-    page = ReadRates({}, {"torch, mechanism=batch": 2000.0, "torch, mechanism=sample": 1000.0})
+    mech = {"sample + collate": 100.0, "batch, background thread": 400.0}
+    assert best_torch_mechanism(mech) == "batch, background thread"
     raw = ReadRates({"raw read": 6.0, "crc32c": 6.0, "ceiling 1/(1/raw+1/crc)": 3.0,
                      "torch, mechanism=batch": 2.4, "tf.data, 2 parallel reads": 1.2}, {})
-    text = conclusions([lad], page, raw, best_torch_mechanism(page), TINY)
+    text = conclusions([lad], mech, raw, TINY)
     assert "5.0× faster" in text and "15.0× the naive rung" in text
     assert "started afresh" in text  # parallel reads (40) slower than shards (50)
-    assert "2.00×" in text and "mechanism='batch'" in text
+    assert "batch, background thread delivered the most (400 samples/s), 4.0× sample + collate" in text
     assert "80% of the single-core ceiling 3.00 GB/s" in text and "2.00× tf.data" in text
 
 
@@ -89,9 +90,19 @@ def test_tiny_torch_ladder(tmp_path):
     from labkit.data.ladder import torch_ladder
     from labkit.data.step_probe import torch_image_step
 
-    lad = torch_ladder(write_ladder_data(tmp_path, TINY), torch_image_step(10, width=4))
+    lad = torch_ladder(write_ladder_data(tmp_path, TINY), torch_image_step(10, width=4, device="cpu"))
     assert [r.name for r in lad.rungs] == list(RUNGS)
     assert all(r.samples == 12 and 0 <= r.data_fraction <= 1 for r in lad.rungs)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_tiny_mechanism_comparison(tmp_path):
+    pytest.importorskip("torch")
+    from labkit.data.ladder import compare_mechanisms
+
+    mech = compare_mechanisms(write_ladder_data(tmp_path, TINY), repeats=1)
+    assert len(mech) == 4 and all(v > 0 for v in mech.values())
 
 
 @pytest.mark.slow

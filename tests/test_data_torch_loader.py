@@ -211,3 +211,23 @@ def test_spawned_workers_with_injected_latency(shards):
     opener = StorageLatency(open_latency_ms=1, bandwidth_mb_s=None).opener()
     ids = _ids(make_loader(s.paths, ReadConfig(batch_size=8), cfg, opener=opener))
     assert sorted(ids) == list(range(53))
+
+
+def test_thread_mechanism_reads_everything_and_reraises(shards, tmp_path):
+    from labkit.data import CorruptRecordError
+
+    _, s = shards
+    loader = make_loader(s.paths, ReadConfig(batch_size=8), LoaderConfig(mechanism="thread", prefetch_factor=3))
+    assert _ids(loader) == list(range(53))
+    assert _ids(loader) == list(range(53))  # iterable again (a new thread per pass)
+    it = iter(loader)
+    next(it)
+    it.close()  # stopping early releases the reader thread
+    bad = tmp_path / "bad.tfrecord"
+    raw = bytearray(open(s.paths[0], "rb").read())
+    raw[-10] ^= 0xFF
+    bad.write_bytes(bytes(raw))
+    with pytest.raises(CorruptRecordError, match="bad.tfrecord"):
+        list(make_loader([str(bad)], ReadConfig(batch_size=2), LoaderConfig(mechanism="thread")))
+    with pytest.raises(ValueError, match="num_workers=0"):
+        LoaderConfig(mechanism="thread", num_workers=2)

@@ -120,11 +120,12 @@ class Ladder:
         """Best rung over the naive one."""
         return self.best.samples_per_s / self.rungs[0].samples_per_s
 
-    def table(self) -> str:
+    def table(self, versus: str = "vs naive") -> str:
+        """Samples/s, ratio to the first row, and data wait, one line per rung."""
         base = self.rungs[0].samples_per_s
-        lines = [f"{self.engine:6s} {'rung':28s} {'samples/s':>10s} {'vs naive':>9s} {'data wait':>10s}"]
+        lines = [f"{self.engine:6s} {'':32s} {'samples/s':>10s} {versus:>9s} {'data wait':>10s}"]
         for r in self.rungs:
-            lines.append(f"{'':6s} {r.name:28s} {r.samples_per_s:10,.0f} {r.samples_per_s / base:8.1f}× "
+            lines.append(f"{'':6s} {r.name:32s} {r.samples_per_s:10,.0f} {r.samples_per_s / base:8.1f}× "
                          f"{100 * r.data_fraction:9.0f}%")
         return "\n".join(lines)
 
@@ -280,10 +281,38 @@ def page_cache_rates(paths, *, kind: str = "images", batch_size: int = 64, repea
     return ReadRates(gb, rps)
 
 
-def best_torch_mechanism(rates: ReadRates) -> str:
-    """The faster of the two torch mechanisms in a page-cache measurement."""
-    torch_rows = {k.split("=", 1)[1]: v for k, v in rates.records_per_s.items() if k.startswith("torch")}
-    return max(torch_rows, key=torch_rows.get)
+def compare_mechanisms(data: LadderData, *, repeats: int | None = None) -> dict[str, float]:
+    """Samples/s delivered from the page cache by each torch reading mechanism (no training
+    step, so only reading is compared): the textbook per-sample DataLoader with workers, whole
+    batches in-process, whole batches in workers, whole batches on a background thread. Timed
+    round-robin after a warm-up pass (which also starts the persistent workers)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*worker processes in total.*")
+        return _compare_mechanisms(data, repeats or 2 * data.config.repeats)
+
+
+def _compare_mechanisms(data: LadderData, repeats: int) -> dict[str, float]:
+    from labkit.data.torch_loader import LoaderConfig, make_loader
+
+    c = data.config
+    w = c.num_workers
+    read = ReadConfig(kind="images", batch_size=c.batch_size)
+    configs = {
+        f"sample + collate, {w} workers": LoaderConfig(mechanism="sample", num_workers=w, persistent_workers=True,
+                                                       prefetch_factor=c.prefetch),
+        "batch, in-process": LoaderConfig(),
+        f"batch, {w} workers": LoaderConfig(num_workers=w, persistent_workers=True, prefetch_factor=c.prefetch),
+        "batch, background thread": LoaderConfig(mechanism="thread", prefetch_factor=c.prefetch),
+    }
+    loaders = {name: make_loader(data.shards.paths, read, cfg) for name, cfg in configs.items()}
+    passes = {name: count_pass(lambda ld=loader: ld) for name, loader in loaders.items()}
+    timed = compare(passes, nbytes=files_bytes(data.shards.paths), repeats=repeats)
+    return {name: t.samples_per_s for name, t in timed.items()}
+
+
+def best_torch_mechanism(mechanisms: dict[str, float]) -> str:
+    """The mechanism that delivered the most samples/s."""
+    return max(mechanisms, key=mechanisms.get)
 
 
 def plot_ladders(ladders: list[Ladder], path: str | os.PathLike | None = None):
@@ -369,7 +398,7 @@ def _rung(lad: Ladder, name: str) -> Rung:
     return next(r for r in lad.rungs if r.name == name)
 
 
-def conclusions(ladders: list[Ladder], rates: ReadRates, raw: ReadRates, mechanism: str,
+def conclusions(ladders: list[Ladder], mechanisms: dict[str, float] | None, raw: ReadRates,
                 config: LadderConfig) -> str:
     """The notebook's conclusions, as sentences over this run's measurements."""
     lines = []
@@ -396,12 +425,12 @@ def conclusions(ladders: list[Ladder], rates: ReadRates, raw: ReadRates, mechani
             lines.append(f"  Rungs that gained less than 5% here: {', '.join(flat)} (on {os.cpu_count()} "
                          "cores, extra processes compete with the training step; with more cores and "
                          "real storage they pay off).")
-    torch_rows = {k: v for k, v in rates.records_per_s.items() if k.startswith("torch")}
-    if len(torch_rows) == 2:
-        b, s = torch_rows["torch, mechanism=batch"], torch_rows["torch, mechanism=sample"]
-        lines.append(f"- torch mechanism: decoding whole batches gave {b:,.0f} samples/s against {s:,.0f} "
-                     f"for per-sample items + collate ({b / s:.2f}×), so labkit's loader uses "
-                     f"mechanism={mechanism!r}.")
+    if mechanisms:
+        best = best_torch_mechanism(mechanisms)
+        worst = min(mechanisms, key=mechanisms.get)
+        lines.append(f"- torch reading mechanism, from the page cache: {best} delivered the most "
+                     f"({mechanisms[best]:,.0f} samples/s), {mechanisms[best] / mechanisms[worst]:.1f}× "
+                     f"{worst} ({mechanisms[worst]:,.0f} samples/s); that is the mechanism to use on this machine.")
     ceiling = raw.ceiling
     t = raw.gb_per_s.get("torch, mechanism=batch")
     f = raw.gb_per_s.get("tf.data, 2 parallel reads")

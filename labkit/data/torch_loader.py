@@ -7,6 +7,11 @@ Two mechanisms, measured against each other in notebook 03 and `benchmarks/bench
   batch to the main process copies nothing more). The DataLoader runs with `batch_size=None`.
 - `mechanism="sample"`: the textbook way, the dataset yields one sample at a time and the
   DataLoader's collate stacks them: a Python object and a tensor per sample, then a copy.
+- `mechanism="thread"`: batches decoded in the training process by one background thread,
+  `prefetch_factor` batches ahead (pinned there when `pin_memory`). The heavy work (CRC32C, the
+  copy into the batch) runs outside the GIL, and batches never cross a process boundary, which
+  for already-decoded payloads (raw pixels, token ids) is cheaper than worker processes whose
+  every batch is a fresh shared-memory segment. Needs `num_workers=0`.
 
 Splitting: reader k = rank × num_workers + worker_id of world_size × num_workers readers gets
 its share from `labkit.data.reader.assign_shards`, so across DDP ranks and loader workers every
@@ -24,7 +29,7 @@ from labkit.config import check_bool, check_choice, check_int
 from labkit.data.reader import SHARD_MODES, BufferPool, ReadConfig, read_batches
 from labkit.data.tfrecord import Opener, expand_paths
 
-MECHANISMS = ("batch", "sample")
+MECHANISMS = ("batch", "sample", "thread")
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,12 @@ class LoaderConfig:
             check_choice("multiprocessing_context", self.multiprocessing_context, ("fork", "spawn", "forkserver"))
         if self.rank is not None and self.world_size is not None and self.rank >= self.world_size:
             raise ValueError(f"parameter 'rank' must be < world_size {self.world_size} (got {self.rank})")
-        if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
+        if self.mechanism == "thread":
+            if self.num_workers:
+                raise ValueError("mechanism 'thread' reads in the training process: set num_workers=0")
+            if self.persistent_workers:
+                raise ValueError("parameter 'persistent_workers' needs num_workers > 0")
+        elif self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
             raise ValueError("parameters 'prefetch_factor' and 'persistent_workers' need num_workers > 0")
 
 
@@ -118,7 +128,7 @@ def _iterable_class():
                                    shuffle_files=self.loader.shuffle_files, opener=self.opener,
                                    alloc=_shared_alloc if shared else _PooledTensors().alloc)
             for tensors in batches:
-                if self.loader.mechanism == "batch":
+                if self.loader.mechanism != "sample":
                     yield tensors
                 else:
                     for i in range(len(tensors["index"] if "index" in tensors else tensors["record"])):
@@ -168,11 +178,15 @@ def make_dataset(paths, read: ReadConfig | None = None, loader: LoaderConfig | N
 def make_loader(paths, read: ReadConfig | None = None, loader: LoaderConfig | None = None,
                 *, opener: Opener | None = None):
     """A torch DataLoader over labkit shards yielding dicts of tensors: images
-    `{"index", "image" (B,H,W,C uint8), "label"}`, tokens `{"index", "tokens" (B,L int64)}`."""
+    `{"index", "image" (B,H,W,C uint8), "label"}`, tokens `{"index", "tokens" (B,L int64)}`.
+    With mechanism "thread", a ThreadedLoader (same batches, iterated the same way)."""
     from torch.utils.data import DataLoader
 
     read, loader = read or ReadConfig(), loader or LoaderConfig()
-    dataset = _make_dataset(paths, read if loader.mechanism == "batch" else replace(read, drop_remainder=False),
+    if loader.mechanism == "thread":
+        return ThreadedLoader(_make_dataset(paths, read, loader, opener), depth=loader.prefetch_factor or 2,
+                              pin_memory=loader.pin_memory)
+    dataset = _make_dataset(paths, read if loader.mechanism != "sample" else replace(read, drop_remainder=False),
                             loader, opener)
     kwargs = {}
     if loader.num_workers:
@@ -184,3 +198,57 @@ def make_loader(paths, read: ReadConfig | None = None, loader: LoaderConfig | No
                           pin_memory=loader.pin_memory, **kwargs)
     return DataLoader(dataset, batch_size=read.batch_size, drop_last=read.drop_remainder,
                       num_workers=loader.num_workers, pin_memory=loader.pin_memory, **kwargs)
+
+
+_END = object()
+
+
+class ThreadedLoader:
+    """Iterates a dataset of batches on a background thread, `depth` batches ahead, optionally
+    pinning them; exceptions from the reader are re-raised in the consumer."""
+
+    def __init__(self, dataset, *, depth: int = 2, pin_memory: bool = False):
+        self.dataset = dataset
+        self.depth = depth
+        self.pin_memory = pin_memory
+
+    def __iter__(self) -> Iterator:
+        import queue
+        import threading
+
+        q: queue.Queue = queue.Queue(maxsize=self.depth)
+        stop = threading.Event()
+
+        def put(item) -> bool:
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=0.05)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def work() -> None:
+            try:
+                for batch in self.dataset:
+                    if self.pin_memory:
+                        batch = {k: v.pin_memory() for k, v in batch.items()}
+                    if not put(batch):
+                        return
+                put(_END)
+            except BaseException as e:  # handed to the consumer, raised there
+                put(e)
+
+        thread = threading.Thread(target=work, name="labkit-reader", daemon=True)
+        thread.start()
+        try:
+            while True:
+                item = q.get()
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:  # the consumer stopped early or finished: release the reader
+            stop.set()
+            thread.join(timeout=5)
