@@ -28,8 +28,7 @@ seed = 0
 
 # %%
 from labkit import config, frameworks, notebook
-from labkit.data import ladder, read_records, decode_example
-from labkit.data.step_probe import tf_image_step, torch_image_step
+from labkit.data import ladder, read_records, decode_example, step_probe
 from labkit.report import key_figure
 
 scale = config.resolve_scale(scale)
@@ -120,7 +119,7 @@ for module in [m for m in ("torch", "tensorflow") if not frameworks.is_installed
 # %%
 torch_ladder = None
 if has_torch:
-    torch_ladder = ladder.torch_ladder(data, torch_image_step(cfg.num_classes, seed=seed))
+    torch_ladder = ladder.torch_ladder(data, step_probe.torch_image_step(cfg.num_classes, seed=seed))
     print(torch_ladder.table())
 else:
     print(frameworks.missing_reason("torch"))
@@ -133,7 +132,7 @@ else:
 # %%
 tf_ladder = None
 if has_tf:
-    tf_ladder = ladder.tf_ladder(data, tf_image_step(cfg.num_classes, seed=seed))
+    tf_ladder = ladder.tf_ladder(data, step_probe.tf_image_step(cfg.num_classes, seed=seed))
     print(tf_ladder.table())
 else:
     print(frameworks.missing_reason("tensorflow"))
