@@ -22,7 +22,8 @@ _COMMANDS = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="labkit", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="labkit", description="Measured, tested building blocks for fast and cheap training on Vertex AI.")
     parser.add_argument("--version", action="version", version=f"labkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module, func in _COMMANDS:
