@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 
 from labkit.config import (
     SCALES,
+    ParameterError,
     check_bool,
     check_choice,
     check_float,
@@ -100,27 +101,103 @@ def run_training(config: TrainConfig):
     return fit(config)
 
 
+# Help text per TrainConfig field (the CLI is generated from the dataclass, so a new field gets a
+# flag automatically; its help lives here).
+_HELP = {
+    "framework": "training engine",
+    "model": "model family; sizes come from --scale",
+    "scale": "model/data sizes: smoke (CPU, seconds), full (GPU: ResNet-50, GPT-2 small); auto picks",
+    "steps": "total optimizer steps of the run (a resumed run finishes the remaining ones)",
+    "batch_size": "GLOBAL batch per optimizer step, over all replicas and accumulation micro-steps",
+    "grad_accum": "micro-steps per optimizer step (gradients all-reduced on the last one only)",
+    "lr": "peak learning rate (AdamW)",
+    "warmup_steps": "linear LR warm-up steps",
+    "scale_lr_with_world_size": "multiply the LR by the number of replicas (linear scaling rule)",
+    "precision": "fp32, tf32 (fp32 maths on TF32 tensor cores), bf16 autocast, fp16 autocast + GradScaler",
+    "channels_last": "NHWC memory format for conv nets (tensor-core friendly)",
+    "compile": "torch.compile the model",
+    "activation_checkpointing": "recompute block activations in the backward pass (less memory, more time)",
+    "grad_clip": "clip the global gradient norm to this value (omit with 0)",
+    "seed": "seed of weights and data order",
+    "num_samples": "synthetic dataset size (default: max(4096, 64 x batch))",
+    "num_workers": "DataLoader worker processes",
+    "pin_memory": "page-locked host batches for faster host-to-device copies (CUDA)",
+    "input_latency_ms": "injected delay per batch in the input pipeline (emulates slow storage)",
+    "checkpoint_dir": "full-state checkpoints here (local path, gs://, /gcs/); resumes from the newest",
+    "checkpoint_every": "checkpoint every K steps (0: only at the end and on SIGTERM)",
+    "metrics_out": "per-step metrics JSON file written by rank 0",
+    "tensorboard_dir": "TensorBoard event files (rank 0)",
+    "preempt_at": "preemption drill: SIGTERM to itself during this step, checkpoint, exit 143",
+    "device": "auto: CUDA when available, else CPU",
+    "progress": "tqdm progress bar on rank 0",
+}
+_CHOICES = {"framework": FRAMEWORKS, "model": MODEL_NAMES, "scale": SCALES, "precision": PRECISIONS,
+            "device": ("auto", "cpu", "cuda")}
+_FLOATS = ("lr", "grad_clip", "input_latency_ms")
+_OPTIONAL_INTS = ("num_samples", "preempt_at")
+
+
+def to_argv(config: TrainConfig) -> list[str]:
+    """The `labkit train` arguments that rebuild `config` (used to start DDP replicas)."""
+    argv: list[str] = []
+    for f in fields(TrainConfig):
+        value = getattr(config, f.name)
+        flag = "--" + f.name.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + f.name.replace("_", "-"))
+        elif value is None:
+            if f.name == "grad_clip":
+                argv += [flag, "0"]  # 0 switches clipping off; None would fall back to the default
+        else:
+            argv += [flag, repr(value) if isinstance(value, float) else str(value)]
+    return argv
+
+
 def add_train_command(subparsers) -> None:
-    p = subparsers.add_parser("train", help="train a model (torch or tf) and write per-step metrics")
+    p = subparsers.add_parser(
+        "train", help="train a model (torch or tf) and write per-step metrics",
+        description="Train a model on deterministic synthetic data. Exit code 143 means the run "
+                    "was preempted (SIGTERM or --preempt-at) after checkpointing: run the same "
+                    "command again to resume.")
     defaults = TrainConfig()
     for f in fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         default = getattr(defaults, f.name)
+        help_text = _HELP.get(f.name, "") + (f" (default: {default})" if default is not None else "")
         if isinstance(default, bool):
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=_HELP.get(f.name))
+            continue
+        if f.name in _FLOATS:
+            kind = float
+        elif isinstance(default, int) or f.name in _OPTIONAL_INTS:
+            kind = int
         else:
-            kind = {"lr": float, "grad_clip": float, "input_latency_ms": float}.get(f.name)
-            if kind is None:
-                kind = int if isinstance(default, int) or f.name in ("num_samples", "preempt_at") else str
-            p.add_argument(flag, type=kind, default=default)
+            kind = str
+        p.add_argument(flag, type=kind, default=default, choices=_CHOICES.get(f.name), help=help_text)
+    p.add_argument("--nproc-per-node", type=int, default=1,
+                   help="start this many local DDP replicas (gloo on loopback; torch only)")
     p.set_defaults(handler=_train_command)
 
 
 def _train_command(args) -> int:
     values = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}
-    config = TrainConfig(**values)
+    if values.get("grad_clip") == 0:
+        values["grad_clip"] = None
     try:
-        log = run_training(config)
+        config = TrainConfig(**values)
+    except ParameterError as e:
+        print(f"labkit train: {e}")
+        return 2
+    nproc = getattr(args, "nproc_per_node", 1)
+    try:
+        if nproc > 1:
+            if config.framework != "torch":
+                raise ParameterError("nproc_per_node", nproc, "is supported for --framework torch only")
+            from labkit.torch.launch import run_local
+
+            log = run_local(config, nproc)
+        else:
+            log = run_training(config)
     except Preempted as e:
         print(f"labkit train: {e}; run the same command again to resume")
         return PREEMPTED_EXIT_CODE

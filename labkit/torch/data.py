@@ -1,0 +1,138 @@
+"""Torch input pipeline over labkit's deterministic synthetic datasets.
+
+One loader item is one micro-batch: the sampler yields index lists and the dataset builds the
+whole batch at once (vectorised, one injected latency per batch, the way a remote-storage read or
+a decode costs per batch). Indices come from `DistributedSampler` (a seeded permutation per epoch,
+`set_epoch`, each rank a disjoint slice), so a run is reproducible and a resumed run starts at an
+exact `DataPosition` instead of replaying the epoch.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+
+from labkit.data.synthetic import (
+    ImageDatasetConfig,
+    SyntheticImages,
+    SyntheticTokens,
+    TokenDatasetConfig,
+)
+from labkit.models import GPTConfig, ModelConfig
+
+
+@dataclass
+class DataPosition:
+    """Where the next micro-batch comes from: epoch and micro-batch index inside it."""
+
+    epoch: int = 0
+    batch: int = 0
+
+
+class BatchDataset(Dataset):
+    """`ds[list_of_indices] -> (inputs, targets)` tensors; images as float NCHW in [0, 1]."""
+
+    def __init__(self, source: SyntheticImages | SyntheticTokens, latency_s: float = 0.0):
+        self.source = source
+        self.latency_s = latency_s
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, indices):
+        if self.latency_s:
+            time.sleep(self.latency_s)  # injected storage / decode latency, once per batch
+        x, y = self.source.batch(indices)
+        if isinstance(self.source, SyntheticImages):
+            # uint8 HWC → float NCHW; the division happens here so workers share the cost.
+            xt = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))).float().div_(255.0)
+            return xt, torch.from_numpy(y)
+        return torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(np.ascontiguousarray(y))
+
+
+class MicroBatchSampler(Sampler[list[int]]):
+    """Yields this rank's micro-batches of one epoch, starting at `start_batch`."""
+
+    def __init__(self, sampler: DistributedSampler, micro_batch: int, start_batch: int = 0):
+        self.sampler = sampler
+        self.micro_batch = micro_batch
+        self.start_batch = start_batch
+
+    def __len__(self) -> int:
+        return len(self.sampler) // self.micro_batch - self.start_batch
+
+    def __iter__(self):
+        indices = list(self.sampler)
+        n = len(indices) // self.micro_batch
+        for b in range(self.start_batch, n):
+            yield indices[b * self.micro_batch:(b + 1) * self.micro_batch]
+
+
+def make_dataset(model_cfg: ModelConfig, num_samples: int, seed: int,
+                 latency_s: float = 0.0) -> BatchDataset:
+    """The synthetic dataset matching a model config (images for conv nets, tokens for GPT)."""
+    if isinstance(model_cfg, GPTConfig):
+        src = SyntheticTokens(TokenDatasetConfig(num_sequences=num_samples, block_size=model_cfg.block_size,
+                                                 vocab_size=model_cfg.vocab_size, seed=seed))
+    else:
+        src = SyntheticImages(ImageDatasetConfig(num_samples=num_samples, image_size=model_cfg.image_size,
+                                                 channels=model_cfg.channels,
+                                                 num_classes=model_cfg.num_classes, seed=seed))
+    return BatchDataset(src, latency_s)
+
+
+class ResumableLoader:
+    """Endless iterator of micro-batches across epochs, resumable from a `DataPosition`.
+
+    A fresh DataLoader is built per epoch (after `set_epoch`), so worker processes and pinned
+    memory follow the config, and a restart only needs the position."""
+
+    def __init__(self, dataset: BatchDataset, micro_batch: int, *, world_size: int = 1, rank: int = 0,
+                 seed: int = 0, num_workers: int = 0, pin_memory: bool = False,
+                 position: DataPosition | None = None):
+        self.dataset = dataset
+        self.micro_batch = micro_batch
+        self.sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True,
+                                          seed=seed, drop_last=True)
+        if len(self.sampler) < micro_batch:
+            raise ValueError(f"num_samples={len(dataset)} gives each of {world_size} replica(s) "
+                             f"{len(self.sampler)} samples, fewer than one micro-batch of {micro_batch}")
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+        self.position = position or DataPosition()
+        self._it = None
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return len(self.sampler) // self.micro_batch
+
+    def _start_epoch(self) -> None:
+        self.sampler.set_epoch(self.position.epoch)
+        batches = MicroBatchSampler(self.sampler, self.micro_batch, self.position.batch)
+        loader = DataLoader(self.dataset, sampler=batches, batch_size=None, num_workers=self.num_workers,
+                            pin_memory=self.pin_memory, persistent_workers=False,
+                            prefetch_factor=4 if self.num_workers else None)
+        self._it = iter(loader)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._it is None:
+            self._start_epoch()
+        try:
+            batch = next(self._it)
+        except StopIteration:
+            self.position = DataPosition(self.position.epoch + 1, 0)
+            self._start_epoch()
+            batch = next(self._it)
+        self.position = DataPosition(self.position.epoch, self.position.batch + 1)
+        if self.position.batch >= self.batches_per_epoch:
+            # Roll over now so a checkpoint taken here resumes at the next epoch's first batch.
+            self.position = DataPosition(self.position.epoch + 1, 0)
+            self._it = None
+        return batch

@@ -1,0 +1,69 @@
+"""Process-group set-up from torchrun-style environment variables.
+
+RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR / MASTER_PORT, as torchrun, `labkit.torch.launch`
+and Vertex AI (one process per node: its per-node RANK/WORLD_SIZE are then the global ones) set
+them. gloo on CPU, nccl on CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def _env_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def info_from_env(env: Mapping[str, str] | None = None) -> DistInfo:
+    env = os.environ if env is None else env
+    world = _env_int(env, "WORLD_SIZE", 1)
+    rank = _env_int(env, "RANK", 0)
+    local = _env_int(env, "LOCAL_RANK", 0)
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"RANK={rank} must lie in [0, WORLD_SIZE={world})")
+    return DistInfo(rank, world, local)
+
+
+def init(device_type: str, info: DistInfo | None = None) -> DistInfo:
+    """Join the process group when WORLD_SIZE > 1 (idempotent); returns the rank layout."""
+    info = info or info_from_env()
+    if info.distributed and not dist.is_initialized():
+        for var in ("MASTER_ADDR", "MASTER_PORT"):
+            if not os.environ.get(var):
+                raise ValueError(f"WORLD_SIZE={info.world_size} but environment variable {var} is not set")
+        backend = "nccl" if device_type == "cuda" else "gloo"
+        if device_type == "cuda":
+            torch.cuda.set_device(info.local_rank)
+        dist.init_process_group(backend, rank=info.rank, world_size=info.world_size)
+    return info
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,314 @@
+"""The PyTorch training engine: `fit(config, on_step=None)`.
+
+One optimizer step = `grad_accum` micro-steps on every replica; `config.batch_size` is the global
+batch of that step. Features switch on one at a time from `TrainConfig`: precision (fp32, tf32,
+bf16, fp16 + GradScaler), channels_last, torch.compile, fused AdamW (CUDA), accumulation with
+`no_sync` on all but the last micro-step, clipping, activation checkpointing, LR warm-up and
+world-size scaling, DDP (gloo on CPU, nccl on CUDA). Every step is measured (loss, step and data
+time, throughput, MFU against the measured peak, peak memory) into a `MetricsLog`; full-state
+checkpoints go through `labkit.checkpoint` and a resumed run continues bit for bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from labkit.config import ParameterError, resolve_scale
+from labkit.metrics import MetricsLog, StepMetrics
+from labkit.models import GPTConfig, ModelConfig, build_config
+from labkit.torch import distributed, peak, state
+from labkit.torch.data import DataPosition, ResumableLoader, make_dataset
+from labkit.torch.models import build_model, count_parameters, flops_per_sample
+from labkit.torch.precision import PrecisionPolicy, apply_matmul_precision
+from labkit.torch.preemption import PreemptionGuard
+from labkit.train import Preempted, TrainConfig
+
+StepCallback = Callable[[int, dict[str, Any]], None]
+
+
+def resolve_device(choice: str, info: distributed.DistInfo) -> torch.device:
+    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise ParameterError("device", choice, "needs a CUDA GPU, and torch sees none")
+        return torch.device("cuda", info.local_rank)
+    return torch.device("cpu")
+
+
+def micro_batch_size(config: TrainConfig, world_size: int) -> int:
+    """Per-replica micro-batch: global batch / (replicas × accumulation steps), exactly."""
+    parts = world_size * config.grad_accum
+    if config.batch_size % parts:
+        raise ParameterError("batch_size", config.batch_size,
+                             f"must be divisible by world_size × grad_accum = {world_size} × "
+                             f"{config.grad_accum}")
+    return config.batch_size // parts
+
+
+def default_num_samples(config: TrainConfig) -> int:
+    # Independent of `steps`, so extending a run keeps the data order of the steps already run.
+    return config.num_samples or max(4096, 64 * config.batch_size)
+
+
+class WarmupThenConstant:
+    """LR multiplier: linear warm-up over `warmup` steps, then 1. A class (not a lambda) so the
+    scheduler's state_dict round-trips."""
+
+    def __init__(self, warmup: int):
+        self.warmup = warmup
+
+    def __call__(self, step: int) -> float:
+        return min(1.0, (step + 1) / self.warmup) if self.warmup else 1.0
+
+
+@dataclass
+class Components:
+    """What one run is made of; `model` is the unwrapped module (for state), `forward_model` the
+    DDP/compiled wrapper that the step calls."""
+
+    model: nn.Module
+    forward_model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
+    policy: PrecisionPolicy
+    device: torch.device
+    info: distributed.DistInfo
+    model_config: ModelConfig
+
+
+def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
+          model_config: ModelConfig | None = None) -> Components:
+    """Model, optimizer, schedule and scaler for `config` on `device` (no data, no loop), so
+    benchmarks and the batch finder reuse exactly what `fit` trains."""
+    policy = PrecisionPolicy.for_mode(config.precision, device.type)
+    apply_matmul_precision(policy)
+    model_config = model_config or build_config(config.model, resolve_scale(config.scale))
+    torch.manual_seed(config.seed)  # same initial weights on every replica and every run
+    model = build_model(model_config, activation_checkpointing=config.activation_checkpointing)
+    model = model.to(device)
+    if config.channels_last and not isinstance(model_config, GPTConfig):
+        model = model.to(memory_format=torch.channels_last)
+    forward_model: nn.Module = model
+    if info.distributed:
+        forward_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if config.compile:
+        forward_model = torch.compile(forward_model)
+    lr = config.lr * (info.world_size if config.scale_lr_with_world_size else 1)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
+    fused = device.type == "cuda"
+    optimizer = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), fused=fused or None,
+                                  foreach=None if fused else True)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupThenConstant(config.warmup_steps))
+    return Components(model, forward_model, optimizer, scheduler, policy.make_scaler(), policy,
+                      device, info, model_config)
+
+
+def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+
+def to_device(batch, c: Components, channels_last: bool):
+    x, y = batch
+    x = x.to(c.device, non_blocking=True)
+    y = y.to(c.device, non_blocking=True)
+    if channels_last and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x, y
+
+
+def train_step(c: Components, micro_batches, grad_clip: float | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One optimizer step over already-placed micro-batches. Returns (mean loss, a 0-dim tensor
+    that is 1 when fp16 overflow skipped the update, or None without a scaler). No host sync
+    unless clipping or the scaler needs one."""
+    n = len(micro_batches)
+    total = torch.zeros((), device=c.device)
+    for k, (x, y) in enumerate(micro_batches):
+        # Gradients are all-reduced only on the last micro-step; the others just accumulate.
+        ctx = _no_sync(c) if (c.info.distributed and k < n - 1) else contextlib.nullcontext()
+        with ctx:
+            with c.policy.autocast():
+                loss = loss_fn(c.forward_model(x), y) / n
+            c.scaler.scale(loss).backward()
+        total += loss.detach()
+    if grad_clip:
+        c.scaler.unscale_(c.optimizer)
+        torch.nn.utils.clip_grad_norm_(c.model.parameters(), grad_clip)
+    skipped = None
+    if c.scaler.is_enabled():
+        before = c.scaler.get_scale()
+        c.scaler.step(c.optimizer)
+        c.scaler.update()
+        skipped = torch.tensor(float(c.scaler.get_scale() < before))
+    else:
+        c.optimizer.step()
+    c.optimizer.zero_grad(set_to_none=True)
+    with _quiet_scheduler_warning():
+        c.scheduler.step()
+    return total, skipped
+
+
+def _no_sync(c: Components):
+    ddp = c.forward_model
+    if not isinstance(ddp, DDP):
+        ddp = getattr(ddp, "_orig_mod", ddp)  # compiled DDP
+    return ddp.no_sync()
+
+
+@contextlib.contextmanager
+def _quiet_scheduler_warning():
+    # A step skipped by the GradScaler makes the scheduler warn that it ran before the optimizer.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step\\(\\)`")
+        yield
+
+
+def _peak_memory(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # process peak RSS
+
+
+def fit(config: TrainConfig, *, on_step: StepCallback | None = None) -> MetricsLog:
+    """Train as configured; returns the MetricsLog (also written to `config.metrics_out` by rank
+    0). Raises `labkit.train.Preempted` after checkpointing when SIGTERM arrives (or at
+    `config.preempt_at`). `on_step(step, metrics_dict)` runs on every rank after each step."""
+    info = distributed.info_from_env()
+    device = resolve_device(config.device, info)
+    info = distributed.init(device.type, info)
+    try:
+        return _fit(config, info, device, on_step)
+    finally:
+        distributed.shutdown()
+
+
+def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
+         on_step: StepCallback | None) -> MetricsLog:
+    micro = micro_batch_size(config, info.world_size)
+    c = build(config, info, device)
+    position = DataPosition()
+    start = 0
+    if config.checkpoint_dir:
+        restored = state.restore(config.checkpoint_dir, c, info)
+        if restored is not None:
+            start, position = restored
+    dataset = make_dataset(c.model_config, default_num_samples(config), config.seed,
+                           config.input_latency_ms / 1000.0)
+    loader = ResumableLoader(dataset, micro, world_size=info.world_size, rank=info.rank,
+                             seed=config.seed, num_workers=config.num_workers,
+                             pin_memory=config.pin_memory and device.type == "cuda", position=position)
+    per_sample = flops_per_sample(c.model_config)
+    tokens_per_sample = c.model_config.block_size if isinstance(c.model_config, GPTConfig) else None
+    peak_flops = peak.measured_peak_flops(device, c.policy.peak_dtype)
+    log = MetricsLog(run={"framework": "torch", "model": config.model, "config": asdict(config),
+                          "world_size": info.world_size, "micro_batch": micro, "device": str(device),
+                          "parameters": count_parameters(c.model), "flops_per_sample": per_sample,
+                          "peak_flops": peak_flops, "resumed_from_step": start - 1 if start else None})
+    writer = _tensorboard(config, info)
+    bar = _progress(config, info, start)
+    guard = PreemptionGuard()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    try:
+        with guard:
+            last = time.perf_counter()
+            for step in range(start, config.steps):
+                if config.preempt_at is not None and step == config.preempt_at:
+                    guard.trigger()  # the drill: SIGTERM to ourselves, mid-step
+                data_time = 0.0
+                batches = []
+                for _ in range(config.grad_accum):
+                    t = time.perf_counter()
+                    batches.append(to_device(next(loader), c, config.channels_last))
+                    data_time += time.perf_counter() - t
+                lr = c.optimizer.param_groups[0]["lr"]
+                loss, skipped = train_step(c, batches, config.grad_clip)
+                loss_value, stop = _agree(loss, guard.requested, info)
+                now = time.perf_counter()
+                step_time, last = now - last, now
+                m = StepMetrics(step=step, loss=loss_value, step_time_s=step_time, data_time_s=data_time,
+                                samples_per_s=config.batch_size / step_time,
+                                tokens_per_s=(config.batch_size * tokens_per_sample / step_time
+                                              if tokens_per_sample else None),
+                                mfu=(per_sample * config.batch_size / step_time / info.world_size / peak_flops
+                                     if peak_flops else None),
+                                peak_memory_bytes=_peak_memory(device), lr=lr,
+                                skipped=bool(skipped.item()) if skipped is not None else False)
+                log.append(m)
+                _report(m, writer, bar, on_step)
+                done = step + 1 == config.steps
+                due = config.checkpoint_every and (step + 1) % config.checkpoint_every == 0
+                if config.checkpoint_dir and (due or done or stop):
+                    state.save(config.checkpoint_dir, c, info, step, loader.position)
+                    if info.is_main and config.metrics_out:
+                        log.write(config.metrics_out)
+                if stop:
+                    if info.is_main and config.metrics_out:
+                        log.write(config.metrics_out)
+                    guard.chain()
+                    raise Preempted(step)
+                if math.isnan(loss_value):
+                    raise FloatingPointError(f"loss is NaN at step {step}")
+    finally:
+        if bar is not None:
+            bar.close()
+        if writer is not None:
+            writer.close()
+    if info.is_main and config.metrics_out:
+        log.write(config.metrics_out)
+    return log
+
+
+def _agree(loss: torch.Tensor, stop: bool, info: distributed.DistInfo) -> tuple[float, bool]:
+    """Mean loss over replicas and whether any replica was asked to stop, in one all-reduce
+    (every replica must checkpoint and leave at the same step)."""
+    if not info.distributed:
+        return float(loss.item()), stop
+    t = torch.stack([loss.detach().float(), torch.tensor(float(stop), device=loss.device)])
+    dist.all_reduce(t)
+    return float(t[0].item()) / info.world_size, bool(t[1].item() > 0)
+
+
+def _report(m: StepMetrics, writer, bar, on_step: StepCallback | None) -> None:
+    d = m.to_dict()
+    if on_step is not None:
+        on_step(m.step, d)
+    if writer is not None:
+        for key in ("loss", "step_time_s", "samples_per_s", "tokens_per_s", "mfu", "lr"):
+            if d.get(key) is not None:
+                writer.add_scalar(f"train/{key}", d[key], m.step)
+    if bar is not None:
+        bar.update(1)
+        bar.set_postfix(loss=f"{m.loss:.4f}", refresh=False)
+
+
+def _tensorboard(config: TrainConfig, info: distributed.DistInfo):
+    if not (config.tensorboard_dir and info.is_main):
+        return None
+    from torch.utils.tensorboard import SummaryWriter
+
+    return SummaryWriter(log_dir=config.tensorboard_dir)
+
+
+def _progress(config: TrainConfig, info: distributed.DistInfo, start: int):
+    if not (config.progress and info.is_main) or os.environ.get("LABKIT_NO_PROGRESS"):
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=config.steps, initial=start, desc=f"train {config.model}", unit="step")

@@ -1,0 +1,243 @@
+"""Torch models built from the framework-free configs in `labkit.models`.
+
+CNN (no batch norm, so DDP replicas carry no buffers), a ResNet (torchvision-equivalent
+ResNet-50 at `ResNetConfig.resnet50()`), and a GPT-2-style decoder (nanoGPT layout, fused
+scaled-dot-product attention). `activation_checkpointing=True` recomputes each block's
+activations in the backward pass instead of storing them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from labkit.models import CNNConfig, GPTConfig, ModelConfig, ResNetConfig
+
+
+def _maybe_checkpoint(block: nn.Module, x: torch.Tensor, enabled: bool) -> torch.Tensor:
+    if enabled and torch.is_grad_enabled():
+        return checkpoint(block, x, use_reentrant=False)
+    return block(x)
+
+
+class CNN(nn.Module):
+    def __init__(self, cfg: CNNConfig, activation_checkpointing: bool = False):
+        super().__init__()
+        self.cfg = cfg
+        self.activation_checkpointing = activation_checkpointing
+        blocks, c_in = [], cfg.channels
+        for i in range(cfg.depth):
+            c_out = cfg.width * 2**i
+            blocks.append(nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2)))
+            c_in = c_out
+        self.blocks = nn.ModuleList(blocks)
+        self.head = nn.Linear(c_in, cfg.num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = _maybe_checkpoint(block, x, self.activation_checkpointing)
+        return self.head(x.mean(dim=(2, 3)))
+
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, c_in: int, width: int, stride: int):
+        super().__init__()
+        c_out = width * self.expansion
+        self.conv1 = nn.Conv2d(c_in, width, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, c_out, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_out)
+        self.shortcut = _shortcut(c_in, c_out, stride)
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, c_in: int, width: int, stride: int):
+        super().__init__()
+        c_out = width * self.expansion
+        self.conv1 = nn.Conv2d(c_in, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride, 1, bias=False)  # stride on 3×3 (v1.5)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, c_out, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(c_out)
+        self.shortcut = _shortcut(c_in, c_out, stride)
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = F.relu(self.bn2(self.conv2(out)))
+        return F.relu(self.bn3(self.conv3(out)) + self.shortcut(x))
+
+
+def _shortcut(c_in: int, c_out: int, stride: int) -> nn.Module:
+    if stride == 1 and c_in == c_out:
+        return nn.Identity()
+    return nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+
+
+class ResNet(nn.Module):
+    def __init__(self, cfg: ResNetConfig, activation_checkpointing: bool = False):
+        super().__init__()
+        self.cfg = cfg
+        self.activation_checkpointing = activation_checkpointing
+        block = Bottleneck if cfg.bottleneck else BasicBlock
+        w = cfg.width
+        if cfg.imagenet_stem:
+            self.stem = nn.Sequential(nn.Conv2d(cfg.channels, w, 7, 2, 3, bias=False), nn.BatchNorm2d(w),
+                                      nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+        else:
+            self.stem = nn.Sequential(nn.Conv2d(cfg.channels, w, 3, 1, 1, bias=False), nn.BatchNorm2d(w),
+                                      nn.ReLU())
+        blocks, c_in = [], w
+        for stage, n in enumerate(cfg.layers):
+            width = w * 2**stage
+            for i in range(n):
+                blocks.append(block(c_in, width, 2 if (i == 0 and stage > 0) else 1))
+                c_in = width * block.expansion
+        self.blocks = nn.ModuleList(blocks)
+        self.fc = nn.Linear(c_in, cfg.num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x):
+        x = self.stem(x)
+        for b in self.blocks:
+            x = _maybe_checkpoint(b, x, self.activation_checkpointing)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.qkv = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, bias=cfg.bias)
+        self.proj = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.dropout = cfg.dropout
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).view(b, t, 3, self.n_head, c // self.n_head).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, bias=cfg.bias)
+        self.out = nn.Linear(4 * cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x):
+        x = x + self.drop(self.attn(self.ln1(x)))
+        return x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh")))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig, activation_checkpointing: bool = False):
+        super().__init__()
+        self.cfg = cfg
+        self.activation_checkpointing = activation_checkpointing
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied embeddings (GPT-2)
+        self.apply(self._init)
+        for name, p in self.named_parameters():
+            if name.endswith(("attn.proj.weight", "out.weight")):  # GPT-2 residual scaling
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init(m):
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+
+    def forward(self, idx):
+        t = idx.shape[1]
+        pos = torch.arange(t, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for b in self.blocks:
+            x = _maybe_checkpoint(b, x, self.activation_checkpointing)
+        return self.lm_head(self.ln_f(x))
+
+
+def build_model(cfg: ModelConfig, *, activation_checkpointing: bool = False) -> nn.Module:
+    """The torch twin of a `labkit.models` config."""
+    if isinstance(cfg, CNNConfig):
+        return CNN(cfg, activation_checkpointing)
+    if isinstance(cfg, ResNetConfig):
+        return ResNet(cfg, activation_checkpointing)
+    if isinstance(cfg, GPTConfig):
+        return GPT(cfg, activation_checkpointing)
+    raise TypeError(f"no torch model for config type {type(cfg).__name__}")
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Unique parameters (tied weights counted once)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def flops_per_sample(cfg: ModelConfig) -> float:
+    """Training FLOPs (forward + backward ≈ 3× forward) per sample: per token × block for GPT
+    (6·N plus attention, the PaLM formula), per image for the conv nets (from counted MACs)."""
+    if isinstance(cfg, GPTConfig):
+        n = _gpt_params_non_embedding(cfg)
+        per_token = 6 * n + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
+        return float(per_token * cfg.block_size)
+    return 3.0 * 2.0 * _conv_macs(cfg)
+
+
+def _gpt_params_non_embedding(cfg: GPTConfig) -> int:
+    # Tied output head counts (it is a matmul per token); position embeddings do not.
+    d = cfg.n_embd
+    per_block = 12 * d * d + (13 * d if cfg.bias else 2 * d)
+    return cfg.n_layer * per_block + cfg.vocab_size * d + (2 * d if cfg.bias else d)
+
+
+def _conv_macs(cfg: ModelConfig) -> float:
+    """Multiply-accumulates of one forward pass, counted with forward hooks on a meta-free CPU
+    model at batch 1 (cached per config)."""
+    key = repr(cfg)
+    if key not in _MACS_CACHE:
+        model = build_model(cfg)
+        total = [0.0]
+
+        def hook(m, inp, out):
+            if isinstance(m, nn.Conv2d):
+                total[0] += out.numel() * m.in_channels // m.groups * m.kernel_size[0] * m.kernel_size[1]
+            elif isinstance(m, nn.Linear):
+                total[0] += out.numel() * m.in_features
+
+        handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+        with torch.no_grad():
+            model(torch.zeros(1, cfg.channels, cfg.image_size, cfg.image_size))
+        for h in handles:
+            h.remove()
+        _MACS_CACHE[key] = total[0]
+    return _MACS_CACHE[key]
+
+
+_MACS_CACHE: dict[str, float] = {}

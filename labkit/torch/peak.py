@@ -1,0 +1,49 @@
+"""The measured matmul peak of this device, the reference for MFU.
+
+Datasheet peaks overstate what a GEMM reaches (PERFORMANCE.md: 698 of 989 TFLOP/s bf16 on one
+H100), so MFU is reported against a square GEMM timed here, once per process and dtype.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+_CACHE: dict[tuple[str, torch.dtype], float] = {}
+
+
+def measured_peak_flops(device: torch.device, dtype: torch.dtype = torch.bfloat16,
+                        size: int | None = None, repeats: int | None = None) -> float:
+    """FLOP/s of an n×n×n matmul in `dtype` (n = 8192 on CUDA, 512 on CPU); best of `repeats`."""
+    key = (str(device), dtype)
+    if key in _CACHE and size is None:
+        return _CACHE[key]
+    cuda = device.type == "cuda"
+    if not cuda and dtype in (torch.float16,):
+        dtype = torch.float32  # CPU fp16 GEMMs are emulated; fp32 is the honest CPU ceiling
+    n = size or (8192 if cuda else 512)
+    repeats = repeats or (20 if cuda else 5)
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    for _ in range(2):
+        a @ b
+    best = float("inf")
+    if cuda:
+        torch.cuda.synchronize(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(repeats):
+            a @ b
+        end.record()
+        end.synchronize()
+        best = start.elapsed_time(end) / 1000.0 / repeats
+    else:
+        for _ in range(repeats):
+            t = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - t)
+    flops = 2.0 * n**3 / best
+    if size is None:
+        _CACHE[key] = flops
+    return flops

@@ -1,0 +1,104 @@
+"""The torch engine's full state as `labkit.checkpoint` blobs.
+
+Rank 0 writes `model.pt` and `train.pt` (optimizer, LR schedule, GradScaler, next step, data
+position); every rank writes its own `rng-rank{r}.pt` (torch CPU/CUDA, NumPy and Python RNG
+states); after a barrier rank 0 writes the commit marker. Everything is serialised with
+`torch.save` into an in-memory file object, so the same bytes go to a local disk, `gs://` or a
+`/gcs/` mount.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from labkit import checkpoint
+from labkit.torch.data import DataPosition
+
+if TYPE_CHECKING:
+    from labkit.torch.distributed import DistInfo
+    from labkit.torch.engine import Components
+
+
+def to_bytes(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def from_bytes(data: bytes) -> Any:
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+
+
+def rng_state() -> dict[str, Any]:
+    out = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["cuda"] = torch.cuda.get_rng_state_all()
+    return out
+
+
+def set_rng_state(s: dict[str, Any]) -> None:
+    torch.set_rng_state(s["torch"])
+    np.random.set_state(s["numpy"])
+    random.setstate(s["python"])
+    if "cuda" in s and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(s["cuda"])
+
+
+def save(directory: str, c: Components, info: DistInfo, step: int, position: DataPosition) -> None:
+    """Checkpoint the state after `step` (the resumed run starts at step + 1)."""
+    entries: dict[str, Any] = {}
+    if info.is_main:
+        model = {k: v.detach().cpu() for k, v in c.model.state_dict().items()}
+        train = {"optimizer": c.optimizer.state_dict(), "scheduler": c.scheduler.state_dict(),
+                 "scaler": c.scaler.state_dict(), "next_step": step + 1,
+                 "data_position": {"epoch": position.epoch, "batch": position.batch}}
+        entries["model.pt"] = checkpoint.write_blob(directory, step, "model.pt", to_bytes(model))
+        entries["train.pt"] = checkpoint.write_blob(directory, step, "train.pt", to_bytes(train))
+    name = f"rng-rank{info.rank}.pt"
+    entries[name] = checkpoint.write_blob(directory, step, name, to_bytes(rng_state()))
+    if info.distributed:
+        gathered: list[dict[str, Any]] = [{} for _ in range(info.world_size)]
+        dist.all_gather_object(gathered, entries)  # also a barrier: every blob is written
+        entries = {k: v for part in gathered for k, v in part.items()}
+    if info.is_main:
+        checkpoint.commit(directory, step, entries, {"world_size": info.world_size, "framework": "torch"})
+    if info.distributed:
+        dist.barrier()  # nobody runs ahead (or exits) before the marker exists
+
+
+def restore(directory: str, c: Components, info: DistInfo) -> tuple[int, DataPosition] | None:
+    """Load the newest committed intact checkpoint into `c`; returns (next step, data position),
+    or None when there is none. A blob that fails to deserialise counts as corrupt: the previous
+    committed step is tried, with a warning."""
+    steps = checkpoint.committed_steps(directory)
+    for step in reversed(steps):
+        try:
+            ckpt = checkpoint.read_step(directory, step)
+            model = from_bytes(ckpt.files["model.pt"])
+            train = from_bytes(ckpt.files["train.pt"])
+            rng_blob = ckpt.files.get(f"rng-rank{info.rank}.pt")
+            rng = from_bytes(rng_blob) if rng_blob is not None else None
+        except (checkpoint.CheckpointError, KeyError, RuntimeError, EOFError, ValueError) as e:
+            warnings.warn(f"ignoring checkpoint step {step} in {directory}: {e}; falling back to the "
+                          "previous committed step", checkpoint.CheckpointWarning, stacklevel=2)
+            continue
+        c.model.load_state_dict(model)
+        c.optimizer.load_state_dict(train["optimizer"])
+        c.scheduler.load_state_dict(train["scheduler"])
+        c.scaler.load_state_dict(train["scaler"])
+        if rng is not None:
+            set_rng_state(rng)
+        else:
+            warnings.warn(f"checkpoint step {step} has no RNG state for rank {info.rank} (saved with "
+                          f"{ckpt.meta.get('world_size')} replicas); continuing with seeded RNG",
+                          checkpoint.CheckpointWarning, stacklevel=2)
+        pos = train["data_position"]
+        return int(train["next_step"]), DataPosition(int(pos["epoch"]), int(pos["batch"]))
+    return None

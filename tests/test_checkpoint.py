@@ -1,0 +1,66 @@
+"""labkit.checkpoint: blobs first, marker last; uncommitted steps ignored; corrupt ones skipped."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit import checkpoint
+
+
+def test_save_then_load_newest(tmp_path):
+    d = str(tmp_path / "ck")
+    checkpoint.save(d, 1, {"a.bin": b"one"}, {"note": "x"})
+    checkpoint.save(d, 5, {"a.bin": b"five", "b.bin": b"\x00" * 10})
+    ck = checkpoint.load(d)
+    assert ck.step == 5 and ck.files == {"a.bin": b"five", "b.bin": b"\x00" * 10}
+    assert checkpoint.load(d, 1).meta == {"note": "x"}
+    assert checkpoint.committed_steps(d) == [1, 5]
+
+
+def test_empty_or_missing_directory_gives_none(tmp_path):
+    assert checkpoint.load(str(tmp_path / "nothing")) is None
+    assert checkpoint.committed_steps(str(tmp_path)) == []
+
+
+def test_step_without_marker_is_ignored(tmp_path):
+    d = str(tmp_path)
+    checkpoint.save(d, 2, {"s": b"committed"})
+    checkpoint.write_blob(d, 4, "s", b"written but never committed")  # a save cut off mid-way
+    assert checkpoint.committed_steps(d) == [2]
+    assert checkpoint.load(d).files["s"] == b"committed"
+
+
+def test_truncated_blob_falls_back_with_warning(tmp_path):
+    d = str(tmp_path)
+    checkpoint.save(d, 1, {"s": b"old state"})
+    folder = checkpoint.save(d, 3, {"s": b"new state, longer"})
+    with open(f"{folder}/s", "r+b") as f:
+        f.truncate(5)
+    with pytest.warns(checkpoint.CheckpointWarning, match=r"step 3.*truncated, 5 of 17 bytes.*previous"):
+        ck = checkpoint.load(d)
+    assert ck.step == 1 and ck.files["s"] == b"old state"
+    with pytest.raises(checkpoint.CheckpointError, match="truncated"):
+        checkpoint.read_step(d, 3)
+
+
+def test_corrupt_blob_same_size_is_detected(tmp_path):
+    d = str(tmp_path)
+    folder = checkpoint.save(d, 7, {"s": b"abcdef"})
+    with open(f"{folder}/s", "wb") as f:
+        f.write(b"abcdeX")
+    with pytest.warns(checkpoint.CheckpointWarning, match="digest"):
+        assert checkpoint.load(d) is None
+
+
+def test_prune_keeps_newest(tmp_path):
+    d = str(tmp_path)
+    for step in (1, 2, 3, 4):
+        checkpoint.save(d, step, {"s": bytes([step])}, keep=2)
+    assert checkpoint.committed_steps(d) == [3, 4]
+
+
+def test_fsspec_memory_filesystem_url():
+    # Any fsspec URL works the same way (gs:// needs gcsfs and credentials; memory:// is local).
+    d = "memory://labkit-test-ckpt"
+    checkpoint.save(d, 10, {"x": b"remote bytes"})
+    assert checkpoint.load(d).files["x"] == b"remote bytes"

@@ -1,0 +1,168 @@
+"""The torch engine on CPU: DDP equals the large batch, accumulation equals the large batch, fp16
+overflow skips the step, checkpoints resume bit for bit and fall back past corrupt ones."""
+
+from __future__ import annotations
+
+import signal
+import warnings
+from dataclasses import replace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from labkit import checkpoint  # noqa: E402
+from labkit.torch import engine, state  # noqa: E402
+from labkit.torch.distributed import DistInfo  # noqa: E402
+from labkit.train import Preempted, TrainConfig  # noqa: E402
+
+BASE = TrainConfig(model="cnn", steps=4, batch_size=16, lr=1e-3, num_samples=64, progress=False,
+                   device="cpu")
+
+
+def _final_params(ckpt_dir) -> dict:
+    return state.from_bytes(checkpoint.load(str(ckpt_dir)).files["model.pt"])
+
+
+def _assert_close(a: dict, b: dict, atol: float) -> None:
+    assert a.keys() == b.keys()
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst <= atol, f"parameters differ by {worst}"
+
+
+def test_fit_writes_metrics_and_learns(tmp_path):
+    cfg = replace(BASE, steps=12, metrics_out=str(tmp_path / "m.json"))
+    log = engine.fit(cfg)
+    steps = log.steps
+    assert [s["step"] for s in steps] == list(range(12))
+    for key in ("loss", "step_time_s", "data_time_s", "samples_per_s", "mfu", "peak_memory_bytes", "lr"):
+        assert key in steps[0], key
+    assert sum(log.losses[-3:]) / 3 < log.losses[0]  # the synthetic task is learnable
+    assert (tmp_path / "m.json").exists()
+
+
+def test_on_step_callback_sees_every_step():
+    seen = []
+    engine.fit(replace(BASE, steps=3), on_step=lambda step, m: seen.append((step, m["loss"])))
+    assert [s for s, _ in seen] == [0, 1, 2]
+
+
+def test_batch_must_split_evenly():
+    with pytest.raises(ValueError, match="batch_size"):
+        engine.micro_batch_size(replace(BASE, batch_size=10, grad_accum=4), 1)
+
+
+def test_accumulation_equals_large_batch(tmp_path):
+    engine.fit(replace(BASE, checkpoint_dir=str(tmp_path / "big")))
+    engine.fit(replace(BASE, grad_accum=4, checkpoint_dir=str(tmp_path / "acc")))
+    _assert_close(_final_params(tmp_path / "big"), _final_params(tmp_path / "acc"), atol=1e-5)
+
+
+def test_accumulated_gradients_match_exactly_in_one_step():
+    from labkit.torch.memory import gradients
+
+    c = engine.build(BASE, DistInfo(), torch.device("cpu"))
+    from labkit.torch.data import make_dataset
+
+    ds = make_dataset(c.model_config, 64, 0)
+    x, y = ds[list(range(16))]
+    whole = gradients(c, [(x, y)])
+    parts = gradients(c, [(x[:8], y[:8]), (x[8:], y[8:])])
+    _assert_close(whole, parts, atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ddp_two_gloo_processes_equal_one_process_with_the_doubled_batch(tmp_path):
+    from labkit.torch.launch import run_local
+
+    # Global batch 16: each of 2 replicas takes 8, the single process takes all 16.
+    ddp = run_local(replace(BASE, checkpoint_dir=str(tmp_path / "ddp")), 2)
+    single = engine.fit(replace(BASE, checkpoint_dir=str(tmp_path / "one")))
+    assert ddp.run["world_size"] == 2 and ddp.run["micro_batch"] == 8
+    _assert_close(_final_params(tmp_path / "ddp"), _final_params(tmp_path / "one"), atol=1e-5)
+    assert ddp.losses == pytest.approx(single.losses, abs=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ddp_with_accumulation_uses_no_sync_and_still_matches(tmp_path):
+    from labkit.torch.launch import run_local
+
+    run_local(replace(BASE, grad_accum=2, checkpoint_dir=str(tmp_path / "ddp")), 2)
+    engine.fit(replace(BASE, checkpoint_dir=str(tmp_path / "one")))
+    _assert_close(_final_params(tmp_path / "ddp"), _final_params(tmp_path / "one"), atol=1e-5)
+
+
+def test_fp16_overflow_skips_the_step_and_halves_the_scale():
+    cfg = replace(BASE, precision="fp16", grad_clip=None)
+    c = engine.build(cfg, DistInfo(), torch.device("cpu"))
+    c.scaler = c.policy.make_scaler(init_scale=2.0**100)  # any fp16 gradient overflows
+    from labkit.torch.data import make_dataset
+
+    x, y = make_dataset(c.model_config, 64, 0)[list(range(16))]
+    before = {k: v.clone() for k, v in c.model.state_dict().items()}
+    _, skipped = engine.train_step(c, [(x, y)], None)
+    assert bool(skipped) and c.scaler.get_scale() == 2.0**99
+    _assert_close(before, c.model.state_dict(), atol=0.0)  # weights untouched
+    c.scaler = c.policy.make_scaler(init_scale=2.0**8)
+    _, skipped = engine.train_step(c, [(x, y)], None)
+    assert not bool(skipped)
+    assert any((before[k] != v).any() for k, v in c.model.state_dict().items())
+
+
+def test_resume_is_bitwise_equal(tmp_path):
+    # 64 samples / batch 16 = 4 steps per epoch: the run crosses two epoch boundaries.
+    cfg = replace(BASE, steps=10, checkpoint_every=3, grad_accum=2, warmup_steps=4)
+    full = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "full")))
+    with pytest.raises(Preempted) as info:
+        engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "cut"), preempt_at=5))
+    assert info.value.step == 5
+    rest = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "cut")))
+    assert [s["step"] for s in rest.steps] == list(range(6, 10))
+    assert rest.losses == full.losses[6:]  # exact, not approximate
+    assert [s["lr"] for s in rest.steps] == [s["lr"] for s in full.steps[6:]]
+    _assert_close(_final_params(tmp_path / "full"), _final_params(tmp_path / "cut"), atol=0.0)
+
+
+def test_resume_with_loader_workers_is_bitwise_equal(tmp_path):
+    cfg = replace(BASE, steps=6, num_workers=1, checkpoint_every=2)
+    full = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "a")))
+    with pytest.raises(Preempted):
+        engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "b"), preempt_at=2))
+    rest = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "b")))
+    assert rest.losses == full.losses[3:]
+
+
+def test_checkpoint_without_marker_is_ignored(tmp_path):
+    d = tmp_path / "ck"
+    engine.fit(replace(BASE, steps=4, checkpoint_every=2, checkpoint_dir=str(d)))
+    (d / "step-00000003" / checkpoint.MARKER).unlink()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", checkpoint.CheckpointWarning)
+        log = engine.fit(replace(BASE, steps=6, checkpoint_dir=str(d)))
+    assert log.steps[0]["step"] == 2
+
+
+def test_truncated_checkpoint_falls_back_to_previous_step(tmp_path):
+    d = tmp_path / "ck"
+    full = engine.fit(replace(BASE, steps=6, checkpoint_every=2, checkpoint_dir=str(tmp_path / "ref")))
+    engine.fit(replace(BASE, steps=4, checkpoint_every=2, checkpoint_dir=str(d)))
+    blob = d / "step-00000003" / "model.pt"
+    blob.write_bytes(blob.read_bytes()[:100])
+    with pytest.warns(checkpoint.CheckpointWarning, match=r"step 3.*model\.pt.*truncated"):
+        log = engine.fit(replace(BASE, steps=6, checkpoint_dir=str(d)))
+    assert [s["step"] for s in log.steps] == [2, 3, 4, 5]
+    assert log.losses == full.losses[2:]
+
+
+def test_sigterm_handler_chains_the_previous_one(tmp_path):
+    calls = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: calls.append(signum))
+    try:
+        with pytest.raises(Preempted):
+            engine.fit(replace(BASE, steps=5, preempt_at=1, checkpoint_dir=str(tmp_path)))
+        assert calls == [signal.SIGTERM]
+        assert checkpoint.committed_steps(str(tmp_path)) == [1]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
