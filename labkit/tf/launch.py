@@ -16,11 +16,14 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from labkit.config import check_bool, check_int
+from labkit.metrics import MetricsLog, load_metrics
+from labkit.train import PREEMPTED_EXIT_CODE, Preempted, TrainConfig, to_argv
 
 
 @dataclass(frozen=True)
@@ -130,9 +133,33 @@ def launch(config: LaunchConfig) -> list[WorkerResult]:
     return results
 
 
-def _tempfile():
-    import tempfile
+def run_local(config: TrainConfig, num_workers: int = 2, *, vertex_names: bool = False,
+              threads_per_worker: int = 1, timeout_s: float = 600.0) -> MetricsLog:
+    """Run `config` as a `num_workers`-worker MultiWorkerMirrored job on this machine and return
+    the chief's metrics (the twin of `labkit.torch.launch.run_local`). Raises `Preempted` when
+    the workers checkpointed and exited 143, RuntimeError showing the failing worker's output."""
+    check_int("num_workers", num_workers, minimum=1)
+    config = replace(config, framework="tf")
+    if config.metrics_out is None:
+        tmp = tempfile.mkdtemp(prefix="labkit-tf-")
+        config = replace(config, metrics_out=str(Path(tmp) / "metrics.json"))
+    results = launch(LaunchConfig(num_workers=num_workers, train_args=tuple(to_argv(config)),
+                                  vertex_names=vertex_names, timeout_s=timeout_s,
+                                  threads_per_worker=threads_per_worker))
+    codes = [r.returncode for r in results]
+    bad = [r for r in results if r.returncode not in (0, PREEMPTED_EXIT_CODE)]
+    if bad:
+        raise RuntimeError(f"TF worker {bad[0].task} of {num_workers} failed (exit codes {codes}):"
+                           f"\n{bad[0].output[-3000:]}")
+    data = load_metrics(config.metrics_out)
+    log = MetricsLog(data.get("run"))
+    log.steps = data["steps"]
+    if PREEMPTED_EXIT_CODE in codes:
+        raise Preempted(log.steps[-1]["step"] if log.steps else -1)
+    return log
 
+
+def _tempfile():
     return tempfile.TemporaryFile()
 
 
