@@ -16,6 +16,7 @@ _COMMANDS = (
     ("labkit.course", "add_course_command"),
     ("labkit.train", "add_train_command"),
     ("labkit.tf.launch", "add_launch_command"),
+    ("labkit.profiling.cli", "add_profile_command"),
 )
 
 

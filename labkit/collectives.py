@@ -1,0 +1,258 @@
+"""All-reduce bandwidth: how fast this machine's processes (or GPUs) can sum a gradient buffer.
+
+`allreduce_benchmark(AllReduceConfig(...))` starts `world_size` processes on loopback (gloo on
+CPU, nccl with one process per GPU), all-reduces float32 buffers from kilobytes to hundreds of
+megabytes, and reports for each size the median time, the algorithm bandwidth
+(size / time) and the bus bandwidth (algbw x 2(n-1)/n: the traffic a ring all-reduce puts on
+each link, comparable with the link's limit, as in nccl-tests). `plot_bandwidth` draws it.
+
+``python -m labkit.collectives worker ...`` is the per-process entry point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from labkit.config import check_choice, check_int
+
+KB, MB = 1024, 1024 * 1024
+
+
+def size_ladder(min_bytes: int = 4 * KB, max_bytes: int = 256 * MB, factor: int = 4) -> list[int]:
+    """Geometric sizes from `min_bytes` to `max_bytes` (inclusive when on the ladder)."""
+    out, size = [], min_bytes
+    while size <= max_bytes:
+        out.append(size)
+        size *= factor
+    return out
+
+
+def bus_bandwidth(algbw: float, world_size: int) -> float:
+    """Ring all-reduce moves 2(n-1)/n of the buffer over each link."""
+    return algbw * 2 * (world_size - 1) / world_size if world_size > 1 else algbw
+
+
+@dataclass
+class AllReduceConfig:
+    """Sizes in bytes (float32 buffers), processes, backend ("auto": nccl with GPUs, else gloo),
+    timed iterations per size (fewer for big sizes: at least `min_iters`, about `target_s`
+    seconds per size), warm-up iterations."""
+
+    sizes: list[int] = field(default_factory=lambda: size_ladder(4 * KB, 16 * MB))
+    world_size: int = 2
+    backend: str = "auto"
+    min_iters: int = 3
+    max_iters: int = 50
+    target_s: float = 0.5
+    warmup: int = 2
+    timeout_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        check_int("world_size", self.world_size, minimum=1)
+        check_choice("backend", self.backend, ("auto", "gloo", "nccl"))
+        check_int("min_iters", self.min_iters, minimum=1)
+        if not self.sizes or any(s < 4 for s in self.sizes):
+            raise ValueError(f"sizes must be byte counts >= 4 (got {self.sizes!r})")
+
+
+@dataclass
+class AllReduceResult:
+    size_bytes: int
+    iters: int
+    time_s: float  # median over iterations (slowest rank)
+    algbw_gbps: float  # GB/s = 1e9 bytes/s
+    busbw_gbps: float
+
+
+@dataclass
+class AllReduceReport:
+    backend: str
+    world_size: int
+    device: str
+    results: list[AllReduceResult]
+
+    def table(self) -> str:
+        lines = [f"all-reduce, {self.world_size} x {self.device}, backend {self.backend}",
+                 f"{'size':>10} {'iters':>5} {'time':>11} {'algbw GB/s':>11} {'busbw GB/s':>11}"]
+        for r in self.results:
+            lines.append(f"{_human(r.size_bytes):>10} {r.iters:>5} {r.time_s * 1e3:>9.3f}ms "
+                         f"{r.algbw_gbps:>11.3f} {r.busbw_gbps:>11.3f}")
+        return "\n".join(lines)
+
+    @property
+    def peak_busbw_gbps(self) -> float:
+        return max(r.busbw_gbps for r in self.results)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _human(n: int) -> str:
+    return f"{n // MB} MB" if n >= MB else f"{n // KB} KB" if n >= KB else f"{n} B"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def measure(sizes: list[int], *, min_iters: int, max_iters: int, target_s: float, warmup: int,
+            device: str) -> list[AllReduceResult]:
+    """In an initialised process group: time all-reduce for each size (all ranks call it)."""
+    import torch
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+    cuda = device.startswith("cuda")
+    out = []
+    for size in sizes:
+        buf = torch.ones(size // 4, dtype=torch.float32, device=device)
+        for _ in range(warmup):
+            dist.all_reduce(buf)
+        if cuda:
+            torch.cuda.synchronize()
+        # Calibrate the iteration count on one timed call, then agree on it across ranks.
+        t0 = time.perf_counter()
+        dist.all_reduce(buf)
+        if cuda:
+            torch.cuda.synchronize()
+        guess = max(min_iters, min(max_iters, int(target_s / max(time.perf_counter() - t0, 1e-6))))
+        n = torch.tensor([guess], device=device)
+        dist.all_reduce(n, op=dist.ReduceOp.MIN)
+        times = []
+        for _ in range(int(n.item())):
+            dist.barrier()
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                dist.all_reduce(buf)
+                end.record()
+                end.synchronize()
+                times.append(start.elapsed_time(end) / 1e3)
+            else:
+                t0 = time.perf_counter()
+                dist.all_reduce(buf)
+                times.append(time.perf_counter() - t0)
+        slowest = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        t = float(slowest.item())
+        algbw = size / t / 1e9
+        out.append(AllReduceResult(size, int(n.item()), t, algbw, bus_bandwidth(algbw, world)))
+    return out
+
+
+def _worker(args) -> int:
+    import torch
+
+    from labkit.cluster import from_env, init_process_group
+
+    info = from_env()
+    backend = init_process_group(info, backend=args.backend) or "none"
+    device = f"cuda:{info.global_rank % torch.cuda.device_count()}" if backend == "nccl" else "cpu"
+    if backend == "none":
+        raise SystemExit("the benchmark needs world_size >= 2")
+    torch.set_num_threads(1)
+    results = measure(json.loads(args.sizes), min_iters=args.min_iters, max_iters=args.max_iters,
+                      target_s=args.target_s, warmup=args.warmup, device=device)
+    if info.global_rank == 0:
+        name = torch.cuda.get_device_name(0) if backend == "nccl" else "CPU process"
+        report = AllReduceReport(backend, info.global_world_size, name, results)
+        Path(args.out).write_text(json.dumps(report.to_dict()))
+    import torch.distributed as dist
+
+    dist.destroy_process_group()
+    return 0
+
+
+def allreduce_benchmark(config: AllReduceConfig) -> AllReduceReport:
+    """Launch `config.world_size` local processes and return rank 0's measurements."""
+    from labkit.devices import cuda_available
+
+    backend = config.backend
+    if backend == "auto":
+        backend = "nccl" if cuda_available() else "gloo"
+    port = _free_port()
+    with tempfile.TemporaryDirectory(prefix="labkit-allreduce-") as tmp:
+        out = Path(tmp) / "report.json"
+        procs = []
+        repo = str(Path(__file__).resolve().parents[1])
+        for rank in range(config.world_size):
+            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                       WORLD_SIZE=str(config.world_size), RANK=str(rank), OMP_NUM_THREADS="1",
+                       PYTHONPATH=os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p))
+            for var in ("CLUSTER_SPEC", "TF_CONFIG", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
+                env.pop(var, None)
+            cmd = [sys.executable, "-m", "labkit.collectives", "worker", "--backend", backend,
+                   "--sizes", json.dumps(config.sizes), "--min-iters", str(config.min_iters),
+                   "--max-iters", str(config.max_iters), "--target-s", str(config.target_s),
+                   "--warmup", str(config.warmup), "--out", str(out)]
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+        logs = []
+        for p in procs:
+            try:
+                logs.append(p.communicate(timeout=config.timeout_s)[0].decode(errors="replace"))
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    q.kill()
+                raise TimeoutError(f"all-reduce benchmark exceeded {config.timeout_s}s") from None
+        if any(p.returncode for p in procs) or not out.exists():
+            raise RuntimeError("all-reduce benchmark failed:\n" + "\n".join(logs)[-4000:])
+        data = json.loads(out.read_text())
+    data["results"] = [AllReduceResult(**r) for r in data["results"]]
+    return AllReduceReport(**data)
+
+
+def plot_bandwidth(report: AllReduceReport, path: str | os.PathLike | None = None,
+                   link_limit_gbps: float | None = None):
+    """Algorithm and bus bandwidth against message size (log scale); saved when `path` given."""
+    import matplotlib
+
+    if path is not None and "ipykernel" not in sys.modules:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    sizes = [r.size_bytes for r in report.results]
+    ax.plot(sizes, [r.busbw_gbps for r in report.results], "o-", label="bus bandwidth")
+    ax.plot(sizes, [r.algbw_gbps for r in report.results], "s--", label="algorithm bandwidth")
+    if link_limit_gbps:
+        ax.axhline(link_limit_gbps, color="grey", linestyle=":", label="link limit")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("GB/s")
+    ax.set_title(f"all-reduce, {report.world_size} x {report.device} ({report.backend})")
+    ax.legend()
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=100)
+    return fig
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m labkit.collectives")
+    sub = p.add_subparsers(dest="command", required=True)
+    w = sub.add_parser("worker", help="one rank of the benchmark (env:// variables set)")
+    w.add_argument("--backend", default="auto")
+    w.add_argument("--sizes", required=True, help="JSON list of byte sizes")
+    w.add_argument("--min-iters", type=int, default=3)
+    w.add_argument("--max-iters", type=int, default=50)
+    w.add_argument("--target-s", type=float, default=0.5)
+    w.add_argument("--warmup", type=int, default=2)
+    w.add_argument("--out", required=True)
+    return _worker(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

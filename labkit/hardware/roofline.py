@@ -1,0 +1,65 @@
+"""The roofline: what a kernel of a given arithmetic intensity can reach on a machine.
+
+attainable FLOP/s = min(peak FLOP/s, memory bandwidth × intensity), with intensity in FLOPs per
+byte moved. Below the ridge point (peak / bandwidth) a kernel is memory-bound: a faster
+accelerator with the same bandwidth does not help it, fusion and lower precision do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labkit.config import check_float
+
+
+@dataclass(frozen=True)
+class Roofline:
+    name: str
+    peak_tflops: float
+    bandwidth_gbs: float
+
+    def __post_init__(self) -> None:
+        check_float("peak_tflops", self.peak_tflops, minimum=1e-9)
+        check_float("bandwidth_gbs", self.bandwidth_gbs, minimum=1e-9)
+
+    @property
+    def ridge_flops_per_byte(self) -> float:
+        return self.peak_tflops * 1e12 / (self.bandwidth_gbs * 1e9)
+
+    def attainable_tflops(self, intensity: float) -> float:
+        return min(self.peak_tflops, self.bandwidth_gbs * 1e9 * intensity / 1e12)
+
+    def bound(self, intensity: float) -> str:
+        return "memory-bound" if intensity < self.ridge_flops_per_byte else "compute-bound"
+
+
+def matmul_intensity(n: int, bytes_per_element: int) -> float:
+    """FLOPs per byte of an n×n×n matmul reading A, B and writing C once: 2n³ / (3n²·bytes)."""
+    return 2.0 * n / (3.0 * bytes_per_element)
+
+
+def elementwise_intensity(flops_per_element: float, bytes_per_element: int, operands: int = 3) -> float:
+    """An elementwise op (e.g. c = a + b: 1 FLOP, 3 operands moved) barely computes per byte."""
+    return flops_per_element / (operands * bytes_per_element)
+
+
+def plot_rooflines(rooflines: list[Roofline], points: list[tuple[str, float, float]] = (), ax=None):
+    """Log-log plot of each roofline, with measured points (label, intensity, TFLOP/s)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.5))
+    xs = np.logspace(-2, 4, 200)
+    for r in rooflines:
+        ax.plot(xs, [r.attainable_tflops(x) for x in xs], label=f"{r.name} (ridge {r.ridge_flops_per_byte:.0f} FLOP/B)")
+    for label, x, y in points:
+        ax.scatter([x], [y], zorder=3)
+        ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte)")
+    ax.set_ylabel("attainable TFLOP/s")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    return ax

@@ -1,0 +1,104 @@
+"""`labkit profile`: profile a small training run, print the step breakdown, the top ops and
+the verdict, and write the Chrome trace (Perfetto), TensorBoard logs and a JSON summary.
+
+    labkit profile --input-latency-ms 20            # an input-bound run: see the verdict
+    labkit profile --input-latency-ms 20 --num-workers 4 --prefetch-factor 4
+    labkit profile --shape deep_narrow --batch-size 2   # launch/overhead-bound
+    labkit profile --trace path/to/trace.json        # analyse an existing torch.profiler trace
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from labkit.config import ParameterError
+
+
+def add_profile_command(subparsers) -> None:
+    p = subparsers.add_parser("profile", help="profile a training run: step breakdown, top ops, verdict and fix",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--framework", choices=("torch", "tf"), default="torch")
+    p.add_argument("--trace", default=None, help="analyse this Chrome trace instead of running")
+    p.add_argument("--shape", choices=("mlp", "deep_narrow"), default="mlp")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--width", type=int, default=256)
+    p.add_argument("--depth", type=int, default=4)
+    p.add_argument("--num-workers", type=int, default=0)
+    p.add_argument("--prefetch-factor", type=int, default=2)
+    p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=False)
+    p.add_argument("--input-latency-ms", type=float, default=0.0)
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--wait", type=int, default=1)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--active", type=int, default=3)
+    p.add_argument("--out", default=None, help="folder for traces and summary (default: a temp folder)")
+    p.add_argument("--json", default=None, help="also write the summary JSON here")
+    p.set_defaults(handler=_profile_command)
+
+
+def _profile_command(args) -> int:
+    from labkit.profiling.analysis import op_profile, step_breakdown, top_ops
+    from labkit.profiling.verdict import diagnose
+
+    out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="labkit-profile-"))
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        if args.trace:
+            from labkit.profiling.trace import timeline_from_chrome_trace
+
+            tl = timeline_from_chrome_trace(args.trace)
+            b, ops = step_breakdown(tl), op_profile(tl)
+            print(b.text())
+            for o in top_ops(tl, 5):
+                print(f"  {o.share:5.1%}  {o.name} (x{o.count})")
+            print(diagnose(b, ops).text())
+            return 0
+        if args.framework == "tf":
+            return _profile_tf(args, out)
+        from labkit.profiling.run import profile_workload
+        from labkit.profiling.torch_profiler import ProfileConfig
+        from labkit.profiling.workload import WorkloadConfig
+
+        wl = WorkloadConfig(shape=args.shape, batch_size=args.batch_size, width=args.width, depth=args.depth,
+                            num_workers=args.num_workers, prefetch_factor=args.prefetch_factor,
+                            pin_memory=args.pin_memory, input_latency_ms=args.input_latency_ms, device=args.device)
+        pc = ProfileConfig(out_dir=str(out), wait=args.wait, warmup=args.warmup, active=args.active)
+        result = profile_workload(wl, pc, label="labkit profile")
+    except (ParameterError, ValueError, FileNotFoundError) as e:
+        print(f"labkit profile: {e}")
+        return 2
+    print(result.text())
+    summary = result.write_json(Path(args.json) if args.json else out / "summary.json")
+    print(f"TensorBoard: tensorboard --logdir {result.tensorboard_dir}\nsummary: {summary}")
+    return 0
+
+
+def _profile_tf(args, out: Path) -> int:
+    import json
+
+    from labkit.frameworks import has_tf, missing_reason
+    from labkit.profiling.analysis import step_breakdown
+    from labkit.profiling.tf_profiler import TFWorkloadConfig, run_tf_workload, tf_profile
+    from labkit.profiling.verdict import diagnose
+
+    if not has_tf():
+        print("labkit profile: " + missing_reason("tensorflow"))
+        return 2
+    cfg = TFWorkloadConfig(batch_size=args.batch_size, width=args.width, depth=args.depth,
+                           input_latency_ms=args.input_latency_ms, parallel_calls=max(args.num_workers, 1),
+                           prefetch=args.num_workers > 0, steps=args.wait + args.warmup + args.active)
+    with tf_profile(out / "tensorboard") as prof:
+        timer = run_tf_workload(cfg, prof)
+    b = step_breakdown(timer.timeline, skip_first=args.wait + args.warmup)
+    verdict = diagnose(b)
+    print(b.text())
+    print(verdict.text())
+    print(f"TensorBoard: tensorboard --logdir {prof.logdir}")
+    path = Path(args.json) if args.json else out / "summary.json"
+    path.write_text(json.dumps({"fractions": b.fractions, "verdict": verdict.kind, "fix": verdict.fix,
+                                "notebook": verdict.notebook,
+                                "xplane": [str(p) for p in prof.trace_files()]}, indent=2))
+    print(f"summary: {path}")
+    return 0

@@ -1,0 +1,463 @@
+"""Run a CustomJob spec on this machine the way Vertex AI would run it: one process per replica.
+
+Each replica gets the environment Vertex gives it: CLUSTER_SPEC, TF_CONFIG (multi-replica jobs),
+MASTER_ADDR / MASTER_PORT / WORLD_SIZE / RANK on training replicas, and AIP_MODEL_DIR /
+AIP_CHECKPOINT_DIR / AIP_TENSORBOARD_LOG_DIR under `base_output_directory`. Buckets map to a
+local folder the way Vertex mounts them under ``/gcs/``: ``gs://b/p`` and ``/gcs/b/p`` both
+become ``<workdir>/gcs/b/p``. Addresses are loopback ports.
+
+Vertex's restart rules are applied: a replica that exits non-zero is restarted on its own up to
+5 times; with ``restart_job_on_worker_restart`` the whole job restarts instead; on a Spot job a
+preempted replica (an injected SIGTERM) restarts the whole job (up to 6 times). The job succeeds
+when the primary replica (workerpool0) exits 0. `Fault` injects SIGTERM or SIGKILL into a chosen
+replica once the job reports a chosen step (a ``step N`` line or a tqdm ``N/M`` counter in
+any replica's output). Each replica's output goes to its own log file.
+
+Reduction Server replicas run Google's image, which cannot run here: they are emulated by an
+idle process so the pool layout and environment stay those of the real job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labkit.cluster import POOL2_ROLE_ENV, from_env
+from labkit.vertex.specs import REDUCTION_SERVER_IMAGE, SETUP_MARKER, validate
+
+SUCCEEDED, FAILED = "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED"
+MAX_WORKER_RESTARTS = 5  # a replica that exits non-zero is restarted on its VM up to 5 times
+MAX_PREEMPTION_RESTARTS = 6  # a preempted Spot job is restarted up to six times
+_REPO = Path(__file__).resolve().parents[2]
+_STEP_PATTERNS = (re.compile(r"\bstep[\s=:#]*(\d+)", re.I), re.compile(r"(\d+)/\d+\s*\["))
+_IDLE = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\nwhile True: time.sleep(0.2)"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """Send `signal` ("SIGTERM" or "SIGKILL") to `replica` ("workerpool1[0]", "workerpool0")
+    once the job reports step `at_step` (in any replica's output), in job attempt `job_attempt` (0 = the first run). After
+    SIGTERM the replica has `grace_s` seconds before SIGKILL, like a Spot VM's shutdown."""
+
+    replica: str = "workerpool0"
+    at_step: int = 1
+    signal: str = "SIGTERM"
+    job_attempt: int = 0
+    grace_s: float = 15.0
+
+    def __post_init__(self) -> None:
+        if self.signal not in ("SIGTERM", "SIGKILL"):
+            raise ValueError(f"Fault.signal must be 'SIGTERM' or 'SIGKILL' (got {self.signal!r})")
+        parse_replica(self.replica)
+
+    @property
+    def target(self) -> tuple[int, int]:
+        return parse_replica(self.replica)
+
+
+def parse_replica(name: str) -> tuple[int, int]:
+    m = re.fullmatch(r"workerpool([0-3])(?:\[(\d+)\])?", name)
+    if not m:
+        raise ValueError(f"Fault.replica must look like 'workerpool1[0]' (got {name!r})")
+    return int(m.group(1)), int(m.group(2) or 0)
+
+
+@dataclass
+class ReplicaRun:
+    """One process of one replica: which job attempt, which restart, how it ended."""
+
+    pool: int
+    index: int
+    job_attempt: int
+    restart: int
+    argv: list[str]
+    log_path: Path
+    exit_code: int | None = None
+    last_step: int | None = None
+    signal_sent: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return f"workerpool{self.pool}[{self.index}]"
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
+
+
+@dataclass
+class LocalJob:
+    """The outcome of an emulated job."""
+
+    state: str
+    runs: list[ReplicaRun]
+    events: list[str]
+    job_restarts: int
+    worker_restarts: int
+    seconds: float
+    workdir: Path
+    error: str = ""
+    # job attempt -> {path as given in `snapshot`: the copy taken when that attempt ended}
+    snapshots: dict[int, dict[str, Path]] = field(default_factory=dict)
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == SUCCEEDED
+
+    def final(self, replica: str = "workerpool0") -> ReplicaRun:
+        pool, index = parse_replica(replica)
+        return [r for r in self.runs if (r.pool, r.index) == (pool, index)][-1]
+
+    def summary(self) -> str:
+        lines = [f"{self.state} in {self.seconds:.1f}s: {self.job_restarts} job restart(s), "
+                 f"{self.worker_restarts} replica restart(s)" + (f"; {self.error}" if self.error else "")]
+        for r in self.runs:
+            sig = f", got {r.signal_sent}" if r.signal_sent else ""
+            lines.append(f"  attempt {r.job_attempt} {r.name} restart {r.restart}: exit {r.exit_code}, "
+                         f"last step {r.last_step}{sig} ({r.seconds:.1f}s) log {r.log_path.name}")
+        return "\n".join(lines)
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class LocalPaths:
+    """gs:// and /gcs/ paths mapped under `<workdir>/gcs/`."""
+
+    def __init__(self, workdir: Path):
+        self.root = workdir / "gcs"
+
+    def __call__(self, value: str) -> str:
+        for prefix in ("gs://", "/gcs/"):
+            if value.startswith(prefix):
+                return str(self.root / value[len(prefix):])
+        return value
+
+
+def local_argv(container: Mapping[str, Any], paths: LocalPaths, where: str) -> list[str]:
+    """The command a container would run, as a local command line."""
+    command, args = list(container.get("command") or []), list(container.get("args") or [])
+    if container.get("image_uri") == REDUCTION_SERVER_IMAGE:
+        return [sys.executable, "-c", _IDLE]
+    if len(command) == 4 and command[:2] == ["bash", "-c"] and command[3] == SETUP_MARKER:
+        command = []  # the setup wrapper only pip-installs what this environment already has
+    argv = command + args
+    if not argv:
+        raise ValueError(f"{where}.container_spec: no command or args; the image's ENTRYPOINT "
+                         "cannot be run locally, so give the command explicitly")
+    if argv[0] in ("python", "python3"):
+        argv[0] = sys.executable
+    elif argv[0] == "papermill":
+        argv[:1] = [sys.executable, "-m", "papermill"]
+    return [paths(a) for a in argv]
+
+
+def replica_envs(spec: Mapping[str, Any], paths: LocalPaths, trial: str = "") -> dict[tuple[int, int], dict[str, str]]:
+    """The environment Vertex gives each replica of `spec`, with loopback addresses."""
+    pools = spec["worker_pool_specs"]
+    counts = [int(p.get("replica_count", 1)) if p else 0 for p in pools]
+    ports = iter(_free_ports(sum(counts) + 1))
+    master_port = next(ports)
+    cluster = {f"workerpool{i}": [f"127.0.0.1:{next(ports)}" for _ in range(n)]
+               for i, n in enumerate(counts) if n}
+    reduction = len(pools) > 2 and pools[2] and \
+        (pools[2].get("container_spec") or {}).get("image_uri") == REDUCTION_SERVER_IMAGE
+    world = counts[0] + (counts[1] if len(counts) > 1 else 0)
+    job_json = json.dumps(dict(spec))
+    base = (spec.get("base_output_directory") or {}).get("output_uri_prefix")
+    out = {}
+    for pool, n in enumerate(counts):
+        container = (pools[pool].get("container_spec") or {}) if n else {}
+        for index in range(n):
+            cs = {"cluster": cluster, "environment": "cloud",
+                  "task": {"type": f"workerpool{pool}", "index": index, "trial": trial}, "job": job_json}
+            env = {"CLUSTER_SPEC": json.dumps(cs)}
+            if reduction:
+                env[POOL2_ROLE_ENV] = "reduction_server"
+            info = from_env(env)
+            if sum(counts) > 1 and info.role != "reduction_server":
+                env["TF_CONFIG"] = json.dumps({**info.tf_config(), "environment": "cloud"})
+            if info.is_training:
+                env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port),
+                        "WORLD_SIZE": str(world), "RANK": str(info.rank)}
+            if base:
+                env |= {"AIP_MODEL_DIR": paths(base.rstrip("/") + "/model") + "/",
+                        "AIP_CHECKPOINT_DIR": paths(base.rstrip("/") + "/checkpoints") + "/",
+                        "AIP_TENSORBOARD_LOG_DIR": paths(base.rstrip("/") + "/logs") + "/"}
+            for item in container.get("env") or []:
+                env[item["name"]] = paths(str(item.get("value", "")))
+            out[(pool, index)] = env
+    return out
+
+
+def describe_environments(spec: Mapping[str, Any], workdir: str | os.PathLike = "/tmp/labkit-job") -> str:
+    """A table of what each replica of `spec` would see: role, ranks, the TF_CONFIG task and
+    the torch variables (addresses are the emulator's loopback ports)."""
+    envs = replica_envs(spec, LocalPaths(Path(workdir)))
+    lines = [f"{'replica':<16} {'role':<17} {'rank':>4} {'WORLD':>5} {'TF_CONFIG task':<22} MASTER"]
+    for (pool, index), env in sorted(envs.items()):
+        info = from_env(env)
+        task = json.loads(env["TF_CONFIG"])["task"] if "TF_CONFIG" in env else None
+        task_s = f"{task['type']}:{task['index']}" if task else "-"
+        master = f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}" if "MASTER_ADDR" in env else "-"
+        lines.append(f"{f'workerpool{pool}[{index}]':<16} {info.role:<17} "
+                     f"{'-' if info.rank is None else info.rank:>4} {env.get('WORLD_SIZE', '-'):>5} "
+                     f"{task_s:<22} {master}")
+    return "\n".join(lines)
+
+
+class _FaultTrigger:
+    """Fires a `Fault` once the job reaches its step. The step is read from any replica's output
+    (often only the chief prints progress) and the signal goes to the fault's target."""
+
+    def __init__(self, fault: Fault | None, attempt: int, live: dict, events: list[str]):
+        self.fault, self.live, self.events = fault, live, events
+        self.armed = fault is not None and fault.job_attempt == attempt
+        self.fired = False
+        self.lock = threading.Lock()
+
+    def __call__(self, step: int) -> None:
+        if not self.armed or step < self.fault.at_step:
+            return
+        with self.lock:
+            target = self.live.get(self.fault.target)
+            if not self.armed or target is None:
+                return
+            self.armed = False
+            self.fired = True
+            target.send(self.fault.signal, self.fault.grace_s)
+            self.events.append(f"attempt {target.run.job_attempt}: sent {self.fault.signal} to "
+                               f"{target.run.name} at step {step}")
+
+
+class _Process:
+    """A running replica: its process, a thread that tees output to the log and tracks steps."""
+
+    def __init__(self, run: ReplicaRun, env: dict[str, str], on_step):
+        self.run, self.on_step = run, on_step
+        self.start = time.monotonic()
+        run.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(run.argv, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.killer: threading.Timer | None = None
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        buf = b""
+        with open(self.run.log_path, "wb") as log:
+            for chunk in iter(lambda: self.proc.stdout.read1(65536), b""):
+                log.write(chunk)
+                log.flush()
+                buf += chunk
+                *lines, buf = re.split(rb"[\r\n]", buf)
+                for line in lines:
+                    self._saw(line.decode("utf-8", "replace"))
+
+    def _saw(self, line: str) -> None:
+        for pattern in _STEP_PATTERNS:
+            m = pattern.search(line)
+            if m:
+                self.run.last_step = int(m.group(1))
+                self.on_step(self.run.last_step)
+                break
+
+    def send(self, name: str, grace_s: float = 15.0) -> None:
+        self.run.signal_sent = self.run.signal_sent or name
+        try:
+            self.proc.send_signal(getattr(signal, name))
+        except ProcessLookupError:
+            return
+        if name == "SIGTERM":
+            self.killer = threading.Timer(grace_s, self.kill)
+            self.killer.daemon = True
+            self.killer.start()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def finish(self) -> int:
+        code = self.proc.wait()
+        self.thread.join(timeout=5)
+        if self.killer:
+            self.killer.cancel()
+        self.run.exit_code = code
+        self.run.seconds = time.monotonic() - self.start
+        return code
+
+    def stop(self, grace_s: float = 5.0, settle_s: float = 2.0) -> None:
+        """Terminate (then kill) a replica the job no longer needs, after `settle_s` seconds
+        in which it may finish on its own (peers of a replica that stopped usually do)."""
+        try:
+            self.proc.wait(timeout=settle_s)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.finish()
+
+
+def run_local(
+    spec: Mapping[str, Any],
+    workdir: str | os.PathLike,
+    *,
+    fault: Fault | None = None,
+    timeout_s: float | None = None,
+    env: Mapping[str, str] | None = None,
+    worker_grace_s: float = 60.0,
+    snapshot: Sequence[str] = (),
+) -> LocalJob:
+    """Run every replica of `spec` as a local process and apply Vertex's restart rules.
+
+    `env` adds variables to every replica (on top of this process's environment). `timeout_s`
+    (default: the spec's scheduling.timeout, else 1 hour) fails the job when exceeded.
+    `snapshot`: files (gs://, /gcs/ or local paths) to copy when each attempt ends, e.g. a
+    metrics file the next attempt will overwrite; see `LocalJob.snapshots`."""
+    validate(spec)
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    paths = LocalPaths(workdir)
+    sched = spec.get("scheduling") or {}
+    restart_job = bool(sched.get("restart_job_on_worker_restart"))
+    spot = sched.get("strategy") == "SPOT"
+    if timeout_s is None:
+        timeout_s = float(str(sched.get("timeout", "3600s")).rstrip("s"))
+    pools = spec["worker_pool_specs"]
+    argvs = {i: local_argv(p["container_spec"], paths, f"worker_pool_specs[{i}]")
+             for i, p in enumerate(pools) if p}
+    base_env = dict(os.environ)
+    base_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), base_env.get("PYTHONPATH")) if p)
+    base_env |= {"PYTHONUNBUFFERED": "1", "LABKIT_EMULATED_VERTEX": "1"}
+    base_env.setdefault("OMP_NUM_THREADS", "1")  # replicas share this machine's cores
+    for name in ("CLUSTER_SPEC", "TF_CONFIG", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                 "LOCAL_RANK", "LOCAL_WORLD_SIZE", POOL2_ROLE_ENV):
+        base_env.pop(name, None)
+    base_env |= dict(env or {})
+
+    runs: list[ReplicaRun] = []
+    events: list[str] = []
+    snapshots: dict[int, dict[str, Path]] = {}
+    start = time.monotonic()
+    job_restarts = worker_restarts = preemptions = 0
+    attempt = 0
+    while True:
+        envs = replica_envs(spec, paths, trial="")
+        live: dict[tuple[int, int], _Process] = {}
+        restarts = dict.fromkeys(envs, 0)
+        trigger = _FaultTrigger(fault, attempt, live, events)
+
+        def launch(key: tuple[int, int], restart: int = 0, _attempt: int = attempt,
+                   _envs: dict = envs, _live: dict = live, trigger: _FaultTrigger = trigger) -> None:
+            pool, index = key
+            log = workdir / "logs" / f"attempt{_attempt}" / f"workerpool{pool}-{index}.restart{restart}.log"
+            run = ReplicaRun(pool, index, _attempt, restart, argvs[pool], log)
+            runs.append(run)
+            _live[key] = _Process(run, base_env | _envs[key], trigger)
+
+        for key in envs:
+            launch(key)
+        events.append(f"attempt {attempt}: started {len(envs)} replica(s)")
+        outcome = None  # "succeeded", "failed", "restart_job"
+        error = ""
+        chief_done_at = None
+        while outcome is None:
+            time.sleep(0.05)
+            if time.monotonic() - start > timeout_s:
+                outcome, error = "failed", f"timeout after {timeout_s:.0f}s"
+                break
+            # The job succeeds once the primary replica exited 0 and the workers finished too
+            # (or did not within `worker_grace_s`); other pools are then stopped.
+            if chief_done_at is not None and (
+                    not any(k[0] == 1 for k in live) or time.monotonic() - chief_done_at > worker_grace_s):
+                outcome = "succeeded"
+                break
+            for key, proc in list(live.items()):
+                if proc.proc.poll() is None:
+                    continue
+                code = proc.finish()
+                del live[key]
+                name = proc.run.name
+                if code == 0:
+                    events.append(f"attempt {attempt}: {name} exited 0")
+                    if key == (0, 0):
+                        chief_done_at = time.monotonic()
+                    continue
+                events.append(f"attempt {attempt}: {name} exited {code}")
+                # On Spot, a replica's exit after the injected SIGTERM (its own or a peer's that
+                # followed it) is a preemption: Vertex restarts the whole job.
+                if spot and trigger.fired and fault.signal == "SIGTERM":
+                    preemptions += 1
+                    if preemptions > MAX_PREEMPTION_RESTARTS:
+                        outcome, error = "failed", f"preempted more than {MAX_PREEMPTION_RESTARTS} times"
+                    else:
+                        outcome = "restart_job"
+                        events.append(f"attempt {attempt}: {name} was preempted (Spot): job restarts")
+                    break
+                if restart_job:
+                    if job_restarts >= MAX_WORKER_RESTARTS:
+                        outcome, error = "failed", f"{name} failed after {job_restarts} job restarts"
+                    else:
+                        outcome = "restart_job"
+                        events.append(f"attempt {attempt}: restart_job_on_worker_restart: job restarts")
+                    break
+                if restarts[key] >= MAX_WORKER_RESTARTS:
+                    outcome, error = "failed", f"{name} failed after {restarts[key]} restarts"
+                    break
+                restarts[key] += 1
+                worker_restarts += 1
+                events.append(f"attempt {attempt}: restarting {name} (restart {restarts[key]})")
+                launch(key, restarts[key])
+        for proc in live.values():
+            proc.stop()
+        snapshots[attempt] = _snapshot(snapshot, paths, workdir / "snapshots" / f"attempt{attempt}")
+        if outcome == "restart_job":
+            job_restarts += 1
+            attempt += 1
+            continue
+        state = SUCCEEDED if outcome == "succeeded" else FAILED
+        events.append(f"job {state}" + (f": {error}" if error else ""))
+        return LocalJob(state, runs, events, job_restarts, worker_restarts,
+                        time.monotonic() - start, workdir, error, snapshots)
+
+
+def _snapshot(files: Sequence[str], paths: LocalPaths, dest: Path) -> dict[str, Path]:
+    out = {}
+    for name in files:
+        src = Path(paths(name))
+        if src.is_file():
+            dest.mkdir(parents=True, exist_ok=True)
+            out[name] = Path(shutil.copy2(src, dest / src.name))
+    return out

@@ -1,0 +1,135 @@
+"""Sending a CustomJob spec to Vertex AI, or saying exactly why not (preflight + dry run).
+
+`preflight()` lists what is missing to submit (credentials, project, region, bucket, the
+google-cloud-aiplatform library). `dry_run(spec)` validates the spec and returns the REST JSON
+with the estimated cost per hour. `submit(spec, ...)` uploads local inputs (the notebook and a
+source archive of labkit) to the bucket and creates the CustomJob; without a configured cloud
+it raises `VertexNotConfigured` listing what is missing.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labkit import gcp
+from labkit.frameworks import has_aiplatform, missing_reason
+from labkit.vertex.pricing import CostEstimate, estimate_cost
+from labkit.vertex.specs import to_rest_json, validate
+
+
+class VertexNotConfigured(RuntimeError):
+    """Submission is impossible here; `.missing` says what to provide."""
+
+    def __init__(self, missing: list[str]):
+        self.missing = missing
+        super().__init__("cannot submit to Vertex AI; missing:\n- " + "\n- ".join(missing))
+
+
+@dataclass
+class Preflight:
+    context: gcp.CloudContext
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def ready(self) -> bool:
+        return not self.missing
+
+    def text(self) -> str:
+        if self.ready:
+            c = self.context
+            return f"ready to submit: project {c.project}, region {c.region}, bucket {c.bucket}, {c.credentials}"
+        return "dry-run mode; to submit, provide:\n- " + "\n- ".join(self.missing)
+
+
+def preflight(env: Mapping[str, str] | None = None, *, project: str | None = None,
+              region: str | None = None, bucket: str | None = None) -> Preflight:
+    """What this environment lacks to submit a job (explicit arguments fill gaps)."""
+    ctx = gcp.detect(dict(env) if env is not None else None)
+    ctx = gcp.CloudContext(project or ctx.project, region or ctx.region,
+                           (bucket if bucket is None or bucket.startswith("gs://") else f"gs://{bucket}")
+                           or ctx.bucket, ctx.credentials, ctx.on_vertex, ctx.notes)
+    missing = ctx.missing() + list(ctx.notes)
+    if not has_aiplatform():
+        missing.append("library: " + missing_reason("google.cloud.aiplatform").split(" (")[0]
+                       + " (pip install 'labkit[vertex]')")
+    return Preflight(ctx, missing)
+
+
+@dataclass
+class DryRun:
+    """A validated spec not sent anywhere: its REST JSON, cost per hour and the preflight."""
+
+    rest_json: str
+    cost: CostEstimate
+    preflight: Preflight
+
+    def text(self) -> str:
+        return "\n".join([self.rest_json, self.cost.text(), self.preflight.text()])
+
+
+def dry_run(spec: Mapping[str, Any], env: Mapping[str, str] | None = None) -> DryRun:
+    validate(spec)
+    return DryRun(to_rest_json(spec), estimate_cost(spec), preflight(env))
+
+
+@dataclass
+class Uploads:
+    """Local files a spec refers to by their bucket path: {gs:// destination: local source}."""
+
+    files: dict[str, Path] = field(default_factory=dict)
+    package_uri: str | None = None
+
+
+def source_archive() -> bytes:
+    """A pip-installable tar.gz of this labkit source tree (pyproject.toml + labkit/)."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "pyproject.toml").is_file():
+        raise FileNotFoundError(f"no pyproject.toml beside the labkit package in {root}: "
+                                "pass package_uri or use a custom image with labkit installed")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name in ("pyproject.toml", "README.md"):
+            if (root / name).is_file():
+                tar.add(root / name, arcname=f"labkit/{name}")
+        tar.add(root / "labkit", arcname="labkit/labkit",
+                filter=lambda t: None if "__pycache__" in t.name else t)
+    return buf.getvalue()
+
+
+def _upload(uri: str, data: bytes, project: str) -> None:
+    from google.cloud import storage
+
+    bucket, _, blob = uri[len("gs://"):].partition("/")
+    storage.Client(project=project).bucket(bucket).blob(blob).upload_from_string(data)
+
+
+def submit(spec: Mapping[str, Any], *, display_name: str, notebook: str | None = None,
+           env: Mapping[str, str] | None = None, project: str | None = None,
+           region: str | None = None, bucket: str | None = None):
+    """Create the CustomJob on Vertex AI; returns the created job resource (aiplatform_v1).
+
+    `notebook`: the local notebook a `notebook_job` spec reads from ``<output_uri>/inputs/``;
+    it is uploaded first, with the labkit source archive when the spec pip-installs it."""
+    check = preflight(env, project=project, region=region, bucket=bucket)
+    if not check.ready:
+        raise VertexNotConfigured(check.missing)
+    validate(spec)
+    from google.cloud import aiplatform_v1
+
+    ctx = check.context
+    base = (spec.get("base_output_directory") or {}).get("output_uri_prefix", "").rstrip("/")
+    if notebook and base:
+        _upload(f"{base}/inputs/{Path(notebook).name}", Path(notebook).read_bytes(), ctx.project)
+    if base and any(f"{base}/inputs/labkit.tar.gz".replace("gs://", "/gcs/") in str(p)
+                    for p in spec.get("worker_pool_specs", [])):
+        _upload(f"{base}/inputs/labkit.tar.gz", source_archive(), ctx.project)
+    client = aiplatform_v1.JobServiceClient(
+        client_options={"api_endpoint": f"{ctx.region}-aiplatform.googleapis.com"})
+    job = aiplatform_v1.CustomJob(display_name=display_name, job_spec=aiplatform_v1.CustomJobSpec(**spec))
+    return client.create_custom_job(parent=f"projects/{ctx.project}/locations/{ctx.region}",
+                                    custom_job=job)

@@ -1,0 +1,127 @@
+"""The estimator's arithmetic against cases worked out by hand, Spot overhead, skipping of
+unpriced rows, and the Pareto front."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from labkit.config import ParameterError
+from labkit.hardware.catalog import CatalogEntry
+from labkit.hardware.cost import (
+    CostAssumptions,
+    SpotModel,
+    Workload,
+    estimate_costs,
+    mfu_from_measurement,
+    pareto_front,
+)
+from labkit.hardware.roofline import Roofline, matmul_intensity
+
+
+def entry(name, tflops, price, spot, count=1, host=None, host_spot=None, fp32=None):
+    return CatalogEntry(
+        name=name, accelerator_type="NVIDIA_X", machine_type="m", accelerator_count=count,
+        memory_gb=16, peak_bf16_tflops=tflops, peak_fp32_tflops=fp32, memory_bw_gbs=1000,
+        region="us-central1", on_demand_usd_hr=price, spot_usd_hr=spot,
+        host_on_demand_usd_hr=host, host_spot_usd_hr=host_spot,
+        price_source="https://example.com/p", price_read_on=dt.date(2026, 11, 22),
+        datasheet_source="https://example.com/d", note="" if price is not None else "no price",
+    )
+
+
+NO_SPOT_OVERHEAD = SpotModel(preemptions_per_hour=0.0)
+
+
+def test_hand_computed_case():
+    # 100 TFLOP/s peak at 50% MFU = 50e12 FLOP/s; 1e15 FLOP/step -> 20 s/step.
+    # 1000 samples / 10 per step = 100 steps -> 2000 s = 0.5555... h per epoch; 3 epochs = 1.6667 h.
+    # $2/h + $1/h host = $3/h -> $1.6667/epoch, $5/run.
+    w = Workload(flops_per_step=1e15, samples_per_step=10, samples_per_epoch=1000, epochs=3)
+    t = estimate_costs(w, [entry("X", 100, 2.0, 0.5, host=1.0, host_spot=0.25)],
+                       CostAssumptions(mfu=0.5, spot=NO_SPOT_OVERHEAD))
+    e = t.estimates[0]
+    assert e.step_s == pytest.approx(20.0)
+    assert e.hours_per_epoch == pytest.approx(2000 / 3600)
+    assert e.hours_per_run == pytest.approx(6000 / 3600)
+    assert e.on_demand_per_epoch == pytest.approx(2000 / 3600 * 3.0)
+    assert e.on_demand_per_run == pytest.approx(5.0)
+    assert e.spot_per_run == pytest.approx(6000 / 3600 * 0.75)
+
+
+def test_partial_last_step_counts_as_a_step_and_count_multiplies_peak():
+    w = Workload(flops_per_step=8e12, samples_per_step=3, samples_per_epoch=10)  # 4 steps
+    t = estimate_costs(w, [entry("X4", 1, 4.0, None, count=4)], CostAssumptions(mfu=1.0))
+    e = t.estimates[0]
+    assert w.steps_per_epoch == 4
+    assert e.step_s == pytest.approx(2.0)  # 8e12 / (4 × 1e12)
+    assert e.hours_per_epoch == pytest.approx(8 / 3600)
+    assert e.spot_per_run is None
+
+
+def test_spot_overhead_formula_and_effect():
+    spot = SpotModel(preemptions_per_hour=0.2, checkpoint_every_min=30, restart_min=6)
+    assert spot.overhead == pytest.approx(0.2 * (15 + 6) / 60)  # 0.07
+    w = Workload(flops_per_step=3.6e15, samples_per_step=1, samples_per_epoch=1)
+    t = estimate_costs(w, [entry("X", 1000, 10.0, 3.0)], CostAssumptions(mfu=1.0, spot=spot))
+    e = t.estimates[0]
+    assert e.hours_per_run == pytest.approx(1 / 1000)
+    assert e.spot_hours_per_run == pytest.approx(1.07 / 1000)
+    assert e.spot_per_run == pytest.approx(1.07 / 1000 * 3.0)
+
+
+def test_measured_step_time_overrides_datasheet():
+    w = Workload(flops_per_step=1e12, samples_per_step=1, samples_per_epoch=3600)
+    t = estimate_costs(w, [entry("X", 100, 1.0, 0.3)], measured_step_s={"X": 0.5})
+    e = t.estimates[0]
+    assert e.measured and e.hours_per_epoch == pytest.approx(0.5)
+    assert t.rows()[0]["from"] == "measured"
+
+
+def test_unpriced_rows_are_skipped_visibly():
+    w = Workload(flops_per_step=1e12, samples_per_step=1, samples_per_epoch=10)
+    t = estimate_costs(w, [entry("A", 100, None, None), entry("B", 100, 1.0, 0.5)])
+    assert [e.name for e in t.estimates] == ["B"]
+    assert t.skipped and t.skipped[0][0] == "A"
+    assert "skipped A" in t.skipped_text()
+
+
+def test_fp32_without_rate_is_skipped():
+    w = Workload(flops_per_step=1e12, samples_per_step=1, samples_per_epoch=10)
+    t = estimate_costs(w, [entry("A", 100, 1.0, 0.5, fp32=None)], CostAssumptions(precision="fp32"))
+    assert not t.estimates and "fp32" in t.skipped[0][1]
+
+
+def test_pareto_front():
+    pts = [("a", "on-demand", 1.0, 10.0), ("b", "on-demand", 2.0, 5.0),
+           ("c", "on-demand", 3.0, 6.0), ("d", "spot", 2.0, 5.0), ("e", "spot", 0.5, 20.0)]
+    front = pareto_front(pts)
+    assert [p[0] for p in front] == ["e", "a", "b", "d"]  # c is beaten by b; b and d tie
+
+
+def test_cheapest_and_fastest():
+    w = Workload(flops_per_step=1e15, samples_per_step=1, samples_per_epoch=100)
+    t = estimate_costs(w, [entry("slow", 10, 0.1, 0.05), entry("fast", 1000, 20.0, 6.0)])
+    assert t.fastest().name == "fast"
+    assert t.cheapest().name == "slow" and t.cheapest(spot=True).name == "slow"
+
+
+def test_mfu_from_measurement():
+    assert mfu_from_measurement(1e12, 0.01, 200.0) == pytest.approx(0.5)
+
+
+def test_bad_parameters_name_themselves():
+    with pytest.raises(ParameterError, match="mfu"):
+        CostAssumptions(mfu=1.5)
+    with pytest.raises(ParameterError, match="samples_per_step"):
+        Workload(flops_per_step=1.0, samples_per_step=0, samples_per_epoch=1)
+
+
+def test_roofline():
+    r = Roofline("x", peak_tflops=100, bandwidth_gbs=1000)
+    assert r.ridge_flops_per_byte == pytest.approx(100.0)
+    assert r.attainable_tflops(10) == pytest.approx(10.0)
+    assert r.attainable_tflops(1000) == pytest.approx(100.0)
+    assert r.bound(1) == "memory-bound" and r.bound(500) == "compute-bound"
+    assert matmul_intensity(3000, 2) == pytest.approx(1000.0)

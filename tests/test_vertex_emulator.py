@@ -1,0 +1,175 @@
+"""Contract 3: the local emulator gives each replica Vertex's environment, applies Vertex's
+restart rules and injects faults; real DDP and TF jobs finish through it."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from labkit import cluster, vertex
+from labkit.vertex.demo import demo_job
+from labkit.vertex.emulator import (
+    FAILED,
+    SUCCEEDED,
+    Fault,
+    LocalPaths,
+    local_argv,
+    replica_envs,
+    run_local,
+)
+
+OUT = "gs://bkt/job"
+
+
+def script_job(script: str, *, workers: int = 1, restart_job: bool = False, spot: bool = False,
+               timeout_s: int | None = None):
+    pool = {"image_uri": "gcr.io/p/img", "command": ["python", "-c", script]}
+    return vertex.custom_job_spec(
+        vertex.PoolConfig(**pool), vertex.PoolConfig(replica_count=workers, **pool) if workers else None,
+        output_uri=OUT, restart_job_on_worker_restart=restart_job, spot=spot, timeout_s=timeout_s)
+
+
+def test_replica_environments_match_vertex(tmp_path):
+    pool = vertex.PoolConfig(args=["python", "x.py"], env={"DATA": "/gcs/bkt/data"})
+    spec = vertex.custom_job_spec(pool, vertex.PoolConfig(replica_count=2, args=["python", "x.py"]),
+                                  vertex.reduction_server_pool(1), vertex.PoolConfig(args=["python", "e.py"]),
+                                  output_uri=OUT)
+    envs = replica_envs(spec, LocalPaths(tmp_path))
+    assert sorted(envs) == [(0, 0), (1, 0), (1, 1), (2, 0), (3, 0)]
+    roles = {k: cluster.from_env(e) for k, e in envs.items()}
+    assert [(roles[k].role, roles[k].rank) for k in sorted(envs)] == [
+        ("chief", 0), ("worker", 1), ("worker", 2), ("reduction_server", None), ("evaluator", None)]
+    chief = envs[(0, 0)]
+    spec_json = json.loads(chief["CLUSTER_SPEC"])
+    assert spec_json["task"] == {"type": "workerpool0", "index": 0, "trial": ""}
+    assert len(spec_json["cluster"]["workerpool1"]) == 2 and spec_json["environment"] == "cloud"
+    tfc = json.loads(envs[(1, 1)]["TF_CONFIG"])
+    assert tfc["task"] == {"type": "worker", "index": 1} and "ps" not in tfc["cluster"]
+    assert "TF_CONFIG" not in envs[(2, 0)] and "RANK" not in envs[(2, 0)]
+    assert (chief["WORLD_SIZE"], chief["RANK"], envs[(1, 1)]["RANK"]) == ("3", "0", "2")
+    assert chief["MASTER_ADDR"] == "127.0.0.1" and chief["MASTER_PORT"] == envs[(1, 0)]["MASTER_PORT"]
+    assert chief["AIP_CHECKPOINT_DIR"] == str(tmp_path / "gcs/bkt/job/checkpoints") + "/"
+    assert chief["AIP_MODEL_DIR"].endswith("gcs/bkt/job/model/")
+    assert chief["AIP_TENSORBOARD_LOG_DIR"].endswith("gcs/bkt/job/logs/")
+    assert chief["DATA"] == str(tmp_path / "gcs/bkt/data")
+    single = replica_envs(vertex.custom_job_spec(pool), LocalPaths(tmp_path))
+    assert "TF_CONFIG" not in single[(0, 0)]  # TF_CONFIG only for multi-replica jobs
+
+
+def test_local_argv_maps_python_gcs_and_drops_setup_wrapper(tmp_path):
+    spec = vertex.notebook_job("nb.ipynb", {"a": 1}, output_uri=OUT)
+    argv = local_argv(spec["worker_pool_specs"][0]["container_spec"], LocalPaths(tmp_path), "p")
+    assert argv[:3] == [sys.executable, "-m", "labkit.vertex.entry"]
+    assert argv[4] == str(tmp_path / "gcs/bkt/job/inputs/nb.ipynb")
+    with pytest.raises(ValueError, match=r"worker_pool_specs\[0\].container_spec"):
+        local_argv({"image_uri": "gcr.io/x"}, LocalPaths(tmp_path), "worker_pool_specs[0]")
+
+
+FLAKY = """
+import os, pathlib, sys
+marker = pathlib.Path(os.environ["AIP_MODEL_DIR"]) / ("tries-" + os.environ.get("RANK", "x"))
+marker.parent.mkdir(parents=True, exist_ok=True)
+n = int(marker.read_text()) if marker.exists() else 0
+marker.write_text(str(n + 1))
+sys.exit(3 if os.environ["RANK"] == "1" and n < FAILS else 0)
+"""
+
+
+def test_failing_worker_is_restarted_alone(tmp_path):
+    job = run_local(script_job(FLAKY.replace("FAILS", "2")), tmp_path)
+    assert job.state == SUCCEEDED and job.worker_restarts == 2 and job.job_restarts == 0
+    worker = [r for r in job.runs if r.pool == 1]
+    assert [r.exit_code for r in worker] == [3, 3, 0] and [r.restart for r in worker] == [0, 1, 2]
+    assert job.final("workerpool1[0]").log_path.name == "workerpool1-0.restart2.log"
+
+
+def test_worker_failing_more_than_five_times_fails_the_job(tmp_path):
+    job = run_local(script_job(FLAKY.replace("FAILS", "99")), tmp_path)
+    assert job.state == FAILED and job.worker_restarts == 5
+    assert len([r for r in job.runs if r.pool == 1]) == 6 and "after 5 restarts" in job.error
+
+
+def test_restart_job_on_worker_restart_restarts_everyone(tmp_path):
+    job = run_local(script_job(FLAKY.replace("FAILS", "1"), restart_job=True), tmp_path)
+    assert job.state == SUCCEEDED and job.job_restarts == 1 and job.worker_restarts == 0
+    assert sorted({(r.job_attempt, r.pool) for r in job.runs}) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+STEPPER = """
+import os, pathlib, time
+done = pathlib.Path(os.environ["AIP_MODEL_DIR"]) / ("done-" + os.environ["RANK"])
+for step in range(1, 6):
+    print(f"step {step}", flush=True)
+    time.sleep(0.1)
+done.parent.mkdir(parents=True, exist_ok=True)
+done.write_text("ok")
+"""
+
+
+@pytest.mark.parametrize("sig,expected", [("SIGKILL", -9), ("SIGTERM", -15)])
+def test_fault_injection_at_step_then_restart(tmp_path, sig, expected):
+    job = run_local(script_job(STEPPER), tmp_path, fault=Fault("workerpool1[0]", at_step=3, signal=sig))
+    first = job.runs[[r.name for r in job.runs].index("workerpool1[0]")]
+    assert first.signal_sent == sig and first.exit_code == expected and first.last_step < 5
+    assert job.state == SUCCEEDED and job.worker_restarts == 1
+    assert job.final("workerpool1[0]").last_step == 5
+    assert any(f"sent {sig} to workerpool1[0]" in e for e in job.events)
+
+
+def test_spot_preemption_restarts_the_whole_job(tmp_path):
+    job = run_local(script_job(STEPPER, spot=True), tmp_path,
+                    fault=Fault("workerpool0", at_step=2, signal="SIGTERM"))
+    assert job.state == SUCCEEDED and job.job_restarts == 1
+    assert any("preempted (Spot)" in e for e in job.events)
+
+
+def test_timeout_fails_the_job(tmp_path):
+    job = run_local(script_job("import time; time.sleep(30)", workers=0), tmp_path, timeout_s=1)
+    assert job.state == FAILED and "timeout" in job.error
+
+
+def _result(job):
+    return json.loads((job.workdir / "gcs/labkit-demo/job/model/result.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_two_replica_ddp_job_matches_one_process(tmp_path):
+    pytest.importorskip("torch")
+    two = run_local(demo_job("ddp", replica_count=2, steps=6), tmp_path / "two")
+    one = run_local(demo_job("ddp", replica_count=1, steps=6), tmp_path / "one")
+    assert two.succeeded and one.succeeded, two.summary() + one.summary()
+    r2, r1 = _result(two), _result(one)
+    assert r2["world_size"] == 2 and r2["backend"] == "gloo" and len(r2["losses"]) == 6
+    assert r2["losses"] == pytest.approx(r1["losses"], rel=1e-5)
+    assert r2["weights"] == pytest.approx(r1["weights"], rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_two_worker_tf_job_finishes(tmp_path):
+    pytest.importorskip("tensorflow")
+    job = run_local(demo_job("tf", replica_count=2, steps=3), tmp_path)
+    assert job.succeeded, job.summary() + job.final("workerpool1[0]").log()[-2000:]
+    r = _result(job)
+    assert r["world_size"] == 2 and r["strategy"] == "CollectiveAllReduceStrategy" and len(r["losses"]) == 3
+    assert "step 3" in job.final("workerpool1[0]").log()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_preemption_drill_resumes_to_the_uninterrupted_result(tmp_path):
+    pytest.importorskip("torch")
+    from labkit.vertex.drill import DrillConfig, preemption_drill
+
+    r = preemption_drill(DrillConfig(steps=8, preempt_step=4, checkpoint_every=3,
+                                     input_latency_ms=100), tmp_path)
+    assert r.clean.succeeded and r.preempted.succeeded, r.preempted.summary()
+    assert r.preempted.job_restarts == 1 and any("preempted (Spot)" in e for e in r.preempted.events)
+    first = [x for x in r.preempted.runs if x.job_attempt == 0]
+    assert {x.exit_code for x in first} == {143}  # every rank checkpointed and left at the same step
+    assert r.resumed_at_step is not None and 4 <= r.resumed_at_step < 8
+    assert len(r.clean_losses) == 8 and r.preempted_losses == r.clean_losses  # bit for bit
+    assert r.weights_equal and r.max_weight_difference == 0.0
