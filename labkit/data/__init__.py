@@ -1,11 +1,39 @@
 """labkit's data layer: deterministic synthetic datasets (framework-free) and, built on them,
-TFRecord shards read by tf.data and by PyTorch."""
+TFRecord shards read by tf.data and by PyTorch.
 
+The raw TFRecord layer is framework-free: `write_records(path, records)` writes an iterable of
+bytes as one TFRecord file; `read_records(paths)` yields each record's bytes in order, verifying
+both CRCs and raising `CorruptRecordError` (a ValueError naming the file and byte offset).
+"""
+
+from labkit.data.example import decode_example, encode_example
+from labkit.data.reader import ReadConfig, assign_shards, read_batches
+from labkit.data.shards import (
+    ShardConfig,
+    ShardSet,
+    write_image_shards,
+    write_raw_shards,
+    write_token_shards,
+)
 from labkit.data.synthetic import (
     ImageDatasetConfig,
     SyntheticImages,
     SyntheticTokens,
     TokenDatasetConfig,
 )
+from labkit.data.tfrecord import (
+    CorruptRecordError,
+    RecordWriter,
+    count_records,
+    masked_crc32c,
+    read_records,
+    write_records,
+)
 
-__all__ = ["ImageDatasetConfig", "SyntheticImages", "SyntheticTokens", "TokenDatasetConfig"]
+__all__ = [
+    "CorruptRecordError", "ImageDatasetConfig", "ReadConfig", "RecordWriter", "ShardConfig",
+    "ShardSet", "SyntheticImages", "SyntheticTokens", "TokenDatasetConfig", "assign_shards",
+    "count_records", "decode_example", "encode_example", "masked_crc32c", "read_batches",
+    "read_records", "write_image_shards", "write_raw_shards", "write_records",
+    "write_token_shards",
+]

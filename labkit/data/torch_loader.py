@@ -1,0 +1,152 @@
+"""Reading labkit TFRecord shards into PyTorch: an IterableDataset and a tuned DataLoader.
+
+Two mechanisms, measured against each other in notebook 03 and `benchmarks/bench_input.py`:
+
+- `mechanism="batch"` (default): each loader worker reads its share of the shards and decodes
+  records straight into a whole batch (one copy per payload, into shared memory so handing the
+  batch to the main process copies nothing more). The DataLoader runs with `batch_size=None`.
+- `mechanism="sample"`: the textbook way, the dataset yields one sample at a time and the
+  DataLoader's collate stacks them: a Python object and a tensor per sample, then a copy.
+
+Splitting: reader k = rank × num_workers + worker_id of world_size × num_workers readers gets
+its share from `labkit.data.reader.assign_shards`, so across DDP ranks and loader workers every
+record is read exactly once per epoch (the tests check it over the record ids).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from labkit.config import check_bool, check_choice, check_int
+from labkit.data.reader import SHARD_MODES, ReadConfig, read_batches
+from labkit.data.tfrecord import Opener, expand_paths
+
+MECHANISMS = ("batch", "sample")
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """The DataLoader knobs: worker processes, pinned memory, batches prefetched per worker,
+    workers kept alive across epochs, the reading mechanism, how shards are split, and the DDP
+    `rank` / `world_size` (None: taken from torch.distributed when initialised, else 0 / 1)."""
+
+    num_workers: int = 0
+    pin_memory: bool = False
+    prefetch_factor: int | None = None
+    persistent_workers: bool = False
+    mechanism: str = "batch"
+    shard_mode: str = "auto"
+    shuffle_files: bool = False
+    rank: int | None = None
+    world_size: int | None = None
+
+    def __post_init__(self) -> None:
+        check_int("num_workers", self.num_workers, minimum=0)
+        check_bool("pin_memory", self.pin_memory)
+        check_int("prefetch_factor", self.prefetch_factor, minimum=1, allow_none=True)
+        check_bool("persistent_workers", self.persistent_workers)
+        check_choice("mechanism", self.mechanism, MECHANISMS)
+        check_choice("shard_mode", self.shard_mode, SHARD_MODES)
+        check_bool("shuffle_files", self.shuffle_files)
+        check_int("world_size", self.world_size, minimum=1, allow_none=True)
+        check_int("rank", self.rank, minimum=0, allow_none=True)
+        if self.rank is not None and self.world_size is not None and self.rank >= self.world_size:
+            raise ValueError(f"parameter 'rank' must be < world_size {self.world_size} (got {self.rank})")
+        if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
+            raise ValueError("parameters 'prefetch_factor' and 'persistent_workers' need num_workers > 0")
+
+
+def _dist_rank_world(config: LoaderConfig) -> tuple[int, int]:
+    import torch.distributed as dist
+
+    if config.rank is not None and config.world_size is not None:
+        return config.rank, config.world_size
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return config.rank or 0, config.world_size or 1
+
+
+def _make_dataset(paths, read: ReadConfig, loader: LoaderConfig, opener: Opener | None):
+    from torch.utils.data import IterableDataset, get_worker_info
+
+    files = expand_paths(paths)
+    rank, world = _dist_rank_world(loader)
+
+    class TFRecordIterable(IterableDataset):
+        """This rank's and this worker's share of the shards, as batches or as samples."""
+
+        def __init__(self) -> None:
+            self.files, self.read, self.loader = files, read, loader
+            self.rank, self.world_size = rank, world
+            self.epoch = 0
+            self.opener = opener
+
+        def set_epoch(self, epoch: int) -> None:
+            """Reshuffle per epoch (like DistributedSampler.set_epoch); same on every reader."""
+            self.epoch = epoch
+
+        def _reader(self) -> tuple[int, int]:
+            info = get_worker_info()
+            workers, wid = (info.num_workers, info.id) if info else (1, 0)
+            return self.rank * workers + wid, self.world_size * workers
+
+        def __iter__(self) -> Iterator:
+            consumer, n = self._reader()
+            shared = get_worker_info() is not None and self.loader.mechanism == "batch"
+            batches = read_batches(self.files, self.read, num_consumers=n, consumer=consumer,
+                                   shard_mode=self.loader.shard_mode, epoch=self.epoch,
+                                   shuffle_files=self.loader.shuffle_files, opener=self.opener,
+                                   alloc=_shared_alloc if shared else _tensor_alloc)
+            for tensors in batches:
+                if self.loader.mechanism == "batch":
+                    yield tensors
+                else:
+                    for i in range(len(tensors["index"] if "index" in tensors else tensors["record"])):
+                        yield {k: v[i] for k, v in tensors.items()}
+
+    return TFRecordIterable()
+
+
+def _tensor_alloc(shape: tuple[int, ...], dtype):
+    import torch
+
+    t = torch.from_numpy(np.empty(shape, dtype))
+    return t, t.numpy()
+
+
+def _shared_alloc(shape: tuple[int, ...], dtype):
+    """In a loader worker, batches are decoded straight into shared memory, so handing one to
+    the main process passes a file descriptor instead of copying the batch again."""
+    import torch
+
+    t = torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype).share_memory_()
+    return t, t.numpy()
+
+
+def make_dataset(paths, read: ReadConfig | None = None, loader: LoaderConfig | None = None,
+                 *, opener: Opener | None = None):
+    """The IterableDataset (with `set_epoch`) that `make_loader` wraps."""
+    return _make_dataset(paths, read or ReadConfig(), loader or LoaderConfig(), opener)
+
+
+def make_loader(paths, read: ReadConfig | None = None, loader: LoaderConfig | None = None,
+                *, opener: Opener | None = None):
+    """A torch DataLoader over labkit shards yielding dicts of tensors: images
+    `{"index", "image" (B,H,W,C uint8), "label"}`, tokens `{"index", "tokens" (B,L int64)}`."""
+    from torch.utils.data import DataLoader
+
+    read, loader = read or ReadConfig(), loader or LoaderConfig()
+    dataset = _make_dataset(paths, read if loader.mechanism == "batch" else replace(read, drop_remainder=False),
+                            loader, opener)
+    kwargs = {}
+    if loader.num_workers:
+        kwargs = {"prefetch_factor": loader.prefetch_factor or 2,
+                  "persistent_workers": loader.persistent_workers}
+    if loader.mechanism == "batch":
+        return DataLoader(dataset, batch_size=None, num_workers=loader.num_workers,
+                          pin_memory=loader.pin_memory, **kwargs)
+    return DataLoader(dataset, batch_size=read.batch_size, drop_last=read.drop_remainder,
+                      num_workers=loader.num_workers, pin_memory=loader.pin_memory, **kwargs)

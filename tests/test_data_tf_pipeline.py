@@ -1,0 +1,87 @@
+"""The tf.data pipeline over labkit shards: every knob keeps the data exact; worker sharding
+is a partition; the latency injector slows file opens."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from labkit.config import ParameterError
+from labkit.data import ImageDatasetConfig, ShardConfig, SyntheticImages, write_image_shards
+from labkit.data.latency import StorageLatency
+
+tf = pytest.importorskip("tensorflow")
+from labkit.data.tf_pipeline import AUTOTUNE, TFPipelineConfig, make_tf_dataset  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    ds = SyntheticImages(ImageDatasetConfig(num_samples=30, image_size=6, num_classes=5))
+    return ds, write_image_shards(tmp_path_factory.mktemp("tfs"), ds,
+                                  ShardConfig(records_per_shard=4, compression="GZIP"))
+
+
+def _collect(ds):
+    rows = list(ds.as_numpy_iterator())
+    return (np.concatenate([r["index"] for r in rows]), np.concatenate([r["image"] for r in rows]),
+            np.concatenate([r["label"] for r in rows]))
+
+
+@pytest.mark.parametrize("knobs", [
+    {},
+    {"num_parallel_reads": 3, "parallel_calls": 2, "prefetch": 2},
+    {"num_parallel_reads": AUTOTUNE, "parallel_calls": AUTOTUNE, "prefetch": AUTOTUNE, "cache": True,
+     "shuffle_buffer": 16},
+])
+def test_every_setting_yields_exactly_the_dataset(shards, knobs):
+    ds, s = shards
+    cfg = TFPipelineConfig(batch_size=7, compression="GZIP", **knobs)
+    idx, images, labels = _collect(make_tf_dataset(s.paths, cfg))
+    order = np.argsort(idx)
+    assert idx[order].tolist() == list(range(30))
+    want_images, want_labels = ds.batch(idx)
+    np.testing.assert_array_equal(images, want_images)
+    np.testing.assert_array_equal(labels, want_labels)
+    if not knobs:
+        assert idx.tolist() == list(range(30))
+
+
+@pytest.mark.parametrize("workers", [2, 3])  # 8 files: by file for 2, by record for 3
+def test_worker_sharding_is_a_partition(shards, workers):
+    _, s = shards
+    seen = []
+    for w in range(workers):
+        cfg = TFPipelineConfig(batch_size=5, compression="GZIP", num_workers=workers, worker_index=w,
+                               num_parallel_reads=2)
+        seen += _collect(make_tf_dataset(s.paths, cfg))[0].tolist()
+    assert sorted(seen) == list(range(30))
+
+
+def test_augment_keeps_shapes(shards):
+    _, s = shards
+    batch = next(iter(make_tf_dataset(s.paths, TFPipelineConfig(batch_size=4, compression="GZIP",
+                                                                augment=True))))
+    assert batch["image"].shape == (4, 6, 6, 3) and batch["image"].dtype == tf.uint8
+
+
+def test_latency_injector_in_tf(shards):
+    import time
+
+    _, s = shards
+    cfg = TFPipelineConfig(batch_size=30, compression="GZIP")
+    t = time.perf_counter()
+    _collect(make_tf_dataset(s.paths, cfg, latency=StorageLatency(open_latency_ms=50, bandwidth_mb_s=None)))
+    assert time.perf_counter() - t >= 8 * 0.05
+
+
+def test_bad_config():
+    with pytest.raises(ParameterError, match="num_parallel_reads"):
+        TFPipelineConfig(num_parallel_reads=0)
+    with pytest.raises(ParameterError, match="worker_index"):
+        TFPipelineConfig(num_workers=2, worker_index=2)
+    with pytest.raises(ParameterError, match="compression"):
+        TFPipelineConfig(compression="XZ")
+    with pytest.raises(ValueError, match="empty"):
+        make_tf_dataset([])

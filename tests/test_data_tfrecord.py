@@ -1,0 +1,239 @@
+"""The raw TFRecord layer: round trips, CRC verification with file and offset, compression,
+bad input, and the shard writer."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+
+import numpy as np
+import pytest
+
+from labkit.config import ParameterError
+from labkit.data import (
+    CorruptRecordError,
+    ImageDatasetConfig,
+    ReadConfig,
+    ShardConfig,
+    SyntheticImages,
+    SyntheticTokens,
+    TokenDatasetConfig,
+    count_records,
+    masked_crc32c,
+    read_batches,
+    read_records,
+    write_image_shards,
+    write_records,
+    write_token_shards,
+)
+from labkit.data.tfrecord import iter_views
+
+RECORDS = [b"", b"a", b"hello world", bytes(range(256)) * 40, os.urandom(100_000)]
+
+
+def test_masked_crc_known_value():
+    import crc32c
+
+    assert crc32c.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+
+    c = crc32c.crc32c(b"abc")
+    assert masked_crc32c(b"abc") == ((((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
+
+
+@pytest.mark.parametrize("compression", [None, "GZIP", "ZLIB"])
+def test_round_trip(tmp_path, compression):
+    path = tmp_path / "r.tfrecord"
+    assert write_records(path, RECORDS, compression=compression) == len(RECORDS)
+    assert list(read_records(path, compression=compression)) == RECORDS
+    assert list(read_records([str(path), str(path)], compression)) == RECORDS * 2
+    assert count_records(path, compression) == len(RECORDS)
+
+
+def test_file_layout_is_tfrecord_framing(tmp_path):
+    path = tmp_path / "r.tfrecord"
+    write_records(path, [b"xyz"])
+    raw = path.read_bytes()
+    assert len(raw) == 8 + 4 + 3 + 4
+    assert int.from_bytes(raw[:8], "little") == 3
+    assert int.from_bytes(raw[8:12], "little") == masked_crc32c(raw[:8])
+    assert raw[12:15] == b"xyz"
+    assert int.from_bytes(raw[15:], "little") == masked_crc32c(b"xyz")
+
+
+def test_records_larger_than_the_read_buffer(tmp_path):
+    path = tmp_path / "big.tfrecord"
+    recs = [os.urandom(5000), os.urandom(70_000), b"z", os.urandom(3)]
+    write_records(path, recs)
+    # an opener forces the buffered (read) path instead of the memory-mapped one
+    views = iter_views(str(path), chunk_bytes=64, opener=lambda p: open(p, "rb"))
+    assert [bytes(v) for v in views] == recs
+    assert [bytes(v) for v in iter_views(str(path))] == recs
+
+
+# Both reading paths: memory-mapped (local, uncompressed) and buffered (any opener).
+BUFFERED = {"opener": lambda p: open(p, "rb", buffering=0)}
+
+
+def _offsets(records):
+    out, pos = [], 0
+    for r in records:
+        out.append(pos)
+        pos += 16 + len(r)
+    return out
+
+
+@pytest.mark.parametrize("kw", [{}, BUFFERED], ids=["mmap", "buffered"])
+def test_flipped_data_byte_names_file_and_offset(tmp_path, kw):
+    path = tmp_path / "bad.tfrecord"
+    recs = [b"first record", b"second record", b"third"]
+    write_records(path, recs)
+    raw = bytearray(path.read_bytes())
+    bad_at = _offsets(recs)[1]
+    raw[bad_at + 12 + 3] ^= 0x01
+    path.write_bytes(bytes(raw))
+    got = []
+    with pytest.raises(CorruptRecordError) as e:
+        for r in read_records(path, **kw):
+            got.append(r)
+    assert got == recs[:1]
+    assert e.value.path == str(path) and e.value.offset == bad_at
+    assert str(path) in str(e.value) and f"offset {bad_at}" in str(e.value)
+    assert "data CRC" in str(e.value)
+    assert isinstance(e.value, ValueError)
+
+
+@pytest.mark.parametrize("kw", [{}, BUFFERED], ids=["mmap", "buffered"])
+def test_corrupt_length_is_caught_by_length_crc(tmp_path, kw):
+    path = tmp_path / "bad.tfrecord"
+    recs = [b"aaaa", b"bbbb"]
+    write_records(path, recs)
+    raw = bytearray(path.read_bytes())
+    raw[_offsets(recs)[1]] ^= 0x04
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptRecordError, match=f"offset {_offsets(recs)[1]}.*length CRC"):
+        list(read_records(path, **kw))
+
+
+@pytest.mark.parametrize("cut", [5, 12, 20, 1])
+@pytest.mark.parametrize("kw", [{}, BUFFERED], ids=["mmap", "buffered"])
+def test_truncated_file(tmp_path, kw, cut):
+    path = tmp_path / "trunc.tfrecord"
+    recs = [b"x" * 30, b"y" * 30]
+    write_records(path, recs)
+    raw = path.read_bytes()
+    path.write_bytes(raw[:-cut])
+    with pytest.raises(CorruptRecordError) as e:
+        list(read_records(path, **kw))
+    assert e.value.offset == _offsets(recs)[1]
+    assert str(path) in str(e.value)
+
+
+def test_verification_can_be_disabled_for_data_crc(tmp_path):
+    path = tmp_path / "r.tfrecord"
+    write_records(path, [b"abcdef"])
+    raw = bytearray(path.read_bytes())
+    raw[13] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    assert len(list(read_records(path, verify=False))) == 1
+
+
+def test_truncated_gzip_file(tmp_path):
+    path = tmp_path / "r.tfrecord.gz"
+    write_records(path, [os.urandom(1000) for _ in range(20)], compression="GZIP")
+    raw = path.read_bytes()
+    path.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(CorruptRecordError, match=str(path)):
+        list(read_records(path, compression="GZIP"))
+
+
+def test_gzip_file_is_a_real_gzip_stream(tmp_path):
+    path = tmp_path / "r.tfrecord.gz"
+    write_records(path, [b"abc"], compression="gzip")
+    assert gzip.decompress(path.read_bytes())[12:15] == b"abc"
+
+
+def test_empty_file_has_no_records(tmp_path):
+    (tmp_path / "empty.tfrecord").write_bytes(b"")
+    assert list(read_records(tmp_path / "empty.tfrecord")) == []
+
+
+def test_bad_input_errors(tmp_path):
+    with pytest.raises(ValueError, match="empty"):
+        list(read_records([]))
+    with pytest.raises(FileNotFoundError, match="nope.tfrecord"):
+        list(read_records(tmp_path / "nope.tfrecord"))
+    with pytest.raises(FileNotFoundError, match=r"\*.tfrecord"):
+        list(read_records(str(tmp_path / "*.tfrecord")))
+    notrec = tmp_path / "notes.txt"
+    notrec.write_text("this is a text file, not a TFRecord file at all\n" * 3)
+    with pytest.raises(CorruptRecordError, match=f"{notrec}.*offset 0.*not a TFRecord"):
+        list(read_records(notrec))
+    tiny = tmp_path / "tiny.txt"
+    tiny.write_text("hi")
+    with pytest.raises(CorruptRecordError, match="offset 0"):
+        list(read_records(tiny))
+    with pytest.raises(ParameterError, match="compression"):
+        list(read_records(notrec, compression="LZ4"))
+    with pytest.raises(ParameterError, match="compression"):
+        write_records(tmp_path / "x.tfrecord", [b"a"], compression="snappy")
+    # a plain file read as GZIP: clear error naming the file
+    plain = tmp_path / "plain.tfrecord"
+    write_records(plain, [b"abc"])
+    with pytest.raises(CorruptRecordError, match="plain.tfrecord.*decompress"):
+        list(read_records(plain, compression="GZIP"))
+
+
+def test_glob_expansion_is_sorted(tmp_path):
+    for i in (2, 0, 1):
+        write_records(tmp_path / f"s-{i}.tfrecord", [bytes([i])])
+    assert list(read_records(str(tmp_path / "s-*.tfrecord"))) == [b"\x00", b"\x01", b"\x02"]
+
+
+def test_fsspec_url_round_trip():
+    url = "memory://labkit-test/r.tfrecord"
+    write_records(url, RECORDS[:3])
+    assert list(read_records(url)) == RECORDS[:3]
+
+
+@pytest.mark.parametrize("compression", [None, "GZIP"])
+def test_image_shards_round_trip(tmp_path, compression):
+    ds = SyntheticImages(ImageDatasetConfig(num_samples=23, image_size=8, num_classes=4))
+    shards = write_image_shards(tmp_path, ds, ShardConfig(records_per_shard=5, compression=compression,
+                                                          prefix="img"))
+    assert len(shards.paths) == 5 and shards.counts == [5, 5, 5, 5, 3] and shards.num_records == 23
+    assert os.path.basename(shards.paths[0]).startswith("img-00000-of-00005.tfrecord")
+    manifest = json.loads((tmp_path / "img-manifest.json").read_text())
+    assert manifest["num_records"] == 23 and manifest["kind"] == "images"
+    batches = list(read_batches(shards.paths, ReadConfig(kind="images", batch_size=8,
+                                                          compression=compression)))
+    assert [len(b["index"]) for b in batches] == [8, 8, 7]
+    images = np.concatenate([b["image"] for b in batches])
+    labels = np.concatenate([b["label"] for b in batches])
+    idx = np.concatenate([b["index"] for b in batches])
+    assert idx.tolist() == list(range(23))
+    want_images, want_labels = ds.batch(range(23))
+    np.testing.assert_array_equal(images, want_images)
+    np.testing.assert_array_equal(labels, want_labels)
+
+
+def test_token_shards_round_trip(tmp_path):
+    ds = SyntheticTokens(TokenDatasetConfig(num_sequences=10, block_size=16, vocab_size=1000))
+    shards = write_token_shards(tmp_path, ds, ShardConfig(records_per_shard=4, compression="ZLIB"))
+    batches = list(read_batches(shards.paths, ReadConfig(kind="tokens", batch_size=10, compression="ZLIB")))
+    assert len(batches) == 1
+    np.testing.assert_array_equal(batches[0]["tokens"], np.stack([ds[i] for i in range(10)]))
+
+
+def test_reading_images_as_tokens_is_a_clear_error(tmp_path):
+    ds = SyntheticImages(ImageDatasetConfig(num_samples=2, image_size=4))
+    shards = write_image_shards(tmp_path, ds)
+    with pytest.raises(ValueError, match="tokens example"):
+        list(read_batches(shards.paths, ReadConfig(kind="tokens")))
+
+
+def test_shard_config_validation():
+    with pytest.raises(ParameterError, match="records_per_shard"):
+        ShardConfig(records_per_shard=0)
+    with pytest.raises(ParameterError, match="compression"):
+        ShardConfig(compression="BZ2")
