@@ -45,18 +45,33 @@ def default_num_samples(config: TrainConfig) -> int:
 
 
 def fit(config: TrainConfig, *, on_step: StepCallback | None = None,
-        loop: str | None = None) -> Any:
+        loop: str | None = None, data_dir: str | None = None) -> Any:
     """Train as configured; returns the MetricsLog (written to `config.metrics_out` by the chief;
-    other workers write `<name>.worker<i>.json` beside it). `loop="keras"` (or the environment
-    variable LABKIT_TF_LOOP=keras) trains with Keras `model.fit` + BackupAndRestore instead."""
+    other workers write `<name>.worker<i>.json` beside it).
+
+    `loop="keras"` (or LABKIT_TF_LOOP=keras) trains with Keras `model.fit` + BackupAndRestore
+    instead of the custom loop. `data_dir` (or LABKIT_TF_DATA_DIR) makes the samples come
+    through labkit's TFRecord layer (shards written there once, read with tf.data) rather than
+    straight from the synthetic generator; the bytes are the same either way."""
     from labkit.config import check_choice
 
     loop = check_choice("loop", loop or os.environ.get("LABKIT_TF_LOOP", "custom"), LOOPS)
+    data_dir = data_dir or os.environ.get("LABKIT_TF_DATA_DIR") or None
     if loop == "keras":
         from labkit.tf.keras_fit import fit_keras
 
-        return fit_keras(config, on_step=on_step)
-    return _fit_custom(config, on_step)
+        return fit_keras(config, on_step=on_step, data_dir=data_dir)
+    return _fit_custom(config, on_step, data_dir)
+
+
+def training_arrays(model_cfg, config: TrainConfig, data_dir: str | None):
+    """Every sample of the run, in memory, from the generator or the TFRecord shards."""
+    from labkit.tf.data import arrays_from_shards, load_arrays
+
+    n = default_num_samples(config)
+    if data_dir:
+        return arrays_from_shards(model_cfg, n, config.seed, data_dir)
+    return load_arrays(model_cfg, n, config.seed)
 
 
 class _SigtermFlag:
@@ -85,14 +100,14 @@ class _SigtermFlag:
             signal.signal(signal.SIGTERM, self._previous)
 
 
-def _fit_custom(config: TrainConfig, on_step: StepCallback | None):
+def _fit_custom(config: TrainConfig, on_step: StepCallback | None, data_dir: str | None):
     from labkit.tf import runtime
 
     device = runtime.configure(config.device)  # before anything else touches TF devices
     import tensorflow as tf
 
     from labkit.tf import strategy as strategies
-    from labkit.tf.data import BatchLayout, load_arrays, make_dataset_fn
+    from labkit.tf.data import BatchLayout, make_dataset_fn
     from labkit.tf.precision import TFPrecision, apply_matmul_precision
 
     plan = strategies.plan_strategy(local_gpus=len(tf.config.get_visible_devices("GPU")))
@@ -122,7 +137,7 @@ def _fit_custom(config: TrainConfig, on_step: StepCallback | None):
         return _finish(MetricsLog(run=_run_info(config, plan, layout, model, device, start)),
                        config, plan, model)
 
-    arrays = load_arrays(model_cfg, default_num_samples(config), config.seed)
+    arrays = training_arrays(model_cfg, config, data_dir)
     dataset = strategy.distribute_datasets_from_function(make_dataset_fn(
         arrays, layout, first_step=start, last_step=config.steps, seed=config.seed,
         latency_s=config.input_latency_ms / 1000.0))
