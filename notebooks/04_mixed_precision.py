@@ -107,3 +107,55 @@ if has_torch:
     gain = vocab[50304]["tflops"] / vocab[50257]["tflops"]
     print(f"vocab padded to 50304 runs at {gain:.2f}× the FLOP rate of 50257 here")
     key_figure("vocab 50304 vs 50257 matmul FLOP rate", gain, "×", aligned[0]["dtype"])
+
+# %% [markdown]
+# ## The TensorFlow column
+# The same ladder with TensorFlow, through `labkit.tf.engine` (the same model twin, data and
+# optimizer as the torch runs above). TensorFlow's rungs are its own: a Keras **dtype policy**
+# per model (`mixed_bfloat16`, `mixed_float16`) instead of an autocast region, Keras'
+# `LossScaleOptimizer` instead of the GradScaler, no channels_last rung (TensorFlow is channels
+# last natively), and XLA (`jit_compile`) as the compiler rung, included when
+# `include_compile` is (by default only at full scale). Mind one default: TensorFlow turns TF32
+# on by itself on Ampere and newer GPUs, so its "fp32" rung switches it off explicitly.
+# TensorFlow shares the GPU with torch here by growing its memory as needed instead of
+# reserving it all.
+
+# %%
+has_tf = frameworks.has_tf()
+tf_rows = []
+if has_tf:
+    from labkit.tf import ladder as tf_ladder
+    from labkit.tf.distribution import table as text_table
+
+    tf_cfg = tf_ladder.LadderConfig(model=model, scale=scale, steps=steps, batch_size=batch_size,
+                                    include_xla=include_compile, device=device)
+    tf_rows = tf_ladder.ladder(tf_cfg)
+    print(text_table([{k: r[k] for k in tf_ladder.COLUMNS} for r in tf_rows]))
+else:
+    print(frameworks.missing_reason("tensorflow"))
+
+# %% [markdown]
+# Side by side, computed from the two tables: the bf16 speed-up each framework got over its
+# own fp32 rung on this machine.
+
+# %%
+if tf_rows:
+    tf_bf16 = next(r for r in tf_rows if r["precision"] == "bf16")
+    key_figure("bf16 (mixed_bfloat16) speed-up over fp32 (tf)", tf_bf16["speedup"], "×", tf_bf16["device"])
+    if rows:
+        torch_bf16 = next(r for r in rows if r["rung"] == "bf16 autocast")
+        print(f"bf16 over fp32 here: torch {torch_bf16['speedup']:.2f}×, TensorFlow {tf_bf16['speedup']:.2f}×; "
+              f"final loss fp32→bf16: torch {rows[0]['final_loss']:.4f}→{torch_bf16['final_loss']:.4f}, "
+              f"TensorFlow {tf_rows[0]['final_loss']:.4f}→{tf_bf16['final_loss']:.4f}")
+
+# %% [markdown]
+# The fp16 overflow demo with Keras' `LossScaleOptimizer`: same absurd starting scale, same
+# behaviour (skip the step, halve the scale) as the GradScaler.
+
+# %%
+if has_tf:
+    tf_demo = tf_ladder.overflow_demo(steps=overflow_steps, init_scale=overflow_init_scale, device=device)
+    print(text_table(tf_demo))
+    tf_skipped = sum(r["skipped"] for r in tf_demo)
+    key_figure("fp16 steps skipped by Keras' LossScaleOptimizer (overflow demo)", tf_skipped,
+               note=f"of {len(tf_demo)}")

@@ -141,9 +141,12 @@ def _fit_custom(config: TrainConfig, on_step: StepCallback | None, data_dir: str
     dataset = strategy.distribute_datasets_from_function(make_dataset_fn(
         arrays, layout, first_step=start, last_step=config.steps, seed=config.seed,
         latency_s=config.input_latency_ms / 1000.0))
-    train_step = make_train_step(strategy, model, optimizer, layout, config.grad_clip, precision)
+    jit = config.compile and strategy.num_replicas_in_sync == 1
+    train_step = make_train_step(strategy, model, optimizer, layout, config.grad_clip, precision,
+                                 jit_compile=jit)
     tokens = model_cfg.block_size if isinstance(model_cfg, GPTConfig) else None
     log = MetricsLog(run=_run_info(config, plan, layout, model, device, start))
+    log.run["xla"] = jit
     iterator = iter(dataset)
     with _SigtermFlag() as flag:
         last = time.perf_counter()
@@ -232,30 +235,42 @@ def _pre_reduced(optimizer_cls):
     return PreReduced
 
 
-def make_train_step(strategy, model, optimizer, layout, grad_clip: float | None, precision):
+def make_train_step(strategy, model, optimizer, layout, grad_clip: float | None, precision,
+                    *, jit_compile: bool = False):
     """A `tf.function(iterator, stop_flag) -> (mean loss, any stop, skipped)` running one
-    optimizer step on every replica."""
+    optimizer step on every replica. `jit_compile` compiles each micro-step's forward and
+    backward with XLA (TF's counterpart of torch.compile; one replica only)."""
     import tensorflow as tf
 
     accum = layout.grad_accum
     scaled = precision.loss_scaling
+    terms = None
+
+    def micro_step(x, y):
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)
+            per_sample = tf.keras.losses.sparse_categorical_crossentropy(y, logits,
+                                                                         from_logits=True)
+            # Sum over this micro-batch / the global count: summing over replicas and
+            # micro-steps then gives the mean over the global batch, as in torch.
+            loss = tf.reduce_sum(per_sample) / float(layout.global_batch * terms)
+            loss_for_grad = optimizer.scale_loss(loss) if scaled else loss
+        grads = tape.gradient(loss_for_grad, model.trainable_variables)
+        return loss, [tf.convert_to_tensor(g) for g in grads]
+
+    if jit_compile:
+        micro_step = tf.function(micro_step, jit_compile=True)
 
     def replica_step(batch, stop_flag):
+        nonlocal terms
         x, y = batch  # (accum, micro, ...) each
+        terms = _per_sample_terms(y)
         variables = model.trainable_variables
         grads = [tf.zeros_like(v) for v in variables]
         total = tf.constant(0.0)
         for k in range(accum):  # static unroll: accum is small and fixed per run
-            with tf.GradientTape() as tape:
-                logits = model(x[k], training=True)
-                # Sum over this micro-batch / the global count: summing over replicas and
-                # micro-steps then gives the mean over the global batch, as in torch.
-                per_sample = tf.keras.losses.sparse_categorical_crossentropy(
-                    y[k], logits, from_logits=True)
-                loss = tf.reduce_sum(per_sample) / float(layout.global_batch * _per_sample_terms(y))
-                loss_for_grad = optimizer.scale_loss(loss) if scaled else loss
-            step_grads = tape.gradient(loss_for_grad, variables)
-            grads = [g + tf.convert_to_tensor(s) for g, s in zip(grads, step_grads, strict=True)]
+            loss, step_grads = micro_step(x[k], y[k])
+            grads = [g + s for g, s in zip(grads, step_grads, strict=True)]
             total += loss
         ctx = tf.distribute.get_replica_context()
         grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
