@@ -73,3 +73,23 @@ def test_keras3_model_fit_under_multi_worker_mirrored_still_fails(tmp_path, monk
                     "the custom-loop choice in labkit.tf.engine can be revisited")
     assert "PerReplica" in _outputs(results), \
         "model.fit failed differently than the known PerReplica error:\n" + _outputs(results)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_parameter_server_job_trains_from_tf_config_with_ps(tmp_path):
+    """TF_CONFIG with a `ps` task selects ParameterServerStrategy: the chief coordinates, the
+    worker computes, the ps holds the variables. With one computing worker the asynchronous
+    updates happen in order, so the curve is the synchronous one."""
+    from labkit.tf.engine import fit
+    from labkit.train import TrainConfig
+
+    out = tmp_path / "m.json"
+    results = launch(LaunchConfig(num_workers=2, num_ps=1, timeout_s=300,
+                                  train_args=(*ARGS, "--metrics-out", str(out))))
+    assert [r.returncode for r in results] == [0, 0, 0], _outputs(results)
+    chief = load_metrics(out)
+    assert chief["run"]["strategy"] == "parameter_server" and chief["run"]["asynchronous"]
+    single = fit(TrainConfig(framework="tf", model="cnn", batch_size=32, num_samples=256,
+                             steps=5, device="cpu", progress=False))
+    assert [s["loss"] for s in chief["steps"]] == pytest.approx(single.losses, rel=1e-4)

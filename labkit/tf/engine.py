@@ -111,11 +111,13 @@ def _fit_custom(config: TrainConfig, on_step: StepCallback | None, data_dir: str
     from labkit.tf.precision import TFPrecision, apply_matmul_precision
 
     plan = strategies.plan_strategy(local_gpus=len(tf.config.get_visible_devices("GPU")))
+    if strategies.run_server_if_needed(plan):  # ps / worker tasks of a PS job serve, then exit
+        return MetricsLog(run={"framework": "tf", "strategy": plan.kind,
+                               "task": f"{plan.task_type}:{plan.task_index}"})
     if plan.kind == "parameter_server":
-        raise NotImplementedError(
-            "TF_CONFIG has 'ps' tasks: ParameterServerStrategy is built by "
-            "labkit.tf.strategy.make_strategy, but this engine trains with the synchronous "
-            "strategies only (drop the parameter-server pool, or use MultiWorkerMirrored)")
+        from labkit.tf.ps import fit_parameter_server
+
+        return fit_parameter_server(config, plan, on_step, data_dir)
     strategy = strategies.make_strategy(plan)
     precision = TFPrecision.for_mode(config.precision)
     apply_matmul_precision(precision)
@@ -242,6 +244,26 @@ def make_train_step(strategy, model, optimizer, layout, grad_clip: float | None,
     backward with XLA (TF's counterpart of torch.compile; one replica only)."""
     import tensorflow as tf
 
+    replica_step = make_replica_step(model, optimizer, layout, grad_clip, precision,
+                                     jit_compile=jit_compile)
+
+    @tf.function
+    def train_step(iterator, stop_flag):
+        batch = next(iterator)
+        loss, stop, skipped = strategy.run(replica_step, args=(batch, stop_flag))
+        sum_ = tf.distribute.ReduceOp.SUM
+        return (strategy.reduce(sum_, loss, axis=None), strategy.reduce(sum_, stop, axis=None),
+                strategy.reduce(sum_, skipped, axis=None))
+
+    return train_step
+
+
+def make_replica_step(model, optimizer, layout, grad_clip: float | None, precision,
+                      *, jit_compile: bool = False):
+    """What one replica does in one optimizer step: `(batch, stop_flag) -> (loss, stop,
+    skipped)`, batch = (inputs, targets) shaped (grad_accum, micro_batch, ...)."""
+    import tensorflow as tf
+
     accum = layout.grad_accum
     scaled = precision.loss_scaling
     terms = None
@@ -285,15 +307,7 @@ def make_train_step(strategy, model, optimizer, layout, grad_clip: float | None,
         optimizer.apply(grads, variables)
         return total, stop_flag, skipped
 
-    @tf.function
-    def train_step(iterator, stop_flag):
-        batch = next(iterator)
-        loss, stop, skipped = strategy.run(replica_step, args=(batch, stop_flag))
-        sum_ = tf.distribute.ReduceOp.SUM
-        return (strategy.reduce(sum_, loss, axis=None), strategy.reduce(sum_, stop, axis=None),
-                strategy.reduce(sum_, skipped, axis=None))
-
-    return train_step
+    return replica_step
 
 
 def _per_sample_terms(y) -> int:
