@@ -16,7 +16,7 @@
 #
 # Here both run for real on this machine: DDP processes over gloo, and MultiWorkerMirrored
 # workers over gRPC on loopback, each started by labkit with the environment Vertex would
-# give it. Both engines read the same synthetic samples and define `batch_size` as the
+# give it (from a terminal: `labkit launch-tf --workers 2 -- --model cnn --steps 20`). Both engines read the same synthetic samples and define `batch_size` as the
 # **global** batch, so the two frameworks train the same job and their loss curves can be
 # put on one plot.
 
@@ -40,7 +40,7 @@ from labkit.tf import distribution as dist
 from labkit.train import TrainConfig
 
 scale = config.resolve_scale(scale)
-steps = steps or config.by_scale(scale, smoke=12, full=300)
+steps = steps or config.by_scale(scale, smoke=10, full=300)
 job = TrainConfig(model=model, scale=scale, steps=steps, batch_size=global_batch, lr=lr,
                   num_samples=num_samples, device=device, progress=False)
 out_dir = notebook.artifacts_dir("02_distribution_tf_vs_ddp")
@@ -120,7 +120,7 @@ print(dist.table(list(dist.REFERENCES)))
 # without accumulation:
 
 # %%
-gaps = dist.accumulation_check(replace(job, steps=min(steps, 6)), grad_accum)
+gaps = dist.accumulation_check(replace(job, steps=min(steps, 4)), grad_accum)
 for fw, gap in gaps.items():
     key_figure(f"{dist.LABELS[fw].split()[0]}: loss gap, accumulation x{grad_accum} vs none", gap,
                note="0 up to float summation order")
@@ -166,8 +166,10 @@ if (("torch", processes) in comp.runs) and frameworks.has_torch():
 # * **PyTorch DDP**: one process per GPU, explicit and easy to debug; the largest ecosystem
 #   for LLM training (FSDP, torch.compile); on Vertex, use `restartJobOnWorkerRestart`.
 # * **tf.distribute**: one process per machine drives all its GPUs; TPUs via `TPUStrategy`;
-#   `ParameterServerStrategy` for asynchronous training on many CPU workers; Keras
-#   `BackupAndRestore` for preemption.
+#   `ParameterServerStrategy` for asynchronous training on many CPU workers with variables
+#   too large for one machine (labkit picks it when TF_CONFIG has `ps` tasks; try
+#   `labkit launch-tf --workers 2 --ps 1 -- --steps 10`); Keras `BackupAndRestore` for
+#   preemption.
 # * Either way, on Vertex multi-node jobs the Reduction Server can speed up the all-reduce
 #   without code changes (notebook 06).
 
