@@ -53,6 +53,12 @@ def reference(tmp_path_factory) -> dict:
 
 
 @pytest.mark.slow
+def test_tensorboard_scalars(tmp_path):
+    _fit_here(tmp_path, steps=2, tensorboard_dir=str(tmp_path / "tb"))
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.slow
 def test_metrics_schema(reference):
     steps = reference["steps"]
     assert [s["step"] for s in steps] == list(range(8))

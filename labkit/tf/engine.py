@@ -150,6 +150,8 @@ def _fit_custom(config: TrainConfig, on_step: StepCallback | None, data_dir: str
     log = MetricsLog(run=_run_info(config, plan, layout, model, device, start))
     log.run["xla"] = jit
     iterator = iter(dataset)
+    writer = (tf.summary.create_file_writer(config.tensorboard_dir)
+              if config.tensorboard_dir and plan.is_chief else None)
     with _SigtermFlag() as flag:
         last = time.perf_counter()
         for step in range(start, config.steps):
@@ -171,6 +173,7 @@ def _fit_custom(config: TrainConfig, on_step: StepCallback | None, data_dir: str
             if on_step is not None:
                 on_step(step, m.to_dict())
             _progress(config, plan, m)
+            _tensorboard(writer, m)
             done = step + 1 == config.steps
             due = config.checkpoint_every and (step + 1) % config.checkpoint_every == 0
             if manager is not None and (due or done or stop):
@@ -372,6 +375,19 @@ def _peak_memory(device: str) -> int:
 
         return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _tensorboard(writer, m: StepMetrics) -> None:
+    """The torch engine's TensorBoard scalars, written with tf.summary."""
+    if writer is None:
+        return
+    import tensorflow as tf
+
+    with writer.as_default(step=m.step):
+        for key, value in m.to_dict().items():
+            if key in ("loss", "step_time_s", "samples_per_s", "tokens_per_s", "lr"):
+                tf.summary.scalar(f"train/{key}", value)
+    writer.flush()
 
 
 def _progress(config: TrainConfig, plan, m: StepMetrics) -> None:
