@@ -166,3 +166,16 @@ def test_sigterm_handler_chains_the_previous_one(tmp_path):
         assert checkpoint.committed_steps(str(tmp_path)) == [1]
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_reading_the_loss_one_step_late_changes_nothing(tmp_path):
+    cfg = replace(BASE, steps=6, checkpoint_every=4)
+    now = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "a")), read_loss_late=False)
+    seen = []
+    late = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "b")), read_loss_late=True,
+                      on_step=lambda step, m: seen.append(step))
+    assert late.losses == now.losses and seen == list(range(6))
+    with pytest.raises(Preempted):
+        engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "c"), preempt_at=2), read_loss_late=True)
+    rest = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "c")), read_loss_late=True)
+    assert rest.losses == now.losses[3:]
