@@ -179,3 +179,20 @@ def test_reading_the_loss_one_step_late_changes_nothing(tmp_path):
         engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "c"), preempt_at=2), read_loss_late=True)
     rest = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "c")), read_loss_late=True)
     assert rest.losses == now.losses[3:]
+
+
+def test_background_checkpoint_writes_every_step_and_reports_failures(tmp_path):
+    engine.fit(replace(BASE, steps=5, checkpoint_every=1, checkpoint_dir=str(tmp_path / "ck")))
+    assert checkpoint.committed_steps(str(tmp_path / "ck")) == [0, 1, 2, 3, 4]
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the checkpoint folder should go")
+    c = engine.build(BASE, DistInfo(), torch.device("cpu"))
+    saver = state.Saver(str(blocker / "ck"), DistInfo())
+    saver.save(c, 0, engine.DataPosition())
+    with pytest.raises(RuntimeError, match="writing a checkpoint"):
+        saver.wait()
+
+
+def test_tensorboard_events_are_written(tmp_path):
+    engine.fit(replace(BASE, steps=2, tensorboard_dir=str(tmp_path / "tb")))
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))

@@ -227,6 +227,7 @@ def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
     writer = _tensorboard(config, info)
     bar = _progress(config, info, start)
     guard = PreemptionGuard()
+    saver = state.Saver(config.checkpoint_dir, info) if config.checkpoint_dir else None
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     try:
@@ -281,8 +282,10 @@ def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
                 due = config.checkpoint_every and (step + 1) % config.checkpoint_every == 0
                 if done or stop or (config.checkpoint_dir and due):
                     drain()
-                if config.checkpoint_dir and (due or done or stop):
-                    state.save(config.checkpoint_dir, c, info, step, loader.position)
+                if saver is not None and (due or done or stop):
+                    # Periodic saves write in the background; the last one and a preemption's
+                    # are waited for (the process is about to exit).
+                    saver.save(c, step, loader.position, wait=bool(done or stop))
                     if info.is_main and config.metrics_out:
                         log.write(config.metrics_out)
                 if stop:
@@ -291,6 +294,8 @@ def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
                     guard.chain()
                     raise Preempted(step)
     finally:
+        if saver is not None:
+            saver.wait()
         if bar is not None:
             bar.close()
         if writer is not None:
