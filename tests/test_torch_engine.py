@@ -196,3 +196,18 @@ def test_background_checkpoint_writes_every_step_and_reports_failures(tmp_path):
 def test_tensorboard_events_are_written(tmp_path):
     engine.fit(replace(BASE, steps=2, tensorboard_dir=str(tmp_path / "tb")))
     assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ddp_preempted_and_resumed_matches_the_uninterrupted_ddp_run(tmp_path):
+    from labkit.torch.launch import run_local
+
+    cfg = replace(BASE, steps=6, checkpoint_every=2)
+    full = run_local(replace(cfg, checkpoint_dir=str(tmp_path / "full")), 2)
+    with pytest.raises(Preempted):
+        run_local(replace(cfg, checkpoint_dir=str(tmp_path / "cut"), preempt_at=2), 2)
+    ck = checkpoint.load(str(tmp_path / "cut"))
+    assert ck.step == 2 and {"rng-rank0.pt", "rng-rank1.pt", "model.pt", "train.pt"} <= ck.files.keys()
+    rest = run_local(replace(cfg, checkpoint_dir=str(tmp_path / "cut")), 2)
+    assert rest.losses == full.losses[3:]
