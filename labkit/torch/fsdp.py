@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -76,10 +77,14 @@ def _worker(config: TrainConfig, mode: str, out: str) -> None:
               "param_bytes": _local_bytes(model.parameters()), "grad_bytes": grads,
               "optimizer_bytes": state}
     Path(out).write_text(json.dumps(record))
-    distributed.shutdown()
+    dist.barrier()
+    # Leave without tearing the process group down: FSDP's gloo teardown can abort the process
+    # ("terminate called without an active exception") after all the work is done.
+    sys.stdout.flush()
+    os._exit(0)
 
 
-def compare_sharding(config: TrainConfig, nproc: int = 2, *, timeout_s: float = 600) -> list[dict[str, Any]]:
+def compare_sharding(config: TrainConfig, nproc: int = 2, *, timeout_s: float = 240) -> list[dict[str, Any]]:
     """Rows (one per mode): per-rank MiB of parameters, gradients, optimizer state, and losses.
     The model must have `.blocks` (GPT, ResNet, CNN all do)."""
     from labkit.torch.launch import free_port, replica_env
@@ -95,10 +100,16 @@ def compare_sharding(config: TrainConfig, nproc: int = 2, *, timeout_s: float = 
                    "--config", json.dumps(asdict(config))]
             procs.append(subprocess.Popen(cmd, env=replica_env(rank, nproc, port, 1),
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        for rank, p in enumerate(procs):
-            text, _ = p.communicate(timeout=timeout_s)
-            if p.returncode:
-                raise RuntimeError(f"{mode} replica rank {rank} failed (exit {p.returncode}):\n{text[-3000:]}")
+        try:
+            for rank, p in enumerate(procs):
+                text, _ = p.communicate(timeout=timeout_s)
+                if p.returncode:
+                    raise RuntimeError(f"{mode} replica rank {rank} failed (exit {p.returncode}):\n{text[-3000:]}")
+        finally:
+            for p in procs:  # a replica left waiting in a collective would hang forever
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
         r0 = json.loads((tmp / f"{mode}-0.json").read_text())
         mib = 2**20
         rows.append({"mode": mode, "processes": nproc, "param_mib": r0["param_bytes"] / mib,
