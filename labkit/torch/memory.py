@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
+from labkit.torch import engine
+from labkit.torch.distributed import DistInfo
 from labkit.torch.engine import Components, loss_fn
 
 
@@ -117,9 +119,7 @@ def largest_batch(config, *, budget_mib: float | None = None, limit: int = 4096,
     CPU) a try fails when the bytes autograd saves for backward exceed the budget."""
     from dataclasses import replace
 
-    from labkit.torch import engine
     from labkit.torch.data import make_dataset
-    from labkit.torch.distributed import DistInfo
     from labkit.torch.ladder import activation_bytes
 
     device = engine.resolve_device(config.device, DistInfo())
@@ -151,9 +151,7 @@ def largest_batch(config, *, budget_mib: float | None = None, limit: int = 4096,
 def accumulation_check(config, micro_steps: int = 4) -> dict[str, float]:
     """Gradients of one batch vs the same batch as `micro_steps` accumulated micro-batches, from
     the same weights: the largest absolute and relative difference over all parameters."""
-    from labkit.torch import engine
     from labkit.torch.data import make_dataset
-    from labkit.torch.distributed import DistInfo
 
     if config.batch_size % micro_steps:
         raise ValueError(f"batch_size={config.batch_size} is not divisible by micro_steps={micro_steps}")
@@ -197,3 +195,8 @@ def sharding_table(num_params: int, world_sizes=(1, 2, 4, 8)) -> list[dict]:
         rows.append({"gpus": n, "DDP (replicated)": 16 * gib, "ZeRO-1 (optimizer sharded)": (4 + 12 / n) * gib,
                      "ZeRO-2 (+ gradients)": (2 + 14 / n) * gib, "FSDP / ZeRO-3 (+ weights)": 16 / n * gib})
     return rows
+
+
+def is_cuda(device: str = "auto") -> bool:
+    """Whether a `TrainConfig.device` choice resolves to a CUDA device here."""
+    return engine.resolve_device(device, DistInfo()).type == "cuda"
