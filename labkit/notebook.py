@@ -159,11 +159,22 @@ def add_run_command(subparsers) -> None:
                    metavar=("NAME", "VALUE"), help="set a parameter (repeatable)")
     p.add_argument("-o", "--output", help="executed notebook path (default runs/<time>/<name>)")
     p.add_argument("--log-output", action="store_true", help="stream cell output to the terminal")
+    from labkit.vertex.cli import add_vertex_options
+
+    add_vertex_options(p)
     p.set_defaults(handler=_run_command)
 
 
 def _run_command(args) -> int:
     params = {name: parse_value(value) for name, value in args.parameter}
+    if getattr(args, "vertex", False):
+        from labkit.vertex.cli import run_on_vertex
+
+        try:
+            return run_on_vertex(args, params)
+        except (ParameterError, ValueError) as e:
+            print(f"labkit run --vertex: {e}")
+            return 2
     try:
         result = run_notebook(args.notebook, args.output, params, log_output=args.log_output)
     except (ParameterError, FileNotFoundError) as e:

@@ -71,3 +71,19 @@ key_figure("papermill round trip (kernel start to saved notebook)", run.seconds,
 # %%
 cloud = report.cloud
 print("ready to submit" if cloud.ready else "dry-run mode; missing:\n- " + "\n- ".join(cloud.missing()))
+
+# %% [markdown]
+# The job spec for running **this** notebook on Vertex AI, on one L4 GPU with real sizes:
+# papermill inside a prebuilt PyTorch container, the executed notebook written under the
+# bucket. The dry run validates it offline against Vertex's API types
+# (`google.cloud.aiplatform_v1`) and prints it with its estimated cost per hour.
+# `labkit run notebooks/00_tour.ipynb --vertex --accelerator-type NVIDIA_L4 --accelerator-count 1`
+# does the same from a terminal, and submits it when the environment is ready.
+
+# %%
+from labkit import vertex
+
+tour_job = vertex.notebook_job("notebooks/00_tour.ipynb", {"scale": "full"},
+                               output_uri=f"{cloud.bucket or 'gs://YOUR_BUCKET'}/labkit/00_tour",
+                               machine_type="g2-standard-8", accelerator_type="NVIDIA_L4", accelerator_count=1)
+print(vertex.dry_run(tour_job).text())

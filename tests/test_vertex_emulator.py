@@ -173,3 +173,25 @@ def test_preemption_drill_resumes_to_the_uninterrupted_result(tmp_path):
     assert r.resumed_at_step is not None and 4 <= r.resumed_at_step < 8
     assert len(r.clean_losses) == 8 and r.preempted_losses == r.clean_losses  # bit for bit
     assert r.weights_equal and r.max_weight_difference == 0.0
+
+
+TCP_ALLREDUCE = """
+import torch, torch.distributed as dist
+from labkit import cluster
+info = cluster.from_env()
+assert cluster.init_process_group(info, init_method="tcp") == "gloo"
+t = torch.tensor([float(info.rank + 1)])
+dist.all_reduce(t)
+assert t.item() == 3.0 and dist.get_rank() == info.rank and dist.get_world_size() == 2
+print("step 1 sum", t.item(), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_process_group_with_explicit_tcp_init(tmp_path):
+    pytest.importorskip("torch")
+    job = run_local(script_job(TCP_ALLREDUCE), tmp_path, timeout_s=100)
+    assert job.succeeded, job.summary() + job.final().log()
+    assert "sum 3.0" in job.final("workerpool1[0]").log()

@@ -89,7 +89,8 @@ class DrillResult:
         return "\n".join([
             f"uninterrupted job: {self.clean.state}, {len(self.clean_losses)} steps",
             f"preempted job:     {self.preempted.state}, {self.preempted.job_restarts} job restart(s), "
-            f"resumed at step {self.resumed_at_step}, {self.redone_steps} step(s) computed twice",
+            f"resumed at step index {self.resumed_at_step} (0-based), "
+            f"{self.redone_steps} step(s) computed twice",
             f"per-step losses identical: {self.losses_equal}",
             f"final weights identical:   {self.weights_equal} (max |difference| {self.max_weight_difference:g})",
         ])
@@ -133,3 +134,27 @@ def preemption_drill(config: DrillConfig, workdir: str | os.PathLike) -> DrillRe
         out[name] = (job, losses, _final_weights(job, f"{config.bucket}/{name}/checkpoints"), resumed, redone)
     (cj, cl, cw, _, _), (pj, pl, pw, resumed, redone) = out["clean"], out["preempted"]
     return DrillResult(config, cj, pj, cl, pl, cw, pw, resumed, redone)
+
+
+def plot_losses(result: DrillResult, path: str | os.PathLike | None = None):
+    """Per-step loss of both jobs; the resume point is marked."""
+    import sys
+
+    import matplotlib
+
+    if path is not None and "ipykernel" not in sys.modules:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.plot(result.clean_losses, "o-", label="uninterrupted")
+    ax.plot(result.preempted_losses, "x--", label="preempted + resumed")
+    if result.resumed_at_step is not None:
+        ax.axvline(result.resumed_at_step - 0.5, color="grey", linestyle=":", label="SIGTERM / resume")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.legend()
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=100)
+    return fig

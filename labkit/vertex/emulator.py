@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.cluster import POOL2_ROLE_ENV, from_env
+from labkit.frameworks import has_aiplatform
 from labkit.vertex.specs import REDUCTION_SERVER_IMAGE, SETUP_MARKER, validate
 
 SUCCEEDED, FAILED = "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED"
@@ -115,6 +116,10 @@ class LocalJob:
     @property
     def succeeded(self) -> bool:
         return self.state == SUCCEEDED
+
+    def local(self, uri: str) -> Path:
+        """Where a gs:// or /gcs/ path of the job lives on this machine."""
+        return Path(LocalPaths(self.workdir)(uri))
 
     def final(self, replica: str = "workerpool0") -> ReplicaRun:
         pool, index = parse_replica(replica)
@@ -346,7 +351,8 @@ def run_local(
     (default: the spec's scheduling.timeout, else 1 hour) fails the job when exceeded.
     `snapshot`: files (gs://, /gcs/ or local paths) to copy when each attempt ends, e.g. a
     metrics file the next attempt will overwrite; see `LocalJob.snapshots`."""
-    validate(spec)
+    if has_aiplatform():
+        validate(spec)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     paths = LocalPaths(workdir)

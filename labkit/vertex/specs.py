@@ -18,6 +18,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from labkit.config import ParameterError, check_bool, check_int, check_str
+from labkit.frameworks import has_aiplatform, require
 
 REDUCTION_SERVER_IMAGE = "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
 REDUCTION_SERVER_MACHINE_TYPE = "n1-highcpu-16"
@@ -147,7 +148,8 @@ def custom_job_spec(
         spec["base_output_directory"] = {"output_uri_prefix": output_uri}
     if service_account:
         spec["service_account"] = service_account
-    validate(spec)
+    if has_aiplatform():  # without the library the spec is still built; `validate` needs it
+        validate(spec)
     return spec
 
 
@@ -344,6 +346,7 @@ def validate(spec: Mapping[str, Any]):
 
     Raises ValueError naming the field when a name or value is not accepted, or when a value
     does not survive the round trip through `to_dict` (a silently dropped field)."""
+    require("google.cloud.aiplatform")
     from google.cloud.aiplatform_v1.types import CustomJobSpec
 
     try:
@@ -366,6 +369,8 @@ def validate(spec: Mapping[str, Any]):
 
 def to_rest_json(spec: Mapping[str, Any]) -> str:
     """The spec as the REST API shows it (camelCase, enum names), for printing."""
+    if not has_aiplatform():
+        return json.dumps(spec, indent=2)  # proto field names; the library would camelCase them
     from google.cloud.aiplatform_v1.types import CustomJobSpec
 
     return CustomJobSpec.to_json(CustomJobSpec(**spec), always_print_fields_with_no_presence=False,

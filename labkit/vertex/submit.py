@@ -73,7 +73,9 @@ class DryRun:
 
 
 def dry_run(spec: Mapping[str, Any], env: Mapping[str, str] | None = None) -> DryRun:
-    validate(spec)
+    """Validate (when google-cloud-aiplatform is installed) and describe `spec`; sends nothing."""
+    if has_aiplatform():
+        validate(spec)
     return DryRun(to_rest_json(spec), estimate_cost(spec), preflight(env))
 
 

@@ -1,0 +1,197 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · Multi-node training on Vertex AI
+#
+# A Vertex AI custom job runs up to four **worker pools**: pool 0 is the primary replica
+# (exactly one), pool 1 the workers, pool 2 parameter servers or the **Reduction Server**,
+# pool 3 evaluators. Every replica learns where it stands from its environment: `CLUSTER_SPEC`
+# (pools and this task), `TF_CONFIG` (the same in TensorFlow's words) and the PyTorch variables
+# `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE`, `RANK` (counted in **nodes**).
+#
+# Google Cloud is not needed to learn any of this: `labkit.vertex` builds the exact job spec,
+# validates it against Vertex's API types, and **runs it here** with one process per replica on
+# loopback, each with the environment Vertex would give it. This notebook:
+#
+# 1. shows the pools of a job and what each replica sees;
+# 2. runs a 2-node PyTorch DDP job and a 2-worker TensorFlow MultiWorkerMirrored job through the
+#    emulator, with `labkit train` in every replica;
+# 3. measures all-reduce bandwidth (gloo on CPU processes, NCCL across GPUs);
+# 4. configures a Reduction Server and prints the exact spec to submit for 4 nodes × 8 GPUs.
+
+# %% tags=["parameters"]
+scale = "auto"
+replicas = 2
+global_batch = 32
+steps = 0
+allreduce_max_mb = 0
+nodes = 4
+gpus_per_node = 8
+machine_type = "a3-highgpu-8g"
+accelerator_type = "NVIDIA_H100_80GB"
+reduction_servers = 4
+output_uri = "gs://YOUR_BUCKET/labkit/06_multi_node"
+submit = False
+
+# %%
+from labkit import collectives, config, devices, frameworks, notebook, vertex
+from labkit.metrics import load_metrics
+from labkit.report import key_figure
+from labkit.vertex.emulator import describe_environments, replica_envs, LocalPaths, run_local
+
+scale = config.resolve_scale(scale)
+steps = steps or config.by_scale(scale, smoke=8, full=200)
+allreduce_max_mb = allreduce_max_mb or config.by_scale(scale, smoke=16, full=512)
+config.check_int("replicas", replicas, minimum=1, maximum=16)
+workdir = notebook.artifacts_dir("06_multi_node")
+fw = frameworks.Frameworks.detect()
+train = dict(model="cnn", steps=steps, batch_size=global_batch, device="auto", progress=True)
+print(f"scale {scale}: {steps} steps, global batch {global_batch}, {replicas} nodes; files in {workdir}")
+
+# %% [markdown]
+# ## Worker pools and the environment of each replica
+# A job with a chief, two workers, one Reduction Server replica and one evaluator. Parameter
+# servers, reduction servers and evaluators are **not training ranks**: `RANK` and `WORLD_SIZE`
+# count only pools 0 and 1. `TF_CONFIG` says `chief` (Vertex may write `master`, which
+# TensorFlow rejects; `labkit.cluster.from_env(...).tf_config()` renames it).
+
+# %%
+layout = vertex.custom_job_spec(
+    vertex.PoolConfig(args=["python", "-m", "labkit", "train"]),
+    vertex.PoolConfig(replica_count=2, args=["python", "-m", "labkit", "train"]),
+    vertex.reduction_server_pool(1),
+    vertex.PoolConfig(args=["python", "-m", "labkit", "train"]),
+    output_uri="gs://labkit-local/06/layout")
+print(describe_environments(layout, workdir / "layout"))
+worker_env = replica_envs(layout, LocalPaths(workdir / "layout"))[(1, 1)]
+print("\nCLUSTER_SPEC of workerpool1[1]:", worker_env["CLUSTER_SPEC"][:200], "...")
+print("TF_CONFIG of workerpool1[1]:   ", worker_env["TF_CONFIG"])
+print("AIP_CHECKPOINT_DIR:", worker_env["AIP_CHECKPOINT_DIR"])
+
+# %% [markdown]
+# ## A 2-node PyTorch DDP job, emulated
+# `vertex.training_job` writes the spec Vertex would run (`python -m labkit train ...` in every
+# replica, checkpoints and metrics under the job's bucket, mapped here to a local folder). The
+# global batch stays the same whatever the node count (each node takes its share), so the
+# losses should follow a single-node run of the same job up to floating-point reordering.
+
+# %%
+if fw.torch:
+    ddp_spec = vertex.training_job(dict(train, framework="torch"), output_uri="gs://labkit-local/06/ddp",
+                                   replica_count=replicas)
+    ddp = run_local(ddp_spec, workdir / "ddp")
+    print(ddp.summary())
+    ddp_metrics = load_metrics(ddp.local("gs://labkit-local/06/ddp/metrics.json"))
+    print("per-step loss:", [round(s["loss"], 4) for s in ddp_metrics["steps"]])
+else:
+    print(frameworks.missing_reason("torch"))
+
+# %%
+if fw.torch:
+    one = run_local(vertex.training_job(dict(train, framework="torch"), output_uri="gs://labkit-local/06/one"),
+                    workdir / "one")
+    one_metrics = load_metrics(one.local("gs://labkit-local/06/one/metrics.json"))
+    gap = max(abs(a["loss"] - b["loss"]) for a, b in zip(ddp_metrics["steps"], one_metrics["steps"], strict=True))
+    t_ddp, t_one = ddp_metrics["summary"]["median_step_time_s"], one_metrics["summary"]["median_step_time_s"]
+    print(f"{replicas} nodes vs 1 node, same global batch: largest per-step loss difference {gap:.2e}")
+    print(f"median step time: {t_ddp * 1e3:.1f} ms on {replicas} nodes, {t_one * 1e3:.1f} ms on 1 node")
+    key_figure(f"DDP {replicas} nodes vs 1: max loss difference", gap)
+    key_figure(f"DDP {replicas}-node step time / 1-node step time", t_ddp / t_one, "×",
+               note="processes share this machine's cores" if scale == "smoke" else "")
+
+# %% [markdown]
+# ## A 2-worker TensorFlow job, emulated
+# The same `labkit train`, `--framework tf`: each worker builds a `MultiWorkerMirroredStrategy`
+# from the `TF_CONFIG` the emulator set, exactly as on Vertex.
+
+# %%
+if fw.tensorflow:
+    tf_spec = vertex.training_job(dict(train, framework="tf"), output_uri="gs://labkit-local/06/tf",
+                                  replica_count=replicas)
+    tf_job = run_local(tf_spec, workdir / "tf")
+    print(tf_job.summary())
+    tf_metrics = load_metrics(tf_job.local("gs://labkit-local/06/tf/metrics.json"))
+    print("per-step loss:", [round(s["loss"], 4) for s in tf_metrics["steps"]])
+    key_figure(f"TF MultiWorkerMirrored, {replicas} workers: final loss", tf_metrics["summary"]["final_loss"])
+else:
+    print(frameworks.missing_reason("tensorflow"))
+
+# %% [markdown]
+# ## All-reduce bandwidth
+# Data-parallel training sums every gradient across replicas each step (all-reduce). The
+# benchmark times it from kilobytes to hundreds of megabytes. **Algorithm bandwidth** is
+# size / time; **bus bandwidth** multiplies it by 2(n−1)/n, the traffic a ring all-reduce puts on
+# each link, so it can be compared with the link's limit (as nccl-tests reports). Small messages
+# are latency-bound; only large ones approach the link. Here: gloo between CPU processes on one
+# machine (or NCCL between the GPUs when there are several).
+
+# %%
+if fw.torch:
+    gpus = len(devices.detect().gpus)
+    sizes = collectives.size_ladder(4 * collectives.KB, allreduce_max_mb * collectives.MB)
+    ar = collectives.allreduce_benchmark(collectives.AllReduceConfig(sizes=sizes, world_size=max(2, gpus)))
+    print(ar.table())
+    collectives.plot_bandwidth(ar, workdir / "allreduce.png")
+    key_figure("peak all-reduce bus bandwidth", ar.peak_busbw_gbps, "GB/s",
+               note=f"{ar.world_size} × {ar.device}, {ar.backend}")
+
+# %% [markdown]
+# What it means for a step: all-reducing the fp32 gradients of GPT-2 small (124M parameters)
+# at the bus bandwidth measured above. For comparison, the public reference for NCCL on
+# 8 × H100 with NVLink is about **370 GB/s** bus bandwidth (nccl-tests class figure, quoted in
+# this course's performance notes, 2026-11-22); that hardware is not in this run.
+
+# %%
+if fw.torch:
+    grad_bytes = 124e6 * 4
+    n = ar.world_size
+    seconds = grad_bytes * 2 * (n - 1) / n / (ar.peak_busbw_gbps * 1e9)
+    reference = grad_bytes * 2 * 7 / 8 / 370e9
+    print(f"here: {seconds * 1e3:.0f} ms per all-reduce of 124M fp32 gradients ({n} ranks)")
+    print(f"8 × H100 NVLink reference (370 GB/s): {reference * 1e3:.1f} ms")
+    key_figure("all-reduce of 124M fp32 gradients, this machine", seconds * 1e3, "ms")
+
+# %% [markdown]
+# ## Reduction Server
+# Across nodes the network, not NVLink, limits all-reduce. A ring all-reduce makes each node
+# send 2(n−1)/n times the gradient size; with Vertex's **Reduction Server** (pool 2, Google's
+# image on CPU machines), each node sends its gradient once to the reducers and receives the
+# sum once. Google quotes "up to 2×" all-reduce bandwidth (Google Cloud blog). The training code
+# does not change: NCCL's all-reduce goes through the reducers. The reducers cost extra CPU VMs.
+
+# %%
+ring_traffic = 2 * (nodes - 1) / nodes
+print(f"{nodes} nodes: ring all-reduce sends {ring_traffic:.2f}× the gradient per node, "
+      f"Reduction Server 1.00× -> up to {ring_traffic:.2f}× less traffic per node")
+big = vertex.training_job(dict(model="gpt", precision="bf16", steps=5000, batch_size=8 * gpus_per_node * nodes,
+                               checkpoint_every=500), output_uri=output_uri, machine_type=machine_type,
+                          accelerator_type=accelerator_type, accelerator_count=gpus_per_node,
+                          replica_count=nodes, reduction_server_count=reduction_servers)
+print(describe_environments(big, workdir / "big"))
+key_figure(f"traffic per node, ring / Reduction Server ({nodes} nodes)", ring_traffic, "×")
+
+# %% [markdown]
+# ## The exact spec to submit: 4 nodes × 8 GPUs
+# Pool 0 and pool 1 run `labkit train` under torchrun (8 processes per node, global rank =
+# RANK × 8 + local rank), pool 2 the Reduction Server, `restartJobOnWorkerRestart` because a DDP
+# job cannot lose a member, checkpoints under `baseOutputDirectory`. The dry run validates it
+# against `google.cloud.aiplatform_v1` and prices it; it is submitted only when `submit=True`
+# and this environment has a project, region, bucket and credentials.
+
+# %%
+dry = vertex.dry_run(big)
+print(dry.text())
+key_figure(f"{nodes} × {gpus_per_node} {accelerator_type}: estimated accelerator cost", dry.cost.usd_per_hour,
+           "USD/h", note="on-demand; notebook 07 covers Spot")
+if submit and dry.preflight.ready:
+    print("submitted:", vertex.submit(big, display_name="labkit-06-multi-node").name)
