@@ -11,9 +11,10 @@ Rows (100 KB records, CRC verified everywhere):
   labkit records labkit.data.tfrecord.iter_views, all shards, one core
   labkit torch   make_loader(kind="raw", batch 64, mechanism="batch"): uint8 (64, L) tensors
   tf.data        TFRecordDataset(files, num_parallel_reads=2).batch(64) (and one record at a time)
-Ratios printed at the end are the targets of PERFORMANCE.md: labkit torch / ceiling >= 0.70 and
+Ratios printed at the end are the course's targets: labkit torch / ceiling >= 0.70 and
 labkit torch / tf.data >= 1.0. With --images, the decoded image rate of the torch loader with
-workers is compared to 1.5x the best ResNet-50 training rate measured on one H100 (5,534 img/s).
+workers is compared to 1.5x the best ResNet-50 training rate measured on one H100 (5,534 img/s,
+see labkit.data.ladder.REFERENCE_SOURCE).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from labkit.data import ReadConfig, ShardConfig, write_raw_shards  # noqa: E402
+from labkit.data.ladder import REFERENCE_RESNET50_IMAGES_PER_S  # noqa: E402
 from labkit.data.tfrecord import iter_views  # noqa: E402
 from labkit.data.throughput import (  # noqa: E402
     compare,
@@ -40,8 +42,6 @@ from labkit.data.throughput import (  # noqa: E402
     single_core_ceiling,
 )
 from labkit.frameworks import has_tf, has_torch, missing_reason  # noqa: E402
-
-RESNET50_BEST_IMG_S = 5534  # PERFORMANCE.md: bf16 + channels_last + compile, one H100, 2026-11-22
 
 
 def write_fixed(out: str, record_bytes: int, total_mb: int, shards: int) -> list[str]:
@@ -69,12 +69,11 @@ def torch_loader(paths, batch: int, workers: int):
 
 
 def tf_records(paths, batch: int, reads: int):
-    import tensorflow as tf
+    from labkit.data.tf_pipeline import tf_record_batches
+
+    ds = tf_record_batches(paths, batch, reads)
 
     def run():
-        ds = tf.data.TFRecordDataset(paths, num_parallel_reads=reads if reads > 1 else None)
-        if batch > 1:
-            ds = ds.batch(batch)
         for b in ds:
             yield b if batch > 1 else [b]
     return run
@@ -118,7 +117,7 @@ def bench_images(size: int, num: int, workers: int, workdir: str) -> dict:
                                       prefetch_factor=4))
     t = measure("images", lambda: loader, repeats=2)
     return {"image_size": size, "workers": workers, "pin_memory": pin, "images_per_s": t.samples_per_s,
-            "target_images_per_s": 1.5 * RESNET50_BEST_IMG_S}
+            "target_images_per_s": 1.5 * REFERENCE_RESNET50_IMAGES_PER_S}
 
 
 def main(argv=None) -> int:
@@ -133,11 +132,14 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write the results here")
     a = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench_input-") as d:
-        results = {"date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(),
+        results = {"date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(), "load_before": os.getloadavg()[0],
                    "large": bench_size(100_000, a.mb, a.shards, a.repeats, d + "/large"),
                    "small": bench_size(1_000, a.small_mb, a.shards, a.repeats, d + "/small")}
         if a.images:
             results["images"] = bench_images(a.images, a.image_count, a.workers, d + "/images")
+    results["load_after"] = os.getloadavg()[0]
+    print(f"{results['cpus']} CPUs, load average {results['load_before']:.1f} before / "
+          f"{results['load_after']:.1f} after (a busy machine makes every row noisier)")
     for key in ("large", "small"):
         r = results[key]
         print(f"\n{r['record_bytes']:,}-byte records: {r['files']} shards, {r['bytes'] / 1e6:,.0f} MB, page cache")

@@ -17,6 +17,7 @@ _COMMANDS = (
     ("labkit.train", "add_train_command"),
     ("labkit.tf.launch", "add_launch_command"),
     ("labkit.profiling.cli", "add_profile_command"),
+    ("labkit.data.cli", "add_data_command"),
 )
 
 

@@ -85,3 +85,14 @@ def test_bad_config():
         TFPipelineConfig(compression="XZ")
     with pytest.raises(ValueError, match="empty"):
         make_tf_dataset([])
+
+
+def test_token_shards_through_tf_data(tmp_path):
+    from labkit.data import SyntheticTokens, TokenDatasetConfig, write_token_shards
+
+    ds = SyntheticTokens(TokenDatasetConfig(num_sequences=9, block_size=12, vocab_size=70000))
+    shards = write_token_shards(tmp_path, ds, ShardConfig(records_per_shard=4))
+    rows = list(make_tf_dataset(shards.paths, TFPipelineConfig(kind="tokens", batch_size=9)).as_numpy_iterator())
+    assert len(rows) == 1 and rows[0]["tokens"].dtype == np.int64
+    np.testing.assert_array_equal(rows[0]["tokens"], np.stack([ds[i] for i in range(9)]))
+    assert rows[0]["index"].tolist() == list(range(9))

@@ -237,3 +237,53 @@ def test_shard_config_validation():
         ShardConfig(records_per_shard=0)
     with pytest.raises(ParameterError, match="compression"):
         ShardConfig(compression="BZ2")
+
+
+def test_image_shards_through_an_fsspec_url():
+    ds = SyntheticImages(ImageDatasetConfig(num_samples=5, image_size=4))
+    shards = write_image_shards("memory://labkit-shards/run1", ds, ShardConfig(records_per_shard=2,
+                                                                               compression="GZIP"))
+    assert shards.paths[0].startswith("memory://labkit-shards/run1/data-00000-of-00003")
+    (batch,) = read_batches("memory://labkit-shards/run1/*.tfrecord.gz",
+                            ReadConfig(batch_size=8, compression="GZIP"))
+    assert batch["index"].tolist() == list(range(5))
+    np.testing.assert_array_equal(batch["image"], ds.batch(range(5))[0])
+
+
+def test_buffer_pool_reuses_only_released_arrays():
+    from labkit.data.reader import BufferPool
+
+    pool = BufferPool(capacity=2)
+    a = pool.array((4, 3), np.uint8)
+    a[:] = 7
+    b = pool.array((4, 3), np.uint8)
+    assert a is not b
+    view = a[1:]
+    del a
+    c = pool.array((4, 3), np.uint8)  # `a` is still referenced through `view`: not reused
+    assert not np.shares_memory(c, view) and pool.reused == 0
+    del b
+    d = pool.array((4, 3), np.uint8)
+    assert pool.reused == 1 and not np.shares_memory(d, view)
+    assert (view == 7).all()
+
+
+def test_data_layer_works_without_torch_or_tensorflow(tmp_path, hide_frameworks):
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import sys
+        from labkit.data import (ImageDatasetConfig, ReadConfig, ShardConfig, SyntheticImages,
+                                 read_batches, write_image_shards)
+        shards = write_image_shards({str(tmp_path)!r}, SyntheticImages(ImageDatasetConfig(num_samples=6)),
+                                    ShardConfig(records_per_shard=4, compression="GZIP"))
+        (batch,) = read_batches(shards.paths, ReadConfig(batch_size=8, compression="GZIP"))
+        assert batch["index"].tolist() == list(range(6))
+        assert "torch" not in sys.modules and "tensorflow" not in sys.modules
+        print("ok")
+    """)
+    env = hide_frameworks("torch", "tensorflow")
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr

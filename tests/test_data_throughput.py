@@ -84,7 +84,7 @@ def test_torch_step_behind_the_loader(shards):
     from labkit.data.step_probe import torch_image_step
     from labkit.data.torch_loader import LoaderConfig, make_loader
 
-    step = torch_image_step(num_classes=3, width=8)
+    step = torch_image_step(num_classes=3, width=8, device="cpu")
     loader = make_loader(shards.paths, ReadConfig(batch_size=4), LoaderConfig(num_workers=1))
     dt = data_time_fraction(loader, step, steps=3, warmup=1)
     assert dt.steps == 3 and 0 <= dt.fraction <= 1 and dt.compute_s > 0
@@ -99,3 +99,15 @@ def test_tf_step_behind_tf_data(shards):
     step = tf_image_step(num_classes=3, width=8)
     losses = [step(b) for b in make_tf_dataset(shards.paths, TFPipelineConfig(batch_size=8))]
     assert len(losses) == 3 and all(loss > 0 for loss in losses)
+
+
+@pytest.mark.gpu
+def test_torch_step_on_the_gpu_with_pinned_batches(shards):
+    from labkit.data.step_probe import torch_image_step
+    from labkit.data.torch_loader import LoaderConfig, make_loader
+
+    step = torch_image_step(num_classes=3, width=8)  # auto → cuda
+    loader = make_loader(shards.paths, ReadConfig(batch_size=4),
+                         LoaderConfig(num_workers=2, pin_memory=True, persistent_workers=True))
+    dt = data_time_fraction(loader, step, steps=3, warmup=1)
+    assert dt.steps == 3 and dt.compute_s > 0

@@ -143,3 +143,71 @@ def test_real_ddp_gloo_ranks_with_workers(shards, tmp_path):
     ids = [list(map(int, (tmp_path / f"ids-{r}.txt").read_text().split())) for r in range(2)]
     assert ids[0] and ids[1] and not set(ids[0]) & set(ids[1])
     assert sorted(ids[0] + ids[1]) == list(range(53))
+
+
+def test_missing_shard_is_reported_before_any_worker_starts(tmp_path):
+    with pytest.raises(FileNotFoundError, match="gone.tfrecord"):
+        make_loader([str(tmp_path / "gone.tfrecord")], loader=LoaderConfig(num_workers=2))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_corrupt_shard_in_a_worker_surfaces_as_corrupt_record_error(shards, tmp_path):
+    from labkit.data import CorruptRecordError
+
+    _, s = shards
+    bad = tmp_path / "bad.tfrecord"
+    raw = bytearray(open(s.paths[0], "rb").read())
+    raw[-10] ^= 0xFF  # inside the last record's payload
+    bad.write_bytes(bytes(raw))
+    loader = make_loader([str(bad)], ReadConfig(batch_size=2), LoaderConfig(num_workers=1))
+    with pytest.raises(CorruptRecordError, match=r"bad.tfrecord at byte offset \d+: data CRC"):
+        list(loader)
+
+
+def test_not_a_tfrecord_is_a_clear_error(tmp_path):
+    from labkit.data import CorruptRecordError
+
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"PK\x03\x04 this is a zip file, not a TFRecord" * 4)
+    with pytest.raises(CorruptRecordError, match="junk.bin at byte offset 0.*not a TFRecord"):
+        list(make_loader([str(junk)]))
+
+
+@pytest.mark.gpu
+def test_pinned_batches_with_workers(shards):
+    _, s = shards
+    loader = make_loader(s.paths, ReadConfig(batch_size=8),
+                         LoaderConfig(num_workers=2, pin_memory=True, prefetch_factor=2))
+    batch = next(iter(loader))
+    assert batch["image"].is_pinned() and batch["image"].to("cuda", non_blocking=True).shape[0] == 8
+
+
+def test_pooled_batches_are_reused_only_once_released(shards):
+    _, s = shards
+    loader = make_loader(s.paths, ReadConfig(batch_size=4))
+    it = iter(loader)
+    kept = next(it)
+    kept_view = kept["image"][1:3]  # a view keeps the storage (and the pooled array) alive
+    kept_copy = kept_view.clone()
+    del kept
+    ptrs = set()
+    for b in it:  # drop each batch before the next
+        ptrs.add(b["image"].data_ptr())
+        del b
+    assert torch.equal(kept_view, kept_copy)  # never overwritten while referenced
+    assert kept_view.data_ptr() not in ptrs
+    assert len(ptrs) < 12  # released batches were reused (13 batches in all)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_spawned_workers_with_injected_latency(shards):
+    """Workers started with "spawn" (macOS/Windows default) get the pickled dataset and opener."""
+    from labkit.data import StorageLatency
+
+    _, s = shards
+    cfg = LoaderConfig(num_workers=2, multiprocessing_context="spawn", world_size=1, rank=0)
+    opener = StorageLatency(open_latency_ms=1, bandwidth_mb_s=None).opener()
+    ids = _ids(make_loader(s.paths, ReadConfig(batch_size=8), cfg, opener=opener))
+    assert sorted(ids) == list(range(53))

@@ -4,10 +4,15 @@ TFRecord shards read by tf.data and by PyTorch.
 The raw TFRecord layer is framework-free: `write_records(path, records)` writes an iterable of
 bytes as one TFRecord file; `read_records(paths)` yields each record's bytes in order, verifying
 both CRCs and raising `CorruptRecordError` (a ValueError naming the file and byte offset).
+
+Readers: `read_batches` (NumPy), `make_loader` (a torch DataLoader) and `make_tf_dataset`
+(tf.data). Importing this package imports neither torch nor TensorFlow; each reader imports its
+framework when called.
 """
 
 from labkit.data.example import decode_example, encode_example
-from labkit.data.reader import ReadConfig, assign_shards, read_batches
+from labkit.data.latency import StorageLatency
+from labkit.data.reader import BufferPool, ReadConfig, assign_shards, read_batches
 from labkit.data.shards import (
     ShardConfig,
     ShardSet,
@@ -21,6 +26,7 @@ from labkit.data.synthetic import (
     SyntheticTokens,
     TokenDatasetConfig,
 )
+from labkit.data.tf_pipeline import AUTOTUNE, TFPipelineConfig, make_tf_dataset
 from labkit.data.tfrecord import (
     CorruptRecordError,
     RecordWriter,
@@ -29,11 +35,13 @@ from labkit.data.tfrecord import (
     read_records,
     write_records,
 )
+from labkit.data.torch_loader import LoaderConfig, make_loader
 
 __all__ = [
-    "CorruptRecordError", "ImageDatasetConfig", "ReadConfig", "RecordWriter", "ShardConfig",
-    "ShardSet", "SyntheticImages", "SyntheticTokens", "TokenDatasetConfig", "assign_shards",
-    "count_records", "decode_example", "encode_example", "masked_crc32c", "read_batches",
-    "read_records", "write_image_shards", "write_raw_shards", "write_records",
+    "AUTOTUNE", "BufferPool", "CorruptRecordError", "ImageDatasetConfig", "LoaderConfig",
+    "ReadConfig", "RecordWriter", "ShardConfig", "ShardSet", "StorageLatency", "SyntheticImages",
+    "SyntheticTokens", "TFPipelineConfig", "TokenDatasetConfig", "assign_shards", "count_records",
+    "decode_example", "encode_example", "make_loader", "make_tf_dataset", "masked_crc32c",
+    "read_batches", "read_records", "write_image_shards", "write_raw_shards", "write_records",
     "write_token_shards",
 ]

@@ -56,6 +56,8 @@ def _feature(value: FeatureValue) -> bytes:
     if isinstance(value, (int, np.integer)):
         value = [int(value)]
     values = list(value)
+    if values and all(isinstance(v, (bytes, bytearray, memoryview)) for v in values):
+        return _field(0x0A, b"".join(_field(0x0A, v) for v in values))
     if values and all(isinstance(v, (float, np.floating)) for v in values):
         return _field(0x12, _field(0x0A, struct.pack(f"<{len(values)}f", *values)))
     if not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in values):
@@ -64,8 +66,8 @@ def _feature(value: FeatureValue) -> bytes:
 
 
 def encode_example(features: Mapping[str, FeatureValue]) -> bytes:
-    """Serialize `{name: value}` as a tf.train.Example. bytes-like → bytes_list of one value;
-    an int or a sequence of ints → int64_list; a float / float array → float_list."""
+    """Serialize `{name: value}` as a tf.train.Example. bytes-like (or a list of them) →
+    bytes_list; an int or a sequence of ints → int64_list; a float / float array → float_list."""
     entries = b"".join(
         _field(0x0A, _field(0x0A, name.encode()) + _field(0x12, _feature(value)))
         for name, value in features.items()
@@ -120,6 +122,34 @@ def _signed(v: int) -> int:
 
 
 def _decode_feature(mv: memoryview, pos: int, end: int):
+    if pos < end and mv[pos] in (0x0A, 0x1A):  # bytes_list / int64_list with packed values
+        kind = mv[pos]
+        llen, lpos = _length(mv, pos + 1, end)
+        lend = lpos + llen
+        if lend == end and (lpos == lend or mv[lpos] == 0x0A):
+            if kind == 0x0A:  # bytes_list: each value is field 1, length-delimited
+                values, p = [], lpos
+                while p < lend:
+                    if mv[p] != 0x0A:
+                        break
+                    n, p = _length(mv, p + 1, lend)
+                    values.append(mv[p:p + n])
+                    p += n
+                else:
+                    return values
+            elif lpos < lend:  # int64_list, packed
+                n, p = _length(mv, lpos + 1, lend)
+                if p + n == lend:
+                    ints = []
+                    while p < lend:
+                        b = mv[p]
+                        if b < 0x80:
+                            ints.append(b)
+                            p += 1
+                        else:
+                            v, p = _read_varint(mv, p, lend)
+                            ints.append(_signed(v))
+                    return ints
     for kind, _wire, s, e in _fields(mv, pos, end):
         if kind == 1:  # bytes_list
             return [mv[a:b] for f, w, a, b in _fields(mv, s, e) if f == 1 and w == 2]
@@ -145,10 +175,60 @@ def _decode_feature(mv: memoryview, pos: int, end: int):
     return []  # an empty Feature
 
 
+def _length(mv, pos: int, end: int) -> tuple[int, int]:
+    """A length varint at `pos`: (value, position after it); one byte is the common case."""
+    b = mv[pos]
+    if b < 0x80:
+        return b, pos + 1
+    return _read_varint(mv, pos, end)
+
+
 def decode_example(record) -> dict[str, list | np.ndarray]:
     """Parse a serialized tf.train.Example: `{name: [memoryview, ...] | [int, ...] | float32 array}`.
-    Bytes values are views into `record`: copy them before the record's buffer is reused."""
+    Bytes values are views into `record`: copy them before the record's buffer is reused.
+
+    The common layout (what TensorFlow and `encode_example` write) is walked inline, one byte
+    per tag and length where possible; anything unusual falls back to the general field walk."""
     mv = record if isinstance(record, memoryview) else memoryview(record)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    out: dict[str, list | np.ndarray] = {}
+    end = len(mv)
+    try:
+        pos = 0
+        while pos < end:
+            tag = mv[pos]
+            if tag != 0x0A:  # not `features`: skip any other top-level field
+                return _decode_general(mv)
+            flen, pos = _length(mv, pos + 1, end)
+            fend = pos + flen
+            while pos < fend:  # map entries
+                if mv[pos] != 0x0A:
+                    return _decode_general(mv)
+                elen, pos = _length(mv, pos + 1, fend)
+                eend = pos + elen
+                if mv[pos] != 0x0A:
+                    return _decode_general(mv)
+                klen, kpos = _length(mv, pos + 1, eend)
+                key = bytes(mv[kpos:kpos + klen]).decode()
+                pos = kpos + klen
+                if pos >= eend:
+                    out[key] = []
+                    continue
+                if mv[pos] != 0x12:
+                    return _decode_general(mv)
+                vlen, vpos = _length(mv, pos + 1, eend)
+                out[key] = _decode_feature(mv, vpos, vpos + vlen)
+                pos = eend
+            if pos > end:
+                raise ExampleDecodeError("record ends inside a field")
+    except IndexError as e:
+        raise ExampleDecodeError("record ends inside a field") from e
+    return out
+
+
+def _decode_general(mv: memoryview) -> dict[str, list | np.ndarray]:
+    """Any valid Example, fields in any order, unknown fields skipped."""
     out: dict[str, list | np.ndarray] = {}
     try:
         for f, w, s, e in _fields(mv, 0, len(mv)):

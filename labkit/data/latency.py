@@ -41,12 +41,9 @@ class StorageLatency:
 
     def opener(self) -> Opener:
         """An opener for `iter_views`/`read_batches`/`make_loader`: sleeps the open latency, then
-        paces reads so one stream never exceeds the bandwidth cap."""
-        def open_slow(path: str) -> BinaryIO:
-            time.sleep(self.open_latency_ms / 1e3)
-            return _PacedFile(open_binary(path, "rb"), self.bandwidth_mb_s)  # type: ignore[return-value]
-
-        return open_slow
+        paces reads so one stream never exceeds the bandwidth cap. Picklable, so it travels to
+        DataLoader workers however they are started."""
+        return _SlowOpener(self)
 
     def tf_delay(self, path) -> bytes:
         """For `tf.py_function` in tf.data: sleep the whole-file cost, return the path. (tf.data
@@ -54,6 +51,15 @@ class StorageLatency:
         p = path.numpy().decode() if hasattr(path, "numpy") else os.fspath(path)
         time.sleep(self.file_cost_s(os.path.getsize(p)))
         return p.encode()
+
+
+@dataclass(frozen=True)
+class _SlowOpener:
+    latency: StorageLatency
+
+    def __call__(self, path: str) -> BinaryIO:
+        time.sleep(self.latency.open_latency_ms / 1e3)
+        return _PacedFile(open_binary(path, "rb"), self.latency.bandwidth_mb_s)  # type: ignore[return-value]
 
 
 class _PacedFile:

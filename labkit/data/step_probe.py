@@ -8,12 +8,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 
-def torch_image_step(num_classes: int, *, channels: int = 3, width: int = 32, lr: float = 0.05,
-                     device: str = "cpu", seed: int = 0) -> Callable[[dict], float]:
-    """`step(batch)` for batches `{"image": (B,H,W,C) uint8, "label": (B,)}` from `make_loader`."""
+def torch_image_step(num_classes: int, *, channels: int = 3, width: int = 16, lr: float = 0.05,
+                     device: str = "auto", seed: int = 0) -> Callable[[dict], float]:
+    """`step(batch)` for batches `{"image": (B,H,W,C) uint8, "label": (B,)}` from `make_loader`;
+    on the GPU when there is one (`device="auto"`), where pinned batches copy asynchronously."""
     import torch
     from torch import nn
 
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.manual_seed(seed)
     model = nn.Sequential(
         nn.Conv2d(channels, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
@@ -23,7 +26,7 @@ def torch_image_step(num_classes: int, *, channels: int = 3, width: int = 32, lr
     loss_fn = nn.CrossEntropyLoss()
 
     def step(batch: dict) -> float:
-        x = batch["image"].to(device, non_blocking=True).permute(0, 3, 1, 2).float().div_(255.0)
+        x = batch["image"].to(device, non_blocking=True).permute(0, 3, 1, 2).float().div_(255.0).contiguous()
         y = batch["label"].to(device, non_blocking=True)
         loss = loss_fn(model(x), y)
         opt.zero_grad(set_to_none=True)
@@ -34,7 +37,7 @@ def torch_image_step(num_classes: int, *, channels: int = 3, width: int = 32, lr
     return step
 
 
-def tf_image_step(num_classes: int, *, width: int = 32, lr: float = 0.05,
+def tf_image_step(num_classes: int, *, width: int = 16, lr: float = 0.05,
                   seed: int = 0) -> Callable[[dict], float]:
     """The same network and step in TensorFlow, for batches from `make_tf_dataset`."""
     import tensorflow as tf

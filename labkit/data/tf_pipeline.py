@@ -117,6 +117,10 @@ def make_tf_dataset(paths, config: TFPipelineConfig | None = None, *,
         ds = ds.map(lambda r: {"record": r})
     if c.prefetch:
         ds = ds.prefetch(n(c.prefetch))
+    if c.num_workers > 1:  # sharded here already: tf.distribute must not shard it again
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        ds = ds.with_options(options)
     return ds
 
 
@@ -141,3 +145,13 @@ def _parser(tf, kind: str, shape: tuple[int, ...], augment: bool, seed: int):
         return {"index": ex["index"], "tokens": tf.reshape(tokens, (-1, *shape))}
 
     return parse_tokens
+
+
+def tf_record_batches(paths, batch_size: int = 64, num_parallel_reads: int = 2, compression: str | None = None):
+    """The reference peer for raw reading speed: `TFRecordDataset(files, num_parallel_reads)`
+    batched, records left as strings (what tf.data does before any parsing)."""
+    import tensorflow as tf
+
+    ds = tf.data.TFRecordDataset(expand_paths(paths), compression_type=normalize_compression(compression),
+                                 num_parallel_reads=num_parallel_reads if num_parallel_reads > 1 else None)
+    return ds.batch(batch_size) if batch_size > 1 else ds

@@ -45,7 +45,11 @@ class CorruptRecordError(ValueError):
     `.path` names the file, `.offset` the byte offset of the bad record (in the uncompressed
     stream for compressed files)."""
 
-    def __init__(self, path: str, offset: int, problem: str):
+    def __init__(self, path: str, offset: int | None = None, problem: str = ""):
+        if offset is None:  # rebuilt from its message alone (a DataLoader worker re-raising it)
+            self.path, self.offset = None, None
+            super().__init__(path)
+            return
         self.path = path
         self.offset = offset
         super().__init__(f"corrupt TFRecord {path} at byte offset {offset}: {problem}")
@@ -85,6 +89,8 @@ def expand_paths(paths: PathLike | Iterable[PathLike]) -> list[str]:
                 raise FileNotFoundError(f"no TFRecord shard matches {p!r}")
             out.extend(matches)
         else:
+            if not is_remote(p) and not os.path.exists(p.removeprefix("file://")):
+                raise FileNotFoundError(f"TFRecord file not found: {p}")
             out.append(p)
     if not out:
         raise ValueError("no TFRecord shards given (the shard list is empty)")

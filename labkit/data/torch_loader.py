@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from labkit.config import check_bool, check_choice, check_int
-from labkit.data.reader import SHARD_MODES, ReadConfig, read_batches
+from labkit.data.reader import SHARD_MODES, BufferPool, ReadConfig, read_batches
 from labkit.data.tfrecord import Opener, expand_paths
 
 MECHANISMS = ("batch", "sample")
@@ -31,7 +31,12 @@ MECHANISMS = ("batch", "sample")
 class LoaderConfig:
     """The DataLoader knobs: worker processes, pinned memory, batches prefetched per worker,
     workers kept alive across epochs, the reading mechanism, how shards are split, and the DDP
-    `rank` / `world_size` (None: taken from torch.distributed when initialised, else 0 / 1)."""
+    `rank` / `world_size` (None: taken from torch.distributed when initialised, else 0 / 1), and
+    how workers start (None: the platform default; "spawn" is what macOS and Windows use).
+
+    Every record is read exactly once per epoch, so when the record count does not divide
+    evenly, some readers get one batch more than others: with DDP, make every rank stop at the
+    same step (e.g. the shortest rank's batch count) or use `drop_remainder`."""
 
     num_workers: int = 0
     pin_memory: bool = False
@@ -42,6 +47,7 @@ class LoaderConfig:
     shuffle_files: bool = False
     rank: int | None = None
     world_size: int | None = None
+    multiprocessing_context: str | None = None
 
     def __post_init__(self) -> None:
         check_int("num_workers", self.num_workers, minimum=0)
@@ -53,6 +59,8 @@ class LoaderConfig:
         check_bool("shuffle_files", self.shuffle_files)
         check_int("world_size", self.world_size, minimum=1, allow_none=True)
         check_int("rank", self.rank, minimum=0, allow_none=True)
+        if self.multiprocessing_context is not None:
+            check_choice("multiprocessing_context", self.multiprocessing_context, ("fork", "spawn", "forkserver"))
         if self.rank is not None and self.world_size is not None and self.rank >= self.world_size:
             raise ValueError(f"parameter 'rank' must be < world_size {self.world_size} (got {self.rank})")
         if self.num_workers == 0 and (self.prefetch_factor is not None or self.persistent_workers):
@@ -70,17 +78,26 @@ def _dist_rank_world(config: LoaderConfig) -> tuple[int, int]:
 
 
 def _make_dataset(paths, read: ReadConfig, loader: LoaderConfig, opener: Opener | None):
-    from torch.utils.data import IterableDataset, get_worker_info
-
     files = expand_paths(paths)
     rank, world = _dist_rank_world(loader)
+    return _iterable_class()(files, read, loader, rank, world, opener)
+
+
+def _iterable_class():
+    """The IterableDataset class, built on first use so that importing this module does not
+    import torch. It lives at module level (see `__getattr__`), so datasets pickle for loader
+    workers started with "spawn" (the default on macOS and Windows)."""
+    cls = globals().get("_TFRecordIterable")
+    if cls is not None:
+        return cls
+    from torch.utils.data import IterableDataset, get_worker_info
 
     class TFRecordIterable(IterableDataset):
         """This rank's and this worker's share of the shards, as batches or as samples."""
 
-        def __init__(self) -> None:
+        def __init__(self, files, read, loader, rank, world_size, opener) -> None:
             self.files, self.read, self.loader = files, read, loader
-            self.rank, self.world_size = rank, world
+            self.rank, self.world_size = rank, world_size
             self.epoch = 0
             self.opener = opener
 
@@ -99,7 +116,7 @@ def _make_dataset(paths, read: ReadConfig, loader: LoaderConfig, opener: Opener 
             batches = read_batches(self.files, self.read, num_consumers=n, consumer=consumer,
                                    shard_mode=self.loader.shard_mode, epoch=self.epoch,
                                    shuffle_files=self.loader.shuffle_files, opener=self.opener,
-                                   alloc=_shared_alloc if shared else _tensor_alloc)
+                                   alloc=_shared_alloc if shared else _PooledTensors().alloc)
             for tensors in batches:
                 if self.loader.mechanism == "batch":
                     yield tensors
@@ -107,14 +124,30 @@ def _make_dataset(paths, read: ReadConfig, loader: LoaderConfig, opener: Opener 
                     for i in range(len(tensors["index"] if "index" in tensors else tensors["record"])):
                         yield {k: v[i] for k, v in tensors.items()}
 
-    return TFRecordIterable()
+    TFRecordIterable.__qualname__ = TFRecordIterable.__name__ = "_TFRecordIterable"
+    TFRecordIterable.__module__ = __name__
+    globals()["_TFRecordIterable"] = TFRecordIterable
+    return TFRecordIterable
 
 
-def _tensor_alloc(shape: tuple[int, ...], dtype):
-    import torch
+def __getattr__(name: str):
+    if name == "_TFRecordIterable":  # unpickling in a spawned worker
+        return _iterable_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    t = torch.from_numpy(np.empty(shape, dtype))
-    return t, t.numpy()
+
+class _PooledTensors:
+    """In-process batches: tensors over pooled NumPy arrays (see BufferPool for why reuse is safe:
+    a tensor from `torch.from_numpy` and all its views hold a reference to the array)."""
+
+    def __init__(self) -> None:
+        self.pool = BufferPool()
+
+    def alloc(self, shape: tuple[int, ...], dtype):
+        import torch
+
+        a = self.pool.array(shape, dtype)
+        return torch.from_numpy(a), a
 
 
 def _shared_alloc(shape: tuple[int, ...], dtype):
@@ -144,7 +177,8 @@ def make_loader(paths, read: ReadConfig | None = None, loader: LoaderConfig | No
     kwargs = {}
     if loader.num_workers:
         kwargs = {"prefetch_factor": loader.prefetch_factor or 2,
-                  "persistent_workers": loader.persistent_workers}
+                  "persistent_workers": loader.persistent_workers,
+                  "multiprocessing_context": loader.multiprocessing_context}
     if loader.mechanism == "batch":
         return DataLoader(dataset, batch_size=None, num_workers=loader.num_workers,
                           pin_memory=loader.pin_memory, **kwargs)

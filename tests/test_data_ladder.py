@@ -1,0 +1,106 @@
+"""The notebook-03 ladder helpers: data written twice, conclusions computed from measurements,
+the in-memory cache, and a tiny end-to-end ladder on each framework."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.data import read_records
+from labkit.data.ladder import (
+    RUNGS,
+    CachedBatches,
+    Ladder,
+    LadderConfig,
+    ReadRates,
+    Rung,
+    best_torch_mechanism,
+    conclusions,
+    corruption_demo,
+    workers_to_feed,
+    write_bench_shards,
+    write_ladder_data,
+)
+
+TINY = LadderConfig(num_samples=12, image_size=8, records_per_shard=4, batch_size=4, num_workers=2,
+                    prefetch=2, open_latency_ms=1.0, bandwidth_mb_s=100.0, repeats=1)
+
+
+def test_ladder_data_is_the_same_dataset_twice(tmp_path):
+    data = write_ladder_data(tmp_path, TINY)
+    assert len(data.small_files.paths) == 12 and len(data.shards.paths) == 3
+    assert sorted(read_records(data.small_files.paths)) == sorted(read_records(data.shards.paths))
+
+
+def test_corruption_demo_names_file_and_offset(tmp_path):
+    data = write_ladder_data(tmp_path, TINY)
+    message = corruption_demo(data.shards.paths[0], str(tmp_path / "bad.tfrecord"))
+    assert "bad.tfrecord" in message and "byte offset" in message and "CRC" in message
+
+
+def test_cached_batches_replay_without_the_source():
+    calls = []
+
+    def source():
+        calls.append(1)
+        yield from ([1], [2], [3])
+
+    class Once:
+        def __iter__(self):
+            return source()
+
+    cached = CachedBatches(Once())
+    assert list(cached) == [[1], [2], [3]] and list(cached) == [[1], [2], [3]]
+    assert len(calls) == 1
+
+
+def _ladder(engine, rates):
+    return Ladder(engine, [Rung(engine, name, 100, 100 / r, f) for name, r, f in
+                           zip(RUNGS, rates, [0.9, 0.5, 0.4, 0.2, 0.05], strict=True)])
+
+
+def test_conclusions_are_computed_from_the_numbers():
+    lad = _ladder("torch", [10, 50, 40, 100, 150])
+    assert lad.best.name == "cache" and lad.speedup() == pytest.approx(15)
+    page = ReadRates({}, {"torch, mechanism=batch": 2000.0, "torch, mechanism=sample": 1000.0})
+    raw = ReadRates({"raw read": 6.0, "crc32c": 6.0, "ceiling 1/(1/raw+1/crc)": 3.0,
+                     "torch, mechanism=batch": 2.4, "tf.data, 2 parallel reads": 1.2}, {})
+    text = conclusions([lad], page, raw, best_torch_mechanism(page), TINY)
+    assert "5.0× faster" in text and "15.0× the naive rung" in text
+    assert "started afresh" in text  # parallel reads (40) slower than shards (50)
+    assert "2.00×" in text and "mechanism='batch'" in text
+    assert "80% of the single-core ceiling 3.00 GB/s" in text and "2.00× tf.data" in text
+
+
+def test_workers_to_feed():
+    assert workers_to_feed(images_per_s=8000, image_bytes=150_000, gb_per_s=0.5) == 3
+    assert workers_to_feed(images_per_s=8000, image_bytes=150_000, gb_per_s=float("nan")) == 0
+
+
+def test_bench_shards(tmp_path):
+    s = write_bench_shards(tmp_path, record_kb=10, total_mb=1, shards=4)
+    assert s.num_records == 100 and len(s.paths) == 4
+    assert all(len(r) == 10_000 for r in read_records(s.paths))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_tiny_torch_ladder(tmp_path):
+    pytest.importorskip("torch")
+    from labkit.data.ladder import torch_ladder
+    from labkit.data.step_probe import torch_image_step
+
+    lad = torch_ladder(write_ladder_data(tmp_path, TINY), torch_image_step(10, width=4))
+    assert [r.name for r in lad.rungs] == list(RUNGS)
+    assert all(r.samples == 12 and 0 <= r.data_fraction <= 1 for r in lad.rungs)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_tiny_tf_ladder(tmp_path):
+    pytest.importorskip("tensorflow")
+    from labkit.data.ladder import tf_ladder
+    from labkit.data.step_probe import tf_image_step
+
+    lad = tf_ladder(write_ladder_data(tmp_path, TINY), tf_image_step(10, width=4))
+    assert [r.name for r in lad.rungs] == list(RUNGS)
+    assert all(r.samples == 12 for r in lad.rungs)
