@@ -160,7 +160,9 @@ def _fit_custom(config: TrainConfig, on_step: StepCallback | None, data_dir: str
             lr = float(parts["schedule"](step))
             loss, stop, skipped = train_step(iterator, tf.constant(float(flag.requested)))
             loss_value = float(loss)
-            stop = bool(stop > 0)
+            # Every worker learns of a SIGTERM through the all-reduced flag (they must save and
+            # leave at the same step); a lone process can also act on one that came mid-step.
+            stop = bool(stop > 0) or (plan.num_workers == 1 and flag.requested)
             step_var.assign(step + 1)
             now = time.perf_counter()
             step_time, last = now - last, now
