@@ -1,4 +1,4 @@
-"""Notebook 02's helpers: batch semantics, LR rules, curve gaps, and skipping a missing framework."""
+"""Notebook 02's functions: batch semantics, LR rules, curve gaps, and skipping a missing framework."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ CLI: `labkit launch-tf --workers 2 -- --model cnn --steps 10 --metrics-out m.jso
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -193,14 +194,8 @@ def add_launch_command(subparsers) -> None:
     p.add_argument("--vertex-names", action="store_true",
                    help="name the primary replica 'master' as Vertex does")
     p.add_argument("--timeout", type=float, default=600.0)
-    p.add_argument("train_args", nargs=argparse_remainder(), help="flags for labkit train")
+    p.add_argument("train_args", nargs=argparse.REMAINDER, help="flags for labkit train")
     p.set_defaults(handler=_launch_command)
-
-
-def argparse_remainder():
-    import argparse
-
-    return argparse.REMAINDER
 
 
 def _launch_command(args) -> int:
