@@ -190,3 +190,19 @@ def test_tfrecord_source_gives_the_same_samples_and_run(tmp_path, reference):
     log = fit(TrainConfig(framework="tf", model="cnn", batch_size=32, num_samples=256, steps=3,
                           device="cpu", progress=False), data_dir=str(tmp_path / "data"))
     assert log.losses == pytest.approx([s["loss"] for s in reference["steps"][:3]], rel=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_gpu_mixed_precision_run_reports_gpu_memory(precision):
+    """On a GPU: mixed precision trains, TF reports its peak GPU memory, in a fresh process."""
+    code = ("from labkit.tf.engine import fit; from labkit.train import TrainConfig;"
+            f"log = fit(TrainConfig(framework='tf', model='resnet', steps=4, batch_size=64,"
+            f" precision='{precision}', device='cuda', progress=False));"
+            "print(log.run['device'], log.steps[-1]['peak_memory_bytes'], log.losses[-1])")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    device, peak, loss = r.stdout.split()[-3:]
+    assert device == "gpu" and int(peak) > 0 and float(loss) == float(loss)
