@@ -35,15 +35,13 @@ def hide_frameworks(tmp_path):
     def make(*modules: str) -> dict[str, str]:
         site = tmp_path / "hidden-site"
         site.mkdir(exist_ok=True)
+        # A None entry in sys.modules is Python's own "not importable" marker: `import x`
+        # raises ModuleNotFoundError and importlib.util.find_spec("x") returns None, exactly as
+        # when the package is absent (libraries that probe for it keep working).
         (site / "sitecustomize.py").write_text(textwrap.dedent(f"""
             import sys
-            _HIDDEN = {tuple(modules)!r}
-            class _Hide:
-                def find_spec(self, name, path=None, target=None):
-                    if name.split(".")[0] in _HIDDEN:
-                        raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
-                    return None
-            sys.meta_path.insert(0, _Hide())
+            for _name in {tuple(modules)!r}:
+                sys.modules[_name] = None
         """))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(site), str(REPO), env.get("PYTHONPATH", "")])

@@ -30,6 +30,7 @@ def _cnn_count(c: CNNConfig) -> int:
     return total + c_in * c.num_classes + c.num_classes
 
 
+@pytest.mark.slow
 def test_known_parameter_counts():
     # torchvision's ResNet-50 and the 124M GPT-2 (vocab 50304, tied head, no biases).
     assert count_parameters(build_model(ResNetConfig.resnet50())) == 25_557_032

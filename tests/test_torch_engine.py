@@ -166,3 +166,48 @@ def test_sigterm_handler_chains_the_previous_one(tmp_path):
         assert checkpoint.committed_steps(str(tmp_path)) == [1]
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_reading_the_loss_one_step_late_changes_nothing(tmp_path):
+    cfg = replace(BASE, steps=6, checkpoint_every=4)
+    now = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "a")), read_loss_late=False)
+    seen = []
+    late = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "b")), read_loss_late=True,
+                      on_step=lambda step, m: seen.append(step))
+    assert late.losses == now.losses and seen == list(range(6))
+    with pytest.raises(Preempted):
+        engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "c"), preempt_at=2), read_loss_late=True)
+    rest = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "c")), read_loss_late=True)
+    assert rest.losses == now.losses[3:]
+
+
+def test_background_checkpoint_writes_every_step_and_reports_failures(tmp_path):
+    engine.fit(replace(BASE, steps=5, checkpoint_every=1, checkpoint_dir=str(tmp_path / "ck")))
+    assert checkpoint.committed_steps(str(tmp_path / "ck")) == [0, 1, 2, 3, 4]
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the checkpoint folder should go")
+    c = engine.build(BASE, DistInfo(), torch.device("cpu"))
+    saver = state.Saver(str(blocker / "ck"), DistInfo())
+    saver.save(c, 0, engine.DataPosition())
+    with pytest.raises(RuntimeError, match="writing a checkpoint"):
+        saver.wait()
+
+
+def test_tensorboard_events_are_written(tmp_path):
+    engine.fit(replace(BASE, steps=2, tensorboard_dir=str(tmp_path / "tb")))
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ddp_preempted_and_resumed_matches_the_uninterrupted_ddp_run(tmp_path):
+    from labkit.torch.launch import run_local
+
+    cfg = replace(BASE, steps=6, checkpoint_every=2)
+    full = run_local(replace(cfg, checkpoint_dir=str(tmp_path / "full")), 2)
+    with pytest.raises(Preempted):
+        run_local(replace(cfg, checkpoint_dir=str(tmp_path / "cut"), preempt_at=2), 2)
+    ck = checkpoint.load(str(tmp_path / "cut"))
+    assert ck.step == 2 and {"rng-rank0.pt", "rng-rank1.pt", "model.pt", "train.pt"} <= ck.files.keys()
+    rest = run_local(replace(cfg, checkpoint_dir=str(tmp_path / "cut")), 2)
+    assert rest.losses == full.losses[3:]

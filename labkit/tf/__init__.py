@@ -1,5 +1,14 @@
-"""TensorFlow side of labkit: Keras 3 model twins, tf.distribute strategies from the cluster
-environment, mixed-precision policies and the training engine (`labkit.tf.engine.fit`).
+"""TensorFlow side of labkit (Keras 3 on the TensorFlow backend).
+
+- `models`: Keras twins of the torch models, built from the same `labkit.models` configs.
+- `engine.fit(config)`: the training engine behind `labkit train --framework tf` (custom loop;
+  `keras_fit` is the `model.fit` + BackupAndRestore variant, `ps` the ParameterServer one).
+- `strategy`: default / Mirrored / MultiWorkerMirrored / ParameterServer from TF_CONFIG
+  (Vertex's `master` mapped to `chief`); `runtime`: CPU-only or GPU memory growth.
+- `data`: global-batch layout and tf.data input over the synthetic samples or TFRecord shards.
+- `precision`: fp32 / tf32 / mixed_bfloat16 / mixed_float16 + loss scaling; `ladder`: notebook 04.
+- `launch`: N workers on loopback with a TF_CONFIG each (`labkit launch-tf`); `distribution`:
+  notebook 02's DDP vs tf.distribute measurements.
 
 Nothing here is imported by the framework-free top level; import `labkit.tf.*` only when
 `labkit.frameworks.has_tf()` is true.

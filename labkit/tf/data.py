@@ -17,8 +17,12 @@ replicas in order, which is why the rows are laid out (step, local replica).
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -70,6 +74,52 @@ def load_arrays(model_cfg: ModelConfig, num_samples: int, seed: int) -> tuple[np
                                              num_classes=model_cfg.num_classes))
     x, y = src.batch(range(num_samples))
     return x, y.astype(np.int32)
+
+
+def arrays_from_shards(model_cfg: ModelConfig, num_samples: int, seed: int,
+                       data_dir: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """The same samples as `load_arrays`, but through labkit's TFRecord layer: the synthetic
+    dataset is written once as TFRecord shards under `data_dir` (skipped when they exist) and
+    read back with the tf.data pipeline (`labkit.data.tf_pipeline`), checking that every
+    index arrives exactly once."""
+    from labkit.data import ShardConfig, write_image_shards, write_token_shards
+    from labkit.data.tf_pipeline import TFPipelineConfig, make_tf_dataset
+
+    gpt = isinstance(model_cfg, GPTConfig)
+    kind = "tokens" if gpt else "images"
+    shape = (model_cfg.block_size, model_cfg.vocab_size) if gpt else \
+        (model_cfg.image_size, model_cfg.channels, model_cfg.num_classes)
+    name = f"{kind}-n{num_samples}-s{seed}-" + "x".join(map(str, shape))
+    final = Path(data_dir) / name
+    if not (final / "data-manifest.json").exists():
+        # Workers of one job may race here: each writes a private folder, the first rename wins.
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=_mkdir(data_dir)))
+        if gpt:
+            write_token_shards(tmp, SyntheticTokens(TokenDatasetConfig(
+                num_sequences=num_samples, seed=seed, block_size=model_cfg.block_size,
+                vocab_size=model_cfg.vocab_size)), ShardConfig())
+        else:
+            write_image_shards(tmp, SyntheticImages(ImageDatasetConfig(
+                num_samples=num_samples, seed=seed, image_size=model_cfg.image_size,
+                channels=model_cfg.channels, num_classes=model_cfg.num_classes)), ShardConfig())
+        try:
+            os.replace(tmp, final)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    paths = sorted(str(p) for p in final.glob("data-*.tfrecord"))
+    batch = next(iter(make_tf_dataset(paths, TFPipelineConfig(kind=kind, batch_size=num_samples))))
+    index = batch["index"].numpy()
+    if not np.array_equal(index, np.arange(num_samples)):
+        raise ValueError(f"{final}: shards do not hold samples 0..{num_samples - 1} in order")
+    if gpt:
+        seqs = batch["tokens"].numpy().astype(np.int32)
+        return seqs[:, :-1], seqs[:, 1:]
+    return batch["image"].numpy(), batch["label"].numpy().astype(np.int32)
+
+
+def _mkdir(path) -> str:
+    os.makedirs(path, exist_ok=True)
+    return os.fspath(path)
 
 
 def replica_indices(step: int, replica: int, layout: BatchLayout, num_samples: int,

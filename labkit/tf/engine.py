@@ -45,18 +45,33 @@ def default_num_samples(config: TrainConfig) -> int:
 
 
 def fit(config: TrainConfig, *, on_step: StepCallback | None = None,
-        loop: str | None = None) -> Any:
+        loop: str | None = None, data_dir: str | None = None) -> Any:
     """Train as configured; returns the MetricsLog (written to `config.metrics_out` by the chief;
-    other workers write `<name>.worker<i>.json` beside it). `loop="keras"` (or the environment
-    variable LABKIT_TF_LOOP=keras) trains with Keras `model.fit` + BackupAndRestore instead."""
+    other workers write `<name>.worker<i>.json` beside it).
+
+    `loop="keras"` (or LABKIT_TF_LOOP=keras) trains with Keras `model.fit` + BackupAndRestore
+    instead of the custom loop. `data_dir` (or LABKIT_TF_DATA_DIR) makes the samples come
+    through labkit's TFRecord layer (shards written there once, read with tf.data) rather than
+    straight from the synthetic generator; the bytes are the same either way."""
     from labkit.config import check_choice
 
     loop = check_choice("loop", loop or os.environ.get("LABKIT_TF_LOOP", "custom"), LOOPS)
+    data_dir = data_dir or os.environ.get("LABKIT_TF_DATA_DIR") or None
     if loop == "keras":
         from labkit.tf.keras_fit import fit_keras
 
-        return fit_keras(config, on_step=on_step)
-    return _fit_custom(config, on_step)
+        return fit_keras(config, on_step=on_step, data_dir=data_dir)
+    return _fit_custom(config, on_step, data_dir)
+
+
+def training_arrays(model_cfg, config: TrainConfig, data_dir: str | None):
+    """Every sample of the run, in memory, from the generator or the TFRecord shards."""
+    from labkit.tf.data import arrays_from_shards, load_arrays
+
+    n = default_num_samples(config)
+    if data_dir:
+        return arrays_from_shards(model_cfg, n, config.seed, data_dir)
+    return load_arrays(model_cfg, n, config.seed)
 
 
 class _SigtermFlag:
@@ -85,22 +100,24 @@ class _SigtermFlag:
             signal.signal(signal.SIGTERM, self._previous)
 
 
-def _fit_custom(config: TrainConfig, on_step: StepCallback | None):
+def _fit_custom(config: TrainConfig, on_step: StepCallback | None, data_dir: str | None):
     from labkit.tf import runtime
 
     device = runtime.configure(config.device)  # before anything else touches TF devices
     import tensorflow as tf
 
     from labkit.tf import strategy as strategies
-    from labkit.tf.data import BatchLayout, load_arrays, make_dataset_fn
+    from labkit.tf.data import BatchLayout, make_dataset_fn
     from labkit.tf.precision import TFPrecision, apply_matmul_precision
 
     plan = strategies.plan_strategy(local_gpus=len(tf.config.get_visible_devices("GPU")))
+    if strategies.run_server_if_needed(plan):  # ps / worker tasks of a PS job serve, then exit
+        return MetricsLog(run={"framework": "tf", "strategy": plan.kind,
+                               "task": f"{plan.task_type}:{plan.task_index}"})
     if plan.kind == "parameter_server":
-        raise NotImplementedError(
-            "TF_CONFIG has 'ps' tasks: ParameterServerStrategy is built by "
-            "labkit.tf.strategy.make_strategy, but this engine trains with the synchronous "
-            "strategies only (drop the parameter-server pool, or use MultiWorkerMirrored)")
+        from labkit.tf.ps import fit_parameter_server
+
+        return fit_parameter_server(config, plan, on_step, data_dir)
     strategy = strategies.make_strategy(plan)
     precision = TFPrecision.for_mode(config.precision)
     apply_matmul_precision(precision)
@@ -122,14 +139,19 @@ def _fit_custom(config: TrainConfig, on_step: StepCallback | None):
         return _finish(MetricsLog(run=_run_info(config, plan, layout, model, device, start)),
                        config, plan, model)
 
-    arrays = load_arrays(model_cfg, default_num_samples(config), config.seed)
+    arrays = training_arrays(model_cfg, config, data_dir)
     dataset = strategy.distribute_datasets_from_function(make_dataset_fn(
         arrays, layout, first_step=start, last_step=config.steps, seed=config.seed,
         latency_s=config.input_latency_ms / 1000.0))
-    train_step = make_train_step(strategy, model, optimizer, layout, config.grad_clip, precision)
+    jit = config.compile and strategy.num_replicas_in_sync == 1
+    train_step = make_train_step(strategy, model, optimizer, layout, config.grad_clip, precision,
+                                 jit_compile=jit)
     tokens = model_cfg.block_size if isinstance(model_cfg, GPTConfig) else None
     log = MetricsLog(run=_run_info(config, plan, layout, model, device, start))
+    log.run["xla"] = jit
     iterator = iter(dataset)
+    writer = (tf.summary.create_file_writer(config.tensorboard_dir)
+              if config.tensorboard_dir and plan.is_chief else None)
     with _SigtermFlag() as flag:
         last = time.perf_counter()
         for step in range(start, config.steps):
@@ -138,7 +160,9 @@ def _fit_custom(config: TrainConfig, on_step: StepCallback | None):
             lr = float(parts["schedule"](step))
             loss, stop, skipped = train_step(iterator, tf.constant(float(flag.requested)))
             loss_value = float(loss)
-            stop = bool(stop > 0)
+            # Every worker learns of a SIGTERM through the all-reduced flag (they must save and
+            # leave at the same step); a lone process can also act on one that came mid-step.
+            stop = bool(stop > 0) or (plan.num_workers == 1 and flag.requested)
             step_var.assign(step + 1)
             now = time.perf_counter()
             step_time, last = now - last, now
@@ -151,6 +175,7 @@ def _fit_custom(config: TrainConfig, on_step: StepCallback | None):
             if on_step is not None:
                 on_step(step, m.to_dict())
             _progress(config, plan, m)
+            _tensorboard(writer, m)
             done = step + 1 == config.steps
             due = config.checkpoint_every and (step + 1) % config.checkpoint_every == 0
             if manager is not None and (due or done or stop):
@@ -217,30 +242,62 @@ def _pre_reduced(optimizer_cls):
     return PreReduced
 
 
-def make_train_step(strategy, model, optimizer, layout, grad_clip: float | None, precision):
+def make_train_step(strategy, model, optimizer, layout, grad_clip: float | None, precision,
+                    *, jit_compile: bool = False):
     """A `tf.function(iterator, stop_flag) -> (mean loss, any stop, skipped)` running one
-    optimizer step on every replica."""
+    optimizer step on every replica. `jit_compile` compiles each micro-step's forward and
+    backward with XLA (TF's counterpart of torch.compile; one replica only)."""
+    import tensorflow as tf
+
+    replica_step = make_replica_step(model, optimizer, layout, grad_clip, precision,
+                                     jit_compile=jit_compile)
+
+    @tf.function
+    def train_step(iterator, stop_flag):
+        batch = next(iterator)
+        loss, stop, skipped = strategy.run(replica_step, args=(batch, stop_flag))
+        sum_ = tf.distribute.ReduceOp.SUM
+        return (strategy.reduce(sum_, loss, axis=None), strategy.reduce(sum_, stop, axis=None),
+                strategy.reduce(sum_, skipped, axis=None))
+
+    return train_step
+
+
+def make_replica_step(model, optimizer, layout, grad_clip: float | None, precision,
+                      *, jit_compile: bool = False):
+    """What one replica does in one optimizer step: `(batch, stop_flag) -> (loss, stop,
+    skipped)`, batch = (inputs, targets) shaped (grad_accum, micro_batch, ...)."""
     import tensorflow as tf
 
     accum = layout.grad_accum
     scaled = precision.loss_scaling
+    terms = None
+
+    def micro_step(x, y):
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)
+            per_sample = tf.keras.losses.sparse_categorical_crossentropy(y, logits,
+                                                                         from_logits=True)
+            # Sum over this micro-batch / the global count: summing over replicas and
+            # micro-steps then gives the mean over the global batch, as in torch.
+            loss = tf.reduce_sum(per_sample) / float(layout.global_batch * terms)
+            loss_for_grad = optimizer.scale_loss(loss) if scaled else loss
+        grads = tape.gradient(loss_for_grad, model.trainable_variables)
+        return loss, [tf.convert_to_tensor(g) for g in grads]
+
+    if jit_compile:
+        micro_step = tf.function(micro_step, jit_compile=True)
 
     def replica_step(batch, stop_flag):
+        nonlocal terms
         x, y = batch  # (accum, micro, ...) each
+        terms = _per_sample_terms(y)
         variables = model.trainable_variables
         grads = [tf.zeros_like(v) for v in variables]
         total = tf.constant(0.0)
         for k in range(accum):  # static unroll: accum is small and fixed per run
-            with tf.GradientTape() as tape:
-                logits = model(x[k], training=True)
-                # Sum over this micro-batch / the global count: summing over replicas and
-                # micro-steps then gives the mean over the global batch, as in torch.
-                per_sample = tf.keras.losses.sparse_categorical_crossentropy(
-                    y[k], logits, from_logits=True)
-                loss = tf.reduce_sum(per_sample) / float(layout.global_batch * _per_sample_terms(y))
-                loss_for_grad = optimizer.scale_loss(loss) if scaled else loss
-            step_grads = tape.gradient(loss_for_grad, variables)
-            grads = [g + tf.convert_to_tensor(s) for g, s in zip(grads, step_grads, strict=True)]
+            loss, step_grads = micro_step(x[k], y[k])
+            grads = [g + s for g, s in zip(grads, step_grads, strict=True)]
             total += loss
         ctx = tf.distribute.get_replica_context()
         grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
@@ -255,15 +312,7 @@ def make_train_step(strategy, model, optimizer, layout, grad_clip: float | None,
         optimizer.apply(grads, variables)
         return total, stop_flag, skipped
 
-    @tf.function
-    def train_step(iterator, stop_flag):
-        batch = next(iterator)
-        loss, stop, skipped = strategy.run(replica_step, args=(batch, stop_flag))
-        sum_ = tf.distribute.ReduceOp.SUM
-        return (strategy.reduce(sum_, loss, axis=None), strategy.reduce(sum_, stop, axis=None),
-                strategy.reduce(sum_, skipped, axis=None))
-
-    return train_step
+    return replica_step
 
 
 def _per_sample_terms(y) -> int:
@@ -328,6 +377,19 @@ def _peak_memory(device: str) -> int:
 
         return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _tensorboard(writer, m: StepMetrics) -> None:
+    """The torch engine's TensorBoard scalars, written with tf.summary."""
+    if writer is None:
+        return
+    import tensorflow as tf
+
+    with writer.as_default(step=m.step):
+        for key, value in m.to_dict().items():
+            if key in ("loss", "step_time_s", "samples_per_s", "tokens_per_s", "lr"):
+                tf.summary.scalar(f"train/{key}", value)
+    writer.flush()
 
 
 def _progress(config: TrainConfig, plan, m: StepMetrics) -> None:

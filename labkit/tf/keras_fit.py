@@ -52,7 +52,7 @@ def backed_up_epoch(backup_dir: str | None) -> int:
         return int(json.load(f)["epoch"])
 
 
-def fit_keras(config: TrainConfig, *, on_step=None) -> MetricsLog:
+def fit_keras(config: TrainConfig, *, on_step=None, data_dir: str | None = None) -> MetricsLog:
     from labkit.tf import runtime
 
     device = runtime.configure(config.device)
@@ -61,7 +61,7 @@ def fit_keras(config: TrainConfig, *, on_step=None) -> MetricsLog:
 
     from labkit.tf import engine
     from labkit.tf import strategy as strategies
-    from labkit.tf.data import BatchLayout, gather_fn, index_table, load_arrays
+    from labkit.tf.data import BatchLayout, gather_fn, index_table
     from labkit.tf.precision import TFPrecision, apply_matmul_precision
 
     if config.grad_accum != 1:
@@ -89,7 +89,7 @@ def fit_keras(config: TrainConfig, *, on_step=None) -> MetricsLog:
 
     backup_dir = os.path.join(config.checkpoint_dir, "backup") if config.checkpoint_dir else None
     first_epoch = backed_up_epoch(backup_dir)
-    x_all, y_all = load_arrays(model_cfg, engine.default_num_samples(config), config.seed)
+    x_all, y_all = engine.training_arrays(model_cfg, config, data_dir)
     # Global batches in the custom loop's order (one replica = the global sample order).
     table = index_table(first_epoch * per_epoch, config.steps, range(1),
                         BatchLayout(config.batch_size, 1, 1), len(x_all), config.seed)

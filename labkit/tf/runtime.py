@@ -10,18 +10,11 @@ labkit.tf entry point first.
 from __future__ import annotations
 
 import os
-import sys
 
 # Set before tensorflow is imported anywhere through labkit: TF's C++ INFO lines drown output.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 _configured: str | None = None
-
-
-def torch_holds_cuda() -> bool:
-    """True when PyTorch in this process has already initialised CUDA."""
-    torch = sys.modules.get("torch")
-    return bool(torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized())
 
 
 def configure(device: str = "auto") -> str:

@@ -7,6 +7,9 @@
 | TF_CONFIG with chief/worker tasks only        | MultiWorkerMirroredStrategy     |
 | TF_CONFIG with `ps` tasks                     | ParameterServerStrategy         |
 
+With ParameterServerStrategy the chief coordinates (`labkit.tf.ps`), and the `worker` and `ps`
+tasks only run a TF server (`run_server_if_needed`) until the job ends.
+
 Vertex writes the primary replica as `master` in TF_CONFIG, which TensorFlow rejects; the
 TF_CONFIG handed to TensorFlow always says `chief` (see `normalized_tf_config`). When
 `labkit.cluster` is available its `ClusterInfo.tf_config()` is the source of truth.

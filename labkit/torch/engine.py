@@ -103,7 +103,8 @@ def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
         model = model.to(memory_format=torch.channels_last)
     forward_model: nn.Module = model
     if info.distributed:
-        forward_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+        forward_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+                            gradient_as_bucket_view=True)
     if config.compile:
         forward_model = torch.compile(forward_model)
     lr = config.lr * (info.world_size if config.scale_lr_with_world_size else 1)
@@ -185,21 +186,24 @@ def _peak_memory(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # process peak RSS
 
 
-def fit(config: TrainConfig, *, on_step: StepCallback | None = None) -> MetricsLog:
+def fit(config: TrainConfig, *, on_step: StepCallback | None = None,
+        read_loss_late: bool | None = None) -> MetricsLog:
     """Train as configured; returns the MetricsLog (also written to `config.metrics_out` by rank
     0). Raises `labkit.train.Preempted` after checkpointing when SIGTERM arrives (or at
-    `config.preempt_at`). `on_step(step, metrics_dict)` runs on every rank after each step."""
+    `config.preempt_at`). `on_step(step, metrics_dict)` runs on every rank after each step (one
+    step late when `read_loss_late`, the default on a single GPU: the loss of a step is read
+    once the next step is queued, so the host never stalls the device)."""
     info = distributed.info_from_env()
     device = resolve_device(config.device, info)
     info = distributed.init(device.type, info)
     try:
-        return _fit(config, info, device, on_step)
+        return _fit(config, info, device, on_step, read_loss_late)
     finally:
         distributed.shutdown()
 
 
 def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
-         on_step: StepCallback | None) -> MetricsLog:
+         on_step: StepCallback | None, read_loss_late: bool | None) -> MetricsLog:
     micro = micro_batch_size(config, info.world_size)
     c = build(config, info, device)
     position = DataPosition()
@@ -223,11 +227,38 @@ def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
     writer = _tensorboard(config, info)
     bar = _progress(config, info, start)
     guard = PreemptionGuard()
+    saver = state.Saver(config.checkpoint_dir, info) if config.checkpoint_dir else None
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     try:
         with guard:
-            last = time.perf_counter()
+            # On a single GPU the loss of step i is read after step i+1 is queued, so the host
+            # never waits for the device between steps; elsewhere it is read at once.
+            lag = (device.type == "cuda" if read_loss_late is None else read_loss_late) and not info.distributed
+            pending: list[_Pending] = []
+            clock = [time.perf_counter()]
+
+            def finish(p: _Pending, loss_value: float) -> None:
+                now = time.perf_counter()
+                step_time, clock[0] = now - clock[0], now
+                m = StepMetrics(step=p.step, loss=loss_value, step_time_s=step_time, data_time_s=p.data_time,
+                                samples_per_s=config.batch_size / step_time,
+                                tokens_per_s=(config.batch_size * tokens_per_sample / step_time
+                                              if tokens_per_sample else None),
+                                mfu=(per_sample * config.batch_size / step_time / info.world_size / peak_flops
+                                     if peak_flops else None),
+                                peak_memory_bytes=_peak_memory(device), lr=p.lr,
+                                skipped=bool(p.skipped.item()) if p.skipped is not None else False)
+                log.append(m)
+                _report(m, writer, bar, on_step)
+                if math.isnan(loss_value):
+                    raise FloatingPointError(f"loss is NaN at step {p.step}")
+
+            def drain() -> None:
+                while pending:
+                    p = pending.pop(0)
+                    finish(p, float(p.loss.item()))
+
             for step in range(start, config.steps):
                 if config.preempt_at is not None and step == config.preempt_at:
                     guard.trigger()  # the drill: SIGTERM to ourselves, mid-step
@@ -239,23 +270,22 @@ def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
                     data_time += time.perf_counter() - t
                 lr = c.optimizer.param_groups[0]["lr"]
                 loss, skipped = train_step(c, batches, config.grad_clip)
-                loss_value, stop = _agree(loss, guard.requested, info)
-                now = time.perf_counter()
-                step_time, last = now - last, now
-                m = StepMetrics(step=step, loss=loss_value, step_time_s=step_time, data_time_s=data_time,
-                                samples_per_s=config.batch_size / step_time,
-                                tokens_per_s=(config.batch_size * tokens_per_sample / step_time
-                                              if tokens_per_sample else None),
-                                mfu=(per_sample * config.batch_size / step_time / info.world_size / peak_flops
-                                     if peak_flops else None),
-                                peak_memory_bytes=_peak_memory(device), lr=lr,
-                                skipped=bool(skipped.item()) if skipped is not None else False)
-                log.append(m)
-                _report(m, writer, bar, on_step)
+                current = _Pending(step, loss, skipped, data_time, lr)
+                if lag:
+                    drain()  # the previous step: its loss is ready or nearly so
+                    pending.append(current)
+                    stop = guard.requested
+                else:
+                    loss_value, stop = _agree(loss, guard.requested, info)
+                    finish(current, loss_value)
                 done = step + 1 == config.steps
                 due = config.checkpoint_every and (step + 1) % config.checkpoint_every == 0
-                if config.checkpoint_dir and (due or done or stop):
-                    state.save(config.checkpoint_dir, c, info, step, loader.position)
+                if done or stop or (config.checkpoint_dir and due):
+                    drain()
+                if saver is not None and (due or done or stop):
+                    # Periodic saves write in the background; the last one and a preemption's
+                    # are waited for (the process is about to exit).
+                    saver.save(c, step, loader.position, wait=bool(done or stop))
                     if info.is_main and config.metrics_out:
                         log.write(config.metrics_out)
                 if stop:
@@ -263,9 +293,9 @@ def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
                         log.write(config.metrics_out)
                     guard.chain()
                     raise Preempted(step)
-                if math.isnan(loss_value):
-                    raise FloatingPointError(f"loss is NaN at step {step}")
     finally:
+        if saver is not None:
+            saver.wait()
         if bar is not None:
             bar.close()
         if writer is not None:
@@ -273,6 +303,17 @@ def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
     if info.is_main and config.metrics_out:
         log.write(config.metrics_out)
     return log
+
+
+@dataclass
+class _Pending:
+    """A dispatched step whose loss has not been read yet."""
+
+    step: int
+    loss: torch.Tensor
+    skipped: torch.Tensor | None
+    data_time: float
+    lr: float
 
 
 def _agree(loss: torch.Tensor, stop: bool, info: distributed.DistInfo) -> tuple[float, bool]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import random
+import threading
 import warnings
 from typing import TYPE_CHECKING, Any
 
@@ -51,18 +52,29 @@ def set_rng_state(s: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(s["cuda"])
 
 
-def save(directory: str, c: Components, info: DistInfo, step: int, position: DataPosition) -> None:
-    """Checkpoint the state after `step` (the resumed run starts at step + 1)."""
-    entries: dict[str, Any] = {}
+def serialize(c: Components, info: DistInfo, step: int, position: DataPosition) -> dict[str, bytes]:
+    """This rank's blobs for the state after `step`, as bytes on the host. Serialising copies
+    every tensor, so training may go on while the bytes are written."""
+    blobs: dict[str, bytes] = {}
     if info.is_main:
         model = {k: v.detach().cpu() for k, v in c.model.state_dict().items()}
         train = {"optimizer": c.optimizer.state_dict(), "scheduler": c.scheduler.state_dict(),
                  "scaler": c.scaler.state_dict(), "next_step": step + 1,
                  "data_position": {"epoch": position.epoch, "batch": position.batch}}
-        entries["model.pt"] = checkpoint.write_blob(directory, step, "model.pt", to_bytes(model))
-        entries["train.pt"] = checkpoint.write_blob(directory, step, "train.pt", to_bytes(train))
-    name = f"rng-rank{info.rank}.pt"
-    entries[name] = checkpoint.write_blob(directory, step, name, to_bytes(rng_state()))
+        blobs["model.pt"] = to_bytes(model)
+        blobs["train.pt"] = to_bytes(train)
+    blobs[f"rng-rank{info.rank}.pt"] = to_bytes(rng_state())
+    return blobs
+
+
+def save(directory: str, c: Components, info: DistInfo, step: int, position: DataPosition) -> None:
+    """Checkpoint the state after `step` (the resumed run starts at step + 1), synchronously."""
+    _write_and_commit(directory, info, step, serialize(c, info, step, position))
+
+
+def _write_and_commit(directory: str, info: DistInfo, step: int, blobs: dict[str, bytes]) -> None:
+    entries: dict[str, Any] = {name: checkpoint.write_blob(directory, step, name, data)
+                               for name, data in blobs.items()}
     if info.distributed:
         gathered: list[dict[str, Any]] = [{} for _ in range(info.world_size)]
         dist.all_gather_object(gathered, entries)  # also a barrier: every blob is written
@@ -71,6 +83,44 @@ def save(directory: str, c: Components, info: DistInfo, step: int, position: Dat
         checkpoint.commit(directory, step, entries, {"world_size": info.world_size, "framework": "torch"})
     if info.distributed:
         dist.barrier()  # nobody runs ahead (or exits) before the marker exists
+
+
+class Saver:
+    """Checkpoints for one run. A single process writes in a background thread once the state
+    is serialised on the host (training stalls only for the copy, not for the storage write);
+    replicas of a DDP job write synchronously, since commit needs collectives. At most one save
+    is in flight; `wait()` joins it and re-raises its error."""
+
+    def __init__(self, directory: str, info: DistInfo, asynchronous: bool = True):
+        self.directory = directory
+        self.info = info
+        self.asynchronous = asynchronous and not info.distributed
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def save(self, c: Components, step: int, position: DataPosition, *, wait: bool = False) -> None:
+        self.wait()
+        blobs = serialize(c, self.info, step, position)
+        if not self.asynchronous or wait:
+            _write_and_commit(self.directory, self.info, step, blobs)
+            return
+
+        def run() -> None:
+            try:
+                _write_and_commit(self.directory, self.info, step, blobs)
+            except BaseException as e:  # noqa: BLE001 - handed to the training thread in wait()
+                self._error = e
+
+        self._thread = threading.Thread(target=run, name=f"checkpoint-step-{step}", daemon=False)
+        self._thread.start()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise RuntimeError(f"writing a checkpoint to {self.directory} failed: {error}") from error
 
 
 def restore(directory: str, c: Components, info: DistInfo) -> tuple[int, DataPosition] | None:

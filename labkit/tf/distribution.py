@@ -1,0 +1,202 @@
+"""Notebook 02's measurements: the same job with torch DDP and with tf.distribute, side by side.
+
+Framework-free at import. Each run is real: `labkit.torch.launch.run_local` starts DDP
+processes (gloo on CPU), `labkit.tf.launch.run_local` starts MultiWorkerMirrored workers with a
+TF_CONFIG each; both engines read the same synthetic samples, use `batch_size` as the GLOBAL
+batch, and write the same metrics schema, so the comparison code below is shared.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from labkit import frameworks
+from labkit.metrics import MetricsLog
+from labkit.train import TrainConfig
+
+FRAMEWORK_MODULES = {"torch": "torch", "tf": "tensorflow"}
+LABELS = {"torch": "PyTorch DDP", "tf": "tf.distribute MWMS"}
+
+# Public reference figures for hardware this notebook may not have (source, date).
+REFERENCES = (
+    {"what": "PyTorch DDP, data-parallel scaling", "figure": "near-linear up to 256 GPUs",
+     "source": "Li et al., 'PyTorch Distributed: Experiences on Accelerating Data Parallel "
+               "Training', VLDB 2020", "date": "2020"},
+    {"what": "Horovod (ring all-reduce), ResNet-101 / Inception V3", "figure":
+     "90% scaling efficiency on 512 GPUs", "source": "Horovod README and Sergeev & Del Balso, "
+     "arXiv:1802.05799", "date": "2018"},
+    {"what": "NCCL all-reduce bus bandwidth, 8x H100 (NVLink, one node)",
+     "figure": "about 370 GB/s", "source": "nccl-tests all_reduce_perf, public H100 figures",
+     "date": "2023-2024"},
+    {"what": "Vertex AI Reduction Server (multi-node all-reduce)", "figure":
+     "up to 2x all-reduce bandwidth", "source": "Google Cloud blog, 'Optimize training "
+     "performance with Reduction Server on Vertex AI'", "date": "2021"},
+)
+
+
+@dataclass
+class DistRun:
+    """One measured run: which framework, how many processes, its metrics, its wall time."""
+
+    framework: str
+    processes: int
+    log: MetricsLog
+    wall_s: float
+
+    @property
+    def label(self) -> str:
+        return f"{LABELS[self.framework]} x{self.processes}"
+
+    @property
+    def median_step_s(self) -> float:
+        times = [s["step_time_s"] for s in self.log.steps[1:] if "step_time_s" in s]
+        return statistics.median(times) if times else math.nan
+
+
+@dataclass
+class Comparison:
+    """All runs of the notebook, keyed by (framework, processes), and what was skipped why."""
+
+    runs: dict[tuple[str, int], DistRun] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def available(framework: str) -> bool:
+    return frameworks.is_installed(FRAMEWORK_MODULES[framework])
+
+
+def run_job(config: TrainConfig, framework: str, processes: int, *,
+            timeout_s: float = 600.0) -> DistRun:
+    """Train `config` with `framework` as `processes` local processes (one thread each)."""
+    config = replace(config, framework=framework, metrics_out=None, progress=False)
+    start = time.perf_counter()
+    if framework == "torch":
+        from labkit.torch.launch import run_local
+
+        log = run_local(config, processes, timeout_s=timeout_s)
+    else:
+        from labkit.tf.launch import run_local
+
+        log = run_local(config, processes, timeout_s=timeout_s)
+    return DistRun(framework, processes, log, time.perf_counter() - start)
+
+
+def compare(config: TrainConfig, processes: tuple[int, ...] = (1, 2),
+            frameworks_: tuple[str, ...] = ("torch", "tf")) -> Comparison:
+    """Every framework that is installed, at every process count; missing ones are recorded."""
+    result = Comparison()
+    for fw in frameworks_:
+        if not available(fw):
+            result.skipped[fw] = frameworks.missing_reason(FRAMEWORK_MODULES[fw])
+            continue
+        for n in processes:
+            result.runs[(fw, n)] = run_job(config, fw, n)
+    return result
+
+
+def batch_semantics(global_batch: int, world_sizes: tuple[int, ...], grad_accum: int = 1
+                    ) -> list[dict[str, Any]]:
+    """What each replica sees for a fixed global batch, and what each API is handed."""
+    rows = []
+    for w in world_sizes:
+        parts = w * grad_accum
+        micro = global_batch / parts
+        rows.append({
+            "replicas": w, "grad_accum": grad_accum, "global batch": global_batch,
+            "per-replica micro-batch": micro if not micro.is_integer() else int(micro),
+            "DDP DataLoader batch_size": f"{micro:g} (per process)",
+            "tf: experimental_distribute_dataset": f"{global_batch // grad_accum} (global, split)",
+            "tf: ctx.get_per_replica_batch_size": f"{micro:g}",
+            "valid": micro.is_integer(),
+        })
+    return rows
+
+
+def curve_gap(a: MetricsLog | list[float], b: MetricsLog | list[float]) -> float:
+    """Largest absolute per-step loss difference over the common steps."""
+    la = a.losses if isinstance(a, MetricsLog) else a
+    lb = b.losses if isinstance(b, MetricsLog) else b
+    n = min(len(la), len(lb))
+    return max((abs(x - y) for x, y in zip(la[:n], lb[:n], strict=True)), default=math.nan)
+
+
+def scaling_rows(comp: Comparison) -> list[dict[str, Any]]:
+    """Per framework: step time, samples/s and strong-scaling efficiency against 1 process
+    (same global batch, so N processes ideally take 1/N of the time)."""
+    rows = []
+    for (fw, n), run in sorted(comp.runs.items()):
+        one = comp.runs.get((fw, 1))
+        speedup = one.median_step_s / run.median_step_s if one else math.nan
+        rows.append({"run": run.label, "median step (ms)": 1000 * run.median_step_s,
+                     "samples/s": run.log.to_dict()["summary"].get("median_samples_per_s"),
+                     "speed-up vs 1": speedup, "efficiency": speedup / n,
+                     "final loss": run.log.losses[-1] if run.log.steps else math.nan})
+    return rows
+
+
+def lr_scaling_rows(base_lr: float, base_batch: int, world_sizes: tuple[int, ...]
+                    ) -> list[dict[str, Any]]:
+    """LR when the global batch grows with the replica count (per-replica batch fixed): the
+    linear rule (Goyal et al. 2017, SGD; with warm-up) and the square-root rule often used
+    with Adam. `scale_lr_with_world_size=True` makes both engines apply the linear rule."""
+    return [{"replicas": w, "global batch": base_batch * w, "linear rule lr": base_lr * w,
+             "sqrt rule lr": base_lr * math.sqrt(w)} for w in world_sizes]
+
+
+def accumulation_check(config: TrainConfig, grad_accum: int) -> dict[str, float]:
+    """Train in this process with and without accumulation at the same global batch, per
+    installed framework; returns the largest loss-curve gap (0 up to float summation order)."""
+    gaps = {}
+    for fw in ("torch", "tf"):
+        if not available(fw):
+            continue
+        base = replace(config, framework=fw, metrics_out=None, progress=False, device="cpu")
+        if fw == "torch":
+            from labkit.torch.engine import fit
+        else:
+            from labkit.tf.engine import fit
+        plain = fit(replace(base, grad_accum=1))
+        accum = fit(replace(base, grad_accum=grad_accum))
+        gaps[fw] = curve_gap(plain, accum)
+    return gaps
+
+
+def plot_losses(comp: Comparison, path: str | Path | None = None):
+    """All loss curves on one axis (solid: 1 process, dashed: more); saved when `path` given."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for (_, n), run in sorted(comp.runs.items()):
+        steps = [s["step"] for s in run.log.steps]
+        ax.plot(steps, run.log.losses, "-" if n == 1 else "--", marker=".", label=run.label)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("training loss (global batch mean)")
+    ax.set_title("Same model, data and global batch: DDP vs tf.distribute")
+    ax.legend()
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """Plain-text table for notebook output (no pandas dependency)."""
+    if not rows:
+        return "(no rows)"
+    cols = list(rows[0])
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}" if math.isfinite(v) else "n/a"
+        return str(v)
+
+    cells = [[fmt(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines)

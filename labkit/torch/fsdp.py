@@ -1,0 +1,132 @@
+"""Sharded data parallelism (FSDP2 `fully_shard`, ZeRO-3 style) next to DDP, measured per rank.
+
+`compare_sharding(config, nproc)` runs the same few training steps twice with `nproc` local
+processes (gloo on CPU, nccl on GPUs): once replicated with DDP, once with every block and the
+root sharded by `fully_shard`. Each rank reports the bytes of parameters, gradients and optimizer
+state it actually holds, and the losses, so the notebook shows both the memory saved and that
+the maths did not change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from labkit.train import TrainConfig
+
+
+def _local_bytes(tensors) -> int:
+    total = 0
+    for t in tensors:
+        t = t.to_local() if hasattr(t, "to_local") else t
+        total += t.numel() * t.element_size()
+    return total
+
+
+def _worker(config: TrainConfig, mode: str, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from labkit.config import resolve_scale
+    from labkit.models import build_config
+    from labkit.torch import distributed
+    from labkit.torch.data import ResumableLoader, make_dataset
+    from labkit.torch.engine import default_num_samples, loss_fn, micro_batch_size, resolve_device
+    from labkit.torch.models import build_model
+
+    info = distributed.info_from_env()
+    device = resolve_device(config.device, info)
+    distributed.init(device.type, info)
+    model_cfg = build_config(config.model, resolve_scale(config.scale))
+    torch.manual_seed(config.seed)
+    model = build_model(model_cfg).to(device)
+    if mode == "fsdp":
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+        net = model
+    else:
+        net = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr)
+    micro = micro_batch_size(config, info.world_size)
+    loader = ResumableLoader(make_dataset(model_cfg, default_num_samples(config), config.seed), micro,
+                             world_size=info.world_size, rank=info.rank, seed=config.seed)
+    losses = []
+    for _ in range(config.steps):
+        x, y = (t.to(device) for t in next(loader))
+        loss = loss_fn(net(x), y)
+        loss.backward()
+        opt.step()
+        grads = _local_bytes(p.grad for p in model.parameters() if p.grad is not None)
+        opt.zero_grad(set_to_none=True)
+        t = loss.detach().clone()
+        dist.all_reduce(t)
+        losses.append(t.item() / info.world_size)
+    state = _local_bytes(v for s in opt.state.values() for v in s.values()
+                         if isinstance(v, torch.Tensor) and v.dim() > 0)
+    record = {"mode": mode, "rank": info.rank, "world_size": info.world_size, "losses": losses,
+              "param_bytes": _local_bytes(model.parameters()), "grad_bytes": grads,
+              "optimizer_bytes": state}
+    Path(out).write_text(json.dumps(record))
+    dist.barrier()
+    # Leave without tearing the process group down: FSDP's gloo teardown can abort the process
+    # ("terminate called without an active exception") after all the work is done.
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def compare_sharding(config: TrainConfig, nproc: int = 2, *, timeout_s: float = 240) -> list[dict[str, Any]]:
+    """Rows (one per mode): per-rank MiB of parameters, gradients, optimizer state, and losses.
+    The model must have `.blocks` (GPT, ResNet, CNN all do)."""
+    from labkit.torch.launch import free_port, replica_env
+
+    rows = []
+    tmp = Path(tempfile.mkdtemp(prefix="labkit-fsdp-"))
+    for mode in ("ddp", "fsdp"):
+        port = free_port()
+        procs = []
+        for rank in range(nproc):
+            out = tmp / f"{mode}-{rank}.json"
+            cmd = [sys.executable, "-m", "labkit.torch.fsdp", "--mode", mode, "--out", str(out),
+                   "--config", json.dumps(asdict(config))]
+            procs.append(subprocess.Popen(cmd, env=replica_env(rank, nproc, port, 1),
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        try:
+            for rank, p in enumerate(procs):
+                text, _ = p.communicate(timeout=timeout_s)
+                if p.returncode:
+                    raise RuntimeError(f"{mode} replica rank {rank} failed (exit {p.returncode}):\n{text[-3000:]}")
+        finally:
+            for p in procs:  # a replica left waiting in a collective would hang forever
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        r0 = json.loads((tmp / f"{mode}-0.json").read_text())
+        mib = 2**20
+        rows.append({"mode": mode, "processes": nproc, "param_mib": r0["param_bytes"] / mib,
+                     "grad_mib": r0["grad_bytes"] / mib, "optimizer_mib": r0["optimizer_bytes"] / mib,
+                     "state_mib": (r0["param_bytes"] + r0["grad_bytes"] + r0["optimizer_bytes"]) / mib,
+                     "final_loss": r0["losses"][-1], "losses": r0["losses"]})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description="one replica of labkit.torch.fsdp.compare_sharding")
+    p.add_argument("--mode", choices=("ddp", "fsdp"), required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--config", required=True, help="TrainConfig fields as JSON")
+    args = p.parse_args(argv)
+    _worker(replace(TrainConfig(), **json.loads(args.config)), args.mode, args.out)
+
+
+if __name__ == "__main__":
+    main()

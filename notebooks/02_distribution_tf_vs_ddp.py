@@ -1,0 +1,181 @@
+# %% [markdown]
+# # 02 · Distribution: PyTorch DDP vs tf.distribute, on the same job
+#
+# Data parallelism is the same idea in both ecosystems: every replica holds the whole model,
+# takes a slice of the batch, computes gradients, and an **all-reduce** sums them so every
+# replica applies the same update. The APIs differ in where the batch is cut, who launches
+# the processes, and how a replica learns where the others are:
+#
+# | | PyTorch | TensorFlow |
+# |---|---|---|
+# | wrapper | `DistributedDataParallel` | `MirroredStrategy` (one machine), `MultiWorkerMirroredStrategy` (many) |
+# | processes | one per GPU, started by `torchrun` | one per machine, all local GPUs inside it |
+# | cluster info | `MASTER_ADDR/PORT`, `WORLD_SIZE`, `RANK` | `TF_CONFIG` (Vertex writes `master`; TF wants `chief`) |
+# | batch you hand over | per process | global (`experimental_distribute_dataset`) or per replica (`distribute_datasets_from_function`) |
+# | all-reduce | gloo (CPU), NCCL (GPU) | gRPC ring (CPU), NCCL (GPU) |
+#
+# Here both run for real on this machine: DDP processes over gloo, and MultiWorkerMirrored
+# workers over gRPC on loopback, each started by labkit with the environment Vertex would
+# give it (from a terminal: `labkit launch-tf --workers 2 -- --model cnn --steps 20`). Both engines read the same synthetic samples and define `batch_size` as the
+# **global** batch, so the two frameworks train the same job and their loss curves can be
+# put on one plot.
+
+# %% tags=["parameters"]
+scale = "auto"
+model = "cnn"
+steps = 0
+global_batch = 64
+processes = 2
+grad_accum = 2
+lr = 0.001
+num_samples = 1024
+device = "cpu"
+
+# %%
+from dataclasses import replace
+
+from labkit import config, frameworks, notebook
+from labkit.report import key_figure
+from labkit.tf import distribution as dist
+from labkit.train import TrainConfig
+
+scale = config.resolve_scale(scale)
+steps = steps or config.by_scale(scale, smoke=10, full=300)
+job = TrainConfig(model=model, scale=scale, steps=steps, batch_size=global_batch, lr=lr,
+                  num_samples=num_samples, device=device, progress=False)
+out_dir = notebook.artifacts_dir("02_distribution_tf_vs_ddp")
+print(f"scale={scale}: {model}, {steps} steps, global batch {global_batch}, up to {processes} processes")
+
+# %% [markdown]
+# ## Global vs per-replica batch
+# `batch_size` in labkit is the batch of **one optimizer step, summed over all replicas and
+# all accumulation micro-steps**. Each replica therefore computes on
+# `global_batch / (replicas × grad_accum)` samples at a time. This is what keeps the maths
+# identical when the replica count changes, and it is the most common source of silent
+# mistakes when porting: DDP's `DataLoader(batch_size=...)` is per process, while
+# `strategy.experimental_distribute_dataset` expects a dataset batched with the *global* size
+# (and `distribute_datasets_from_function`, which labkit's TF engine uses, asks the input
+# context for the per-replica size). A global batch that does not divide evenly is an error
+# naming `batch_size`, never a silent rounding.
+
+# %%
+rows = dist.batch_semantics(global_batch, (1, processes, 8), grad_accum=1)
+print(dist.table(rows))
+
+# %% [markdown]
+# ## The same job, 1 and 2 processes, both frameworks
+# Each process gets one CPU thread, so the processes do not fight over cores and the
+# comparison is about distribution, not threading. With the same global batch, a correct
+# data-parallel run follows the single-process loss curve: the all-reduced gradient of two
+# half-batches is the gradient of the whole batch.
+
+# %%
+comp = dist.compare(job, processes=tuple(sorted({1, processes})))
+for reason in comp.skipped.values():
+    print(reason)
+fig = dist.plot_losses(comp, out_dir / "loss_curves.png")
+print(dist.table(dist.scaling_rows(comp)))
+
+# %% [markdown]
+# Within a framework, the N-process curve must sit on the 1-process one (differences are
+# float summation order). Across frameworks the curves differ a little: initial weights come
+# from each framework's own random generator and sample order from each one's permutation,
+# but the data, model, optimizer (AdamW, β=(0.9, 0.95), weight decay 0.1 on matrices),
+# learning rate and global batch are the same, so the curves fall together.
+
+# %%
+gaps = {fw: dist.curve_gap(comp.runs[(fw, 1)].log, comp.runs[(fw, processes)].log)
+        for fw in ("torch", "tf") if (fw, processes) in comp.runs and (fw, 1) in comp.runs}
+for fw, gap in gaps.items():
+    key_figure(f"{dist.LABELS[fw]}: largest loss gap, {processes} processes vs 1", gap,
+               note="same global batch; 0 up to float rounding")
+if len(gaps) == 2:
+    ends = {fw: comp.runs[(fw, processes)].log.losses[-1] for fw in gaps}
+    print(f"final loss with {processes} processes: torch {ends['torch']:.4f}, tf {ends['tf']:.4f}")
+
+# %% [markdown]
+# ## Scaling efficiency
+# Strong scaling (same global batch, N processes) has efficiency
+# `(t₁ / t_N) / N`: 100% means N processes take 1/N of the time. On a shared 2-core CPU with a
+# tiny model the all-reduce and process overhead are large next to the compute, so expect
+# well under 100% here; the figure that matters on GPUs is measured with real sizes
+# (`scale="full"` on a multi-GPU VM, `device="cuda"`).
+
+# %%
+rows = dist.scaling_rows(comp)
+for r in rows:
+    if not r["run"].endswith("x1"):
+        key_figure(f"{r['run']} scaling efficiency", 100 * r["efficiency"], "%",
+                   note=f"speed-up {r['speed-up vs 1']:.2f}x on this machine")
+print("Reference figures for hardware this notebook does not have:")
+print(dist.table(list(dist.REFERENCES)))
+
+# %% [markdown]
+# ## Gradient accumulation
+# Accumulating `grad_accum` micro-batches before one optimizer step gives the same update as
+# one big batch, with a fraction of the activation memory. In DDP the gradients are
+# all-reduced only on the last micro-step (`no_sync()` on the others), which saves
+# `grad_accum − 1` all-reduces per step; labkit's TF engine sums the micro-step gradients
+# locally and all-reduces once per step for the same reason. Same global batch, with and
+# without accumulation:
+
+# %%
+gaps = dist.accumulation_check(replace(job, steps=min(steps, 4)), grad_accum)
+for fw, gap in gaps.items():
+    key_figure(f"{dist.LABELS[fw].split()[0]}: loss gap, accumulation x{grad_accum} vs none", gap,
+               note="0 up to float summation order")
+
+# %% [markdown]
+# ## Learning rate and world size
+# If the **per-replica** batch is kept and replicas are added, the global batch grows and the
+# gradient noise shrinks; the usual correction is the linear scaling rule (LR × N, with a
+# warm-up; Goyal et al. 2017) for SGD, or the gentler square-root rule often used with Adam.
+# `TrainConfig(scale_lr_with_world_size=True)` makes both engines apply the linear rule; each
+# step's LR is in the metrics file. labkit keeps the *global* batch fixed by default, in which
+# case the LR should not change at all.
+
+# %%
+print(dist.table(dist.lr_scaling_rows(lr, global_batch, (1, 2, 8, 32))))
+if (("torch", processes) in comp.runs) and frameworks.has_torch():
+    scaled = dist.run_job(replace(job, steps=2, scale_lr_with_world_size=True), "torch", processes)
+    key_figure(f"LR logged by DDP x{processes} with scale_lr_with_world_size", scaled.log.steps[-1]["lr"],
+               note=f"base lr {lr}")
+
+# %% [markdown]
+# ## Why labkit's TF engine uses a custom loop, not `model.fit`
+# With TensorFlow 2.21 and Keras 3.15, `model.fit` under `MultiWorkerMirroredStrategy` on two
+# workers fails ("Attempt to convert a value (PerReplica...) to a Tensor"). Two things do
+# work: a custom loop (`strategy.run` inside a `tf.function`, over a distributed dataset), and
+# the legacy `tf_keras` 2.x (`TF_USE_LEGACY_KERAS=1`). labkit chooses the **custom loop**:
+#
+# * it works with the current Keras under every strategy, instead of pinning a legacy package
+#   that only receives maintenance fixes;
+# * it gives exactly the semantics of the torch engine: global batch, gradients summed across
+#   replicas *before* clipping (as DDP + `clip_grad_norm_`), accumulation, warm-up, fp16 loss
+#   scaling, the loss of each step (Keras reports a running mean), and a resume that continues
+#   with exactly the next step;
+# * the two frameworks can therefore be compared step by step, as above.
+#
+# `model.fit` stays available (`LABKIT_TF_LOOP=keras`) with Keras' `BackupAndRestore` for
+# preemption on one worker, and a test in the course's suite watches the multi-worker
+# failure: it fails the day Keras fixes it, so this choice gets revisited.
+#
+# ## When to choose which
+# * **Already in one ecosystem?** Stay: both scale data-parallel training well (see the
+#   reference figures); the difference on GPUs is mostly in the input pipeline and the kernels.
+# * **PyTorch DDP**: one process per GPU, explicit and easy to debug; the largest ecosystem
+#   for LLM training (FSDP, torch.compile); on Vertex, use `restartJobOnWorkerRestart`.
+# * **tf.distribute**: one process per machine drives all its GPUs; TPUs via `TPUStrategy`;
+#   `ParameterServerStrategy` for asynchronous training on many CPU workers with variables
+#   too large for one machine (labkit picks it when TF_CONFIG has `ps` tasks; try
+#   `labkit launch-tf --workers 2 --ps 1 -- --steps 10`); Keras `BackupAndRestore` for
+#   preemption.
+# * Either way, on Vertex multi-node jobs the Reduction Server can speed up the all-reduce
+#   without code changes (notebook 06).
+
+# %%
+if len(comp.runs) == 2 * len({1, processes}):
+    t = {fw: comp.runs[(fw, processes)].median_step_s for fw in ("torch", "tf")}
+    faster = min(t, key=t.get)
+    ratio = max(t.values()) / min(t.values())
+    key_figure(f"faster at {processes} processes here", dist.LABELS[faster], note=f"{ratio:.2f}x per step")

@@ -1,0 +1,161 @@
+# %% [markdown]
+# # 04 · Mixed precision: fp32 → tf32 → bf16 → fp16 + GradScaler → channels_last → compile
+#
+# Lower-precision arithmetic runs on tensor cores and moves half the bytes, so the same model
+# trains faster and holds smaller activations. This notebook climbs the ladder **in one run on
+# this machine**, one switch at a time, through `labkit.torch.engine.fit` (the same engine as
+# `labkit train --precision ...`), and measures for each rung: throughput, speed-up over fp32,
+# activation memory, and the final loss (does the cheaper arithmetic still learn the same?).
+#
+# Then two mechanisms behind the ladder: the **loss-scale overflow** that fp16 needs a
+# GradScaler for, and **tensor-core alignment** (sizes that are multiples of the tile run faster).
+
+# %% tags=["parameters"]
+scale = "auto"
+model = "resnet"
+steps = None
+batch_size = None
+include_compile = None
+device = "auto"
+overflow_steps = 14
+overflow_init_scale = 268435456.0
+
+# %%
+from IPython.display import Markdown, display
+from labkit import config, frameworks
+from labkit.report import key_figure
+
+scale = config.resolve_scale(scale)
+config.check_choice("model", model, ("cnn", "resnet", "gpt"))
+config.check_int("overflow_steps", overflow_steps, minimum=1)
+has_torch = frameworks.has_torch()
+print(f"scale={scale!r}, model={model!r}" + ("" if has_torch else "; " + frameworks.missing_reason("torch")))
+
+# %% [markdown]
+# ## The ladder (PyTorch)
+# Each rung is a full training run of `steps` steps at `batch_size` with one more switch on;
+# throughput is the median over the steps after the first (allocator and compile warm-up).
+# `activation_mib` is what autograd keeps for the backward pass, counted on any device.
+# `include_compile=None` compiles only at full scale: compiling takes minutes on a small CPU.
+
+# %%
+rows = []
+if has_torch:
+    from labkit.torch import ladder as torch_ladder
+
+    cfg = torch_ladder.LadderConfig(model=model, scale=scale, steps=steps, batch_size=batch_size,
+                                    include_compile=include_compile, device=device)
+    rows = torch_ladder.ladder(cfg)
+    columns = ["framework", "rung", "samples_per_s", "speedup", "step_time_ms", "activation_mib",
+               "peak_memory_mib", "final_loss", "device"]
+    display(Markdown(torch_ladder.table(rows, columns)))
+
+# %% [markdown]
+# ## What this run shows
+# Every sentence below is computed from the table above.
+
+# %%
+if rows:
+    print("\n".join(torch_ladder.conclusions(rows)))
+    bf16 = next(r for r in rows if r["rung"] == "bf16 autocast")
+    best = max(rows, key=lambda r: r["samples_per_s"])
+    key_figure("bf16 autocast speed-up over fp32 (torch)", bf16["speedup"], "×", bf16["device"])
+    key_figure("best ladder rung (torch)", best["rung"], note=f"{best['speedup']:.2f}× fp32")
+    key_figure("activation memory bf16 / fp32 (torch)", bf16["activation_mib"] / rows[0]["activation_mib"], "×")
+
+# %% [markdown]
+# ## Without a GPU: the reference ladder
+# Tensor cores (TF32, bf16, fp16) are what the ladder is about, and a CPU has none. When this
+# run had no GPU, here is the same ladder measured on one, with its source and date; rerun this
+# notebook on a GPU machine (`labkit run notebooks/04_mixed_precision.ipynb -p scale full`, or
+# as a Vertex AI job) to measure it yourself.
+
+# %%
+if rows and not rows[0]["device"].startswith("cuda"):
+    print("Reference, not measured by this run:", torch_ladder.REFERENCE_SOURCE)
+    display(Markdown(torch_ladder.table(list(torch_ladder.REFERENCE_H100_RESNET50), ["rung", "samples_per_s"])))
+
+# %% [markdown]
+# ## fp16 needs a loss scale: the overflow demo
+# fp16 keeps 5 exponent bits: small gradients underflow to zero, so the loss is multiplied by a
+# scale before backward and the gradients divided by it before the update. Too large a scale
+# overflows to inf: the GradScaler then **skips the step** (weights untouched) and **halves the
+# scale**. Below, training starts from an absurd scale and finds a workable one by itself.
+# (bf16 has fp32's exponent range and needs no scaler.)
+
+# %%
+if has_torch:
+    demo = torch_ladder.overflow_demo(steps=overflow_steps, init_scale=overflow_init_scale, device=device)
+    display(Markdown(torch_ladder.table(demo, ["step", "loss_scale", "skipped", "loss"])))
+    skipped = sum(r["skipped"] for r in demo)
+    print(f"{skipped} of {len(demo)} steps skipped; scale went from {demo[0]['loss_scale']:.3g} "
+          f"to {demo[-1]['loss_scale']:.3g}")
+    key_figure("fp16 steps skipped by the GradScaler (overflow demo)", skipped, note=f"of {len(demo)}")
+
+# %% [markdown]
+# ## Tensor-core alignment
+# Tensor cores multiply tiles; a matrix dimension that is not a multiple of the tile (8 for
+# fp16/bf16 elements, 64 to be safe) pays for padding or falls back to slower kernels. GPT-2's
+# vocabulary of 50,257 tokens is the classic case: padding it to 50,304 (a multiple of 64)
+# speeds up the output projection. On a CPU the effect is smaller and noisier.
+
+# %%
+if has_torch:
+    aligned = torch_ladder.alignment_demo(device=device)
+    display(Markdown(torch_ladder.table(aligned, ["shape", "multiple_of_64", "tflops", "ms", "dtype"])))
+    vocab = {r["n"]: r for r in aligned if r["k"] == 768}
+    gain = vocab[50304]["tflops"] / vocab[50257]["tflops"]
+    print(f"vocab padded to 50304 runs at {gain:.2f}× the FLOP rate of 50257 here")
+    key_figure("vocab 50304 vs 50257 matmul FLOP rate", gain, "×", aligned[0]["dtype"])
+
+# %% [markdown]
+# ## The TensorFlow column
+# The same ladder with TensorFlow, through `labkit.tf.engine` (the same model twin, data and
+# optimizer as the torch runs above). TensorFlow's rungs are its own: a Keras **dtype policy**
+# per model (`mixed_bfloat16`, `mixed_float16`) instead of an autocast region, Keras'
+# `LossScaleOptimizer` instead of the GradScaler, no channels_last rung (TensorFlow is channels
+# last natively), and XLA (`jit_compile`) as the compiler rung, included when
+# `include_compile` is (by default only at full scale). Mind one default: TensorFlow turns TF32
+# on by itself on Ampere and newer GPUs, so its "fp32" rung switches it off explicitly.
+# TensorFlow shares the GPU with torch here by growing its memory as needed instead of
+# reserving it all.
+
+# %%
+has_tf = frameworks.has_tf()
+tf_rows = []
+if has_tf:
+    from labkit.tf import ladder as tf_ladder
+    from labkit.tf.distribution import table as text_table
+
+    tf_cfg = tf_ladder.LadderConfig(model=model, scale=scale, steps=steps, batch_size=batch_size,
+                                    include_xla=include_compile, device=device)
+    tf_rows = tf_ladder.ladder(tf_cfg)
+    print(text_table([{k: r[k] for k in tf_ladder.COLUMNS} for r in tf_rows]))
+else:
+    print(frameworks.missing_reason("tensorflow"))
+
+# %% [markdown]
+# Side by side, computed from the two tables: the bf16 speed-up each framework got over its
+# own fp32 rung on this machine.
+
+# %%
+if tf_rows:
+    tf_bf16 = next(r for r in tf_rows if r["precision"] == "bf16")
+    key_figure("bf16 (mixed_bfloat16) speed-up over fp32 (tf)", tf_bf16["speedup"], "×", tf_bf16["device"])
+    if rows:
+        torch_bf16 = next(r for r in rows if r["rung"] == "bf16 autocast")
+        print(f"bf16 over fp32 here: torch {torch_bf16['speedup']:.2f}×, TensorFlow {tf_bf16['speedup']:.2f}×; "
+              f"final loss fp32→bf16: torch {rows[0]['final_loss']:.4f}→{torch_bf16['final_loss']:.4f}, "
+              f"TensorFlow {tf_rows[0]['final_loss']:.4f}→{tf_bf16['final_loss']:.4f}")
+
+# %% [markdown]
+# The fp16 overflow demo with Keras' `LossScaleOptimizer`: same absurd starting scale, same
+# behaviour (skip the step, halve the scale) as the GradScaler.
+
+# %%
+if has_tf:
+    tf_demo = tf_ladder.overflow_demo(steps=overflow_steps, init_scale=overflow_init_scale, device=device)
+    print(text_table(tf_demo))
+    tf_skipped = sum(r["skipped"] for r in tf_demo)
+    key_figure("fp16 steps skipped by Keras' LossScaleOptimizer (overflow demo)", tf_skipped,
+               note=f"of {len(tf_demo)}")

@@ -1,0 +1,108 @@
+# %% [markdown]
+# # 08 · Memory: the largest batch, gradient accumulation, activation checkpointing, sharding
+#
+# Device memory holds four things: weights, gradients, optimizer state (Adam: two more copies)
+# and the activations saved for the backward pass. This notebook measures each lever on this
+# machine, through the same engine as `labkit train`:
+#
+# 1. **Largest-batch finder**: try, catch out-of-memory, back off, bisect.
+# 2. **Gradient accumulation**: k micro-batches give the same gradients as one k× larger batch
+#    (checked here, number by number), at a fraction of the activation memory.
+# 3. **Activation checkpointing**: store less, recompute in backward: memory vs time, measured.
+# 4. **Sharding (FSDP / ZeRO-3)**: each process holds 1/N of weights, gradients and optimizer
+#    state instead of a full replica: measured per process with real processes.
+
+# %% tags=["parameters"]
+scale = "auto"
+model = "gpt"
+device = "auto"
+cpu_budget_mib = 24.0
+batch_limit = 4096
+accumulation_models = ["cnn", "gpt", "resnet"]
+micro_steps = 4
+tradeoff_batch = 16
+tradeoff_steps = 6
+sharding_processes = 2
+sharding_steps = 3
+
+# %%
+from IPython.display import Markdown, display
+from labkit import config, frameworks
+from labkit.report import key_figure
+from labkit.train import TrainConfig
+
+scale = config.resolve_scale(scale)
+config.check_int("micro_steps", micro_steps, minimum=1)
+config.check_int("sharding_processes", sharding_processes, minimum=1, maximum=8)
+has_torch = frameworks.has_torch()
+base = TrainConfig(model=model, scale=scale, device=device, progress=False, batch_size=tradeoff_batch)
+print(f"scale={scale!r}, model={model!r}" + ("" if has_torch else "; " + frameworks.missing_reason("torch")))
+
+# %% [markdown]
+# ## 1. The largest batch that fits
+# On a GPU every try is a real training step and a real `OutOfMemoryError` is caught. A CPU has
+# no device memory to exhaust safely, so there a try fails when the activations autograd saves
+# exceed `cpu_budget_mib`: the same search, against a stated budget.
+
+# %%
+if has_torch:
+    from labkit.torch import memory, ladder
+
+    on_gpu = memory.is_cuda(device)
+    search = memory.largest_batch(base, budget_mib=None if on_gpu else cpu_budget_mib, limit=batch_limit)
+    print("tries (batch, fitted):", search.tries)
+    limit_note = "device memory" if on_gpu else f"{cpu_budget_mib:g} MiB activation budget"
+    key_figure(f"largest {model} batch that fits", search.batch_size, note=limit_note)
+
+# %% [markdown]
+# ## 2. Gradient accumulation gives the large batch's gradients
+# From the same weights, the gradients of one batch and of the same batch split into
+# `micro_steps` micro-batches (each loss divided by `micro_steps`, as the engine does). With
+# batch norm the statistics are per micro-batch, so ResNet's gradients differ: accumulation is
+# exact only for models whose layers treat samples independently.
+
+# %%
+if has_torch:
+    checks = [{"model": m, **memory.accumulation_check(TrainConfig(model=m, scale=scale, device=device,
+                                                                   batch_size=tradeoff_batch), micro_steps)}
+              for m in accumulation_models]
+    display(Markdown(ladder.table(checks, ["model", "micro_steps", "max_abs_grad", "max_abs_diff", "max_rel_diff"])))
+    for c in checks:
+        print(f"{c['model']}: {'same gradients (float rounding only)' if c['max_rel_diff'] < 1e-4 else 'different gradients'}"
+              f", largest relative difference {c['max_rel_diff']:.1e}")
+
+# %% [markdown]
+# ## 3. Activation checkpointing: memory against time
+# Each block's activations are dropped after the forward pass and recomputed in the backward
+# pass: less memory, one more forward's worth of compute.
+
+# %%
+if has_torch:
+    trade = memory.checkpointing_tradeoff(base, steps=tradeoff_steps)
+    display(Markdown(ladder.table(trade, list(trade[0]))))
+    off, on = trade
+    mem, time_ = on["activation_mib"] / off["activation_mib"], on["step_time_ms"] / off["step_time_ms"]
+    print(f"checkpointing kept {mem:.2f}× the activations for {time_:.2f}× the step time on {off['device']}")
+    key_figure("activation checkpointing: activation memory", mem, "×", f"step time {time_:.2f}×")
+
+# %% [markdown]
+# ## 4. Sharding: FSDP (ZeRO-3) against DDP, per process
+# `sharding_processes` real processes train `sharding_steps` steps twice: replicated (DDP) and
+# sharded with FSDP2's `fully_shard` (gloo on CPU, nccl on GPUs). Each process reports the
+# bytes it actually holds; the losses show the maths is unchanged. The second table extends
+# the same accounting (2 + 2 + 12 bytes per parameter with bf16 and Adam) to GPT-2 small on
+# 1 to 8 GPUs: a calculation, labelled as such.
+
+# %%
+if has_torch:
+    from labkit.torch import fsdp
+
+    shard_cfg = TrainConfig(model=model, scale=scale, device=device, steps=sharding_steps,
+                            batch_size=sharding_processes * 4, progress=False)
+    shard = fsdp.compare_sharding(shard_cfg, sharding_processes)
+    display(Markdown(ladder.table(shard, ["mode", "processes", "param_mib", "grad_mib", "optimizer_mib", "state_mib", "final_loss"])))
+    ratio = shard[1]["state_mib"] / shard[0]["state_mib"]
+    same = max(abs(a - b) for a, b in zip(shard[0]["losses"], shard[1]["losses"], strict=True))
+    key_figure("FSDP state per process vs DDP", ratio, "×", f"{sharding_processes} processes, loss gap {same:.1e}")
+    display(Markdown("Calculated for GPT-2 small (124M), GiB per GPU:\n\n"
+                     + ladder.table(memory.sharding_table(124_000_000), list(memory.sharding_table(1)[0]))))

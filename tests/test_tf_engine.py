@@ -1,0 +1,208 @@
+"""The TF engine end to end in real processes: metrics schema, preemption and resume (custom
+loop and Keras BackupAndRestore), CPU-only device set-up."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labkit.config import ParameterError
+from labkit.metrics import load_metrics
+from labkit.train import PREEMPTED_EXIT_CODE, TrainConfig
+
+pytest.importorskip("tensorflow")
+REPO = Path(__file__).resolve().parents[1]
+SMALL = ["--model", "cnn", "--batch-size", "32", "--num-samples", "256"]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1",
+               TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    env.pop("TF_CONFIG", None)
+    env.update(extra)
+    return env
+
+
+def _train(*args: str, env=None, timeout=240) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "labkit", "train", "--framework", "tf", *SMALL, *args]
+    return subprocess.run(cmd, env=env or _env(), capture_output=True, text=True, timeout=timeout)
+
+
+def _fit_here(tmp_path: Path, **overrides) -> dict:
+    """Train in this process (no interpreter start-up) and read the metrics file back."""
+    from labkit.tf.engine import fit
+
+    out = tmp_path / "m.json"
+    values = dict(framework="tf", model="cnn", batch_size=32, num_samples=256, steps=8,
+                  device="cpu", progress=False, metrics_out=str(out))
+    fit(TrainConfig(**{**values, **overrides}))
+    return load_metrics(out)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict:
+    """An uninterrupted 8-step run: the curve every resumed run must reproduce."""
+    return _fit_here(tmp_path_factory.mktemp("ref"))
+
+
+@pytest.mark.slow
+def test_tensorboard_scalars(tmp_path):
+    _fit_here(tmp_path, steps=2, tensorboard_dir=str(tmp_path / "tb"))
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+
+
+@pytest.mark.slow
+def test_metrics_schema(reference):
+    steps = reference["steps"]
+    assert [s["step"] for s in steps] == list(range(8))
+    for key in ("loss", "step_time_s", "samples_per_s", "lr", "peak_memory_bytes"):
+        assert all(key in s for s in steps), key
+    run = reference["run"]
+    assert (run["framework"], run["strategy"], run["world_size"]) == ("tf", "default", 1)
+    assert run["parameters"] == 20042
+    assert reference["summary"]["num_steps"] == 8
+
+
+@pytest.mark.slow
+def test_sigterm_then_resume_continues_with_the_next_step(tmp_path, reference):
+    ckpt, out = tmp_path / "ckpt", tmp_path / "m.json"
+    cmd = [sys.executable, "-m", "labkit", "train", "--framework", "tf", *SMALL, "--steps", "8",
+           "--checkpoint-dir", str(ckpt), "--metrics-out", str(out), "--input-latency-ms", "200"]
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    lines = []
+    for line in proc.stdout:  # SIGTERM from outside, as Vertex sends it, once training runs
+        lines.append(line)
+        if line.startswith("step 2/"):
+            proc.send_signal(signal.SIGTERM)
+            break
+    rest, _ = proc.communicate(timeout=240)
+    assert proc.returncode == PREEMPTED_EXIT_CODE, "".join(lines) + rest
+    first = load_metrics(out)["steps"]
+    stopped = first[-1]["step"]
+    assert 1 <= stopped < 7
+
+    r = _train("--steps", "8", "--checkpoint-dir", str(ckpt), "--metrics-out", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    resumed = load_metrics(out)
+    assert [s["step"] for s in resumed["steps"]] == list(range(stopped + 1, 8))
+    assert resumed["run"]["resumed_from_step"] == stopped
+    expected = [s["loss"] for s in reference["steps"][stopped + 1:]]
+    assert [s["loss"] for s in resumed["steps"]] == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.slow
+def test_keras_backup_and_restore_finishes_the_planned_epochs(tmp_path, reference):
+    """Keras path: SIGTERM mid-epoch, exit 143; the rerun restores the last finished epoch
+    from BackupAndRestore and runs the remaining epochs (4 epochs of 2 steps)."""
+    ckpt, out = tmp_path / "ckpt", tmp_path / "m.json"
+    env = _env(LABKIT_TF_LOOP="keras")
+    args = ["--steps", "8", "--checkpoint-every", "2", "--checkpoint-dir", str(ckpt),
+            "--metrics-out", str(out)]
+    r = _train(*args, "--preempt-at", "5", env=env)  # SIGTERM to itself during step 5 (epoch 2)
+    assert r.returncode == PREEMPTED_EXIT_CODE, r.stdout + r.stderr
+    assert json.loads((ckpt / "backup" / "training_metadata.json").read_text())["epoch"] == 2
+
+    r = _train(*args, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    resumed = load_metrics(out)
+    assert resumed["run"]["resumed_from_epoch"] == 2
+    assert [s["step"] for s in resumed["steps"]] == [4, 5, 6, 7]  # epochs 2 and 3
+    # Same model, data and optimizer as the custom loop: the same per-step losses.
+    assert [s["loss"] for s in resumed["steps"]] == \
+        pytest.approx([s["loss"] for s in reference["steps"][4:]], rel=1e-4)
+    assert not (ckpt / "backup").exists()  # BackupAndRestore removes it after a finished fit
+
+
+def test_batch_must_split_over_replicas_and_accumulation():
+    from labkit.tf.engine import fit
+
+    with pytest.raises(ParameterError, match="batch_size"):
+        fit(TrainConfig(framework="tf", batch_size=30, grad_accum=4, steps=1, device="cpu",
+                        progress=False))
+
+
+@pytest.mark.slow
+def test_grad_accumulation_keeps_the_global_batch_maths(tmp_path, reference):
+    losses = [s["loss"] for s in _fit_here(tmp_path, steps=3, grad_accum=4)["steps"]]
+    # 4 micro-batches of 8 = one batch of 32: same step, up to summation order.
+    assert losses == pytest.approx([s["loss"] for s in reference["steps"][:3]], rel=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_runs_train(tmp_path, precision):
+    steps = _fit_here(tmp_path, steps=3, precision=precision)["steps"]
+    assert len(steps) == 3 and all(s["loss"] == s["loss"] for s in steps)  # no NaN
+    assert steps[-1]["loss"] < 2.6
+
+
+def test_cpu_device_hides_gpus_from_tensorflow():
+    code = ("from labkit.tf import runtime; import tensorflow as tf; "
+            "print(runtime.configure('cpu'), len(tf.config.get_visible_devices('GPU')))")
+    env = _env()
+    env.pop("CUDA_VISIBLE_DEVICES")  # the set-up itself must hide them
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-2:] == ["cpu", "0"]
+
+
+@pytest.mark.gpu
+def test_tf_leaves_gpu_memory_to_torch():
+    """torch allocates first; TF, configured after, grows its memory instead of mapping it all."""
+    code = (
+        "import torch; x = torch.ones(1024, 1024, device='cuda');"
+        "from labkit.tf import runtime; runtime.configure('auto'); import tensorflow as tf;"
+        "y = tf.ones((1024, 1024)); free, total = torch.cuda.mem_get_info();"
+        "print(free / total)"
+    )
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout.split()[-1]) > 0.5
+
+
+
+@pytest.mark.slow
+def test_tfrecord_source_gives_the_same_samples_and_run(tmp_path, reference):
+    """Samples read back from labkit's TFRecord shards are the generator's bytes, so a run fed
+    through the TFRecord layer trains exactly like the in-memory one."""
+    import numpy as np
+
+    from labkit.models import GPTConfig, build_config
+    from labkit.tf.data import arrays_from_shards, load_arrays
+    from labkit.tf.engine import fit
+
+    for cfg in (build_config("cnn"), GPTConfig(block_size=16, vocab_size=64)):
+        from_shards = arrays_from_shards(cfg, 96, 0, tmp_path / "data")
+        for a, b in zip(from_shards, load_arrays(cfg, 96, 0), strict=True):
+            assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert sorted(p.name for p in (tmp_path / "data").iterdir())[0].startswith("images-n96")
+    log = fit(TrainConfig(framework="tf", model="cnn", batch_size=32, num_samples=256, steps=3,
+                          device="cpu", progress=False), data_dir=str(tmp_path / "data"))
+    assert log.losses == pytest.approx([s["loss"] for s in reference["steps"][:3]], rel=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_gpu_mixed_precision_run_reports_gpu_memory(precision):
+    """On a GPU: mixed precision trains, TF reports its peak GPU memory, in a fresh process."""
+    code = ("from labkit.tf.engine import fit; from labkit.train import TrainConfig;"
+            f"log = fit(TrainConfig(framework='tf', model='resnet', steps=4, batch_size=64,"
+            f" precision='{precision}', device='cuda', progress=False));"
+            "print(log.run['device'], log.steps[-1]['peak_memory_bytes'], log.losses[-1])")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    device, peak, loss = r.stdout.split()[-3:]
+    assert device == "gpu" and int(peak) > 0 and float(loss) == float(loss)

@@ -1,0 +1,116 @@
+"""Precision policies, the ladder and demos, the batch finder, memory checks, FSDP, launcher env."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from labkit.torch import distributed, ladder, memory  # noqa: E402
+from labkit.torch.precision import PrecisionPolicy  # noqa: E402
+from labkit.train import TrainConfig  # noqa: E402
+
+
+def test_precision_policies():
+    assert PrecisionPolicy.for_mode("fp32", "cuda").tf32 is False
+    assert PrecisionPolicy.for_mode("tf32", "cuda").autocast_dtype is None
+    bf16 = PrecisionPolicy.for_mode("bf16", "cuda")
+    assert bf16.autocast_dtype == torch.bfloat16 and not bf16.grad_scaler
+    assert PrecisionPolicy.for_mode("fp16", "cpu").grad_scaler
+    with pytest.raises(ValueError, match="precision"):
+        PrecisionPolicy.for_mode("fp8", "cuda")
+
+
+def test_dist_info_from_env():
+    info = distributed.info_from_env({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "0"})
+    assert (info.rank, info.world_size, info.distributed, info.is_main) == (1, 2, True, False)
+    assert distributed.info_from_env({}).world_size == 1
+    with pytest.raises(ValueError, match="RANK"):
+        distributed.info_from_env({"RANK": "2", "WORLD_SIZE": "2"})
+    with pytest.raises(ValueError, match="WORLD_SIZE"):
+        distributed.info_from_env({"WORLD_SIZE": "two"})
+
+
+def test_batch_finder_backs_off_and_bisects():
+    def try_batch(b):
+        if b > 100:
+            raise torch.OutOfMemoryError(f"CUDA out of memory (batch {b})")
+
+    result = memory.find_max_batch(try_batch, start=8, multiple_of=4)
+    assert result.batch_size == 100
+    assert (128, False) in result.tries and result.tries[0] == (8, True)
+
+
+def test_batch_finder_lets_other_errors_through():
+    def broken(b):
+        raise ValueError("shape mismatch")
+
+    with pytest.raises(ValueError, match="shape"):
+        memory.find_max_batch(broken)
+
+
+def test_largest_batch_against_a_cpu_budget_is_monotonic():
+    cfg = TrainConfig(model="cnn", device="cpu", progress=False)
+    small = memory.largest_batch(cfg, budget_mib=4, limit=512).batch_size
+    large = memory.largest_batch(cfg, budget_mib=16, limit=512).batch_size
+    assert 0 < small < large
+    assert ladder.activation_bytes(TrainConfig(model="cnn", batch_size=large, device="cpu")) <= 16 * 2**20
+
+
+def test_accumulation_check_exact_without_batch_norm_not_with_it():
+    cnn = memory.accumulation_check(TrainConfig(model="cnn", batch_size=16, device="cpu"), 4)
+    resnet = memory.accumulation_check(TrainConfig(model="resnet", batch_size=16, device="cpu"), 4)
+    assert cnn["max_rel_diff"] < 1e-5
+    assert resnet["max_rel_diff"] > 1e-3  # batch statistics are per micro-batch
+
+
+def test_bf16_and_checkpointing_shrink_saved_activations():
+    fp32 = ladder.activation_bytes(TrainConfig(model="gpt", batch_size=8, device="cpu"))
+    bf16 = ladder.activation_bytes(TrainConfig(model="gpt", batch_size=8, device="cpu", precision="bf16"))
+    ckpt = ladder.activation_bytes(TrainConfig(model="gpt", batch_size=8, device="cpu",
+                                               activation_checkpointing=True))
+    assert bf16 < 0.8 * fp32 and ckpt < 0.5 * fp32
+
+
+def test_overflow_demo_skips_then_recovers():
+    rows = ladder.overflow_demo(steps=14, init_scale=2.0**28, device="cpu")
+    assert rows[0]["skipped"] and not rows[-1]["skipped"]
+    for a, b in zip(rows, rows[1:], strict=False):
+        if a["skipped"]:
+            assert b["loss_scale"] == a["loss_scale"] / 2
+
+
+def test_ladder_rows_and_conclusions():
+    rows = ladder.ladder(ladder.LadderConfig(model="cnn", scale="smoke", steps=2, batch_size=8,
+                                             include_compile=False, device="cpu"))
+    assert [r["rung"] for r in rows] == [r.name for r in ladder.TORCH_LADDER if not r.compile]
+    assert rows[0]["speedup"] == 1.0 and all(r["samples_per_s"] > 0 for r in rows)
+    text = "\n".join(ladder.conclusions(rows))
+    assert "Fastest here" in text and "fp16 + GradScaler" in text
+    assert "| rung |" in ladder.table(rows, ["rung", "speedup"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_fsdp_holds_half_the_state_per_process_with_the_same_losses():
+    from labkit.torch.fsdp import compare_sharding
+
+    ddp, fsdp = compare_sharding(TrainConfig(model="gpt", steps=2, batch_size=8, device="cpu"), 2)
+    assert fsdp["state_mib"] == pytest.approx(ddp["state_mib"] / 2, rel=0.05)
+    assert fsdp["losses"] == pytest.approx(ddp["losses"], abs=1e-5)
+
+
+@pytest.mark.gpu
+def test_gpu_bf16_compile_channels_last_run():
+    from labkit.torch.engine import fit
+
+    log = fit(TrainConfig(model="resnet", steps=4, batch_size=32, precision="bf16", channels_last=True,
+                          compile=True, device="cuda", progress=False))
+    assert log.steps[-1]["peak_memory_bytes"] > 0 and log.steps[-1]["mfu"] > 0
+
+
+@pytest.mark.gpu
+def test_gpu_batch_finder_catches_real_oom():
+    cfg = TrainConfig(model="gpt", scale="full", batch_size=1, precision="bf16", device="cuda", progress=False)
+    result = memory.largest_batch(cfg, limit=1024)
+    assert result.batch_size >= 1 and any(not ok for _, ok in result.tries)
