@@ -211,3 +211,17 @@ def test_ddp_preempted_and_resumed_matches_the_uninterrupted_ddp_run(tmp_path):
     assert ck.step == 2 and {"rng-rank0.pt", "rng-rank1.pt", "model.pt", "train.pt"} <= ck.files.keys()
     rest = run_local(replace(cfg, checkpoint_dir=str(tmp_path / "cut")), 2)
     assert rest.losses == full.losses[3:]
+
+
+def test_injected_input_latency_shows_up_as_data_time():
+    log = engine.fit(replace(BASE, steps=3, input_latency_ms=30.0))
+    # A lower bound only (sleep never returns early); no upper bound on a shared machine.
+    assert all(s["data_time_s"] >= 0.03 for s in log.steps)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_loader_workers_give_the_same_batches_as_the_main_process():
+    plain = engine.fit(replace(BASE, steps=5))
+    workers = engine.fit(replace(BASE, steps=5, num_workers=2, input_latency_ms=5.0))
+    assert workers.losses == plain.losses
