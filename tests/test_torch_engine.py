@@ -100,7 +100,7 @@ def test_fp16_overflow_skips_the_step_and_halves_the_scale():
     c.scaler = c.policy.make_scaler(init_scale=2.0**100)  # any fp16 gradient overflows
     from labkit.torch.data import make_dataset
 
-    x, y = make_dataset(c.model_config, 64, 0)[list(range(16))]
+    x, y = engine.to_device(make_dataset(c.model_config, 64, 0)[list(range(16))], c, False)
     before = {k: v.clone() for k, v in c.model.state_dict().items()}
     _, skipped = engine.train_step(c, [(x, y)], None)
     assert bool(skipped) and c.scaler.get_scale() == 2.0**99

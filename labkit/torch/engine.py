@@ -30,7 +30,7 @@ from labkit.config import ParameterError, resolve_scale
 from labkit.metrics import MetricsLog, StepMetrics
 from labkit.models import GPTConfig, ModelConfig, build_config
 from labkit.torch import distributed, peak, state
-from labkit.torch.data import DataPosition, ResumableLoader, make_dataset
+from labkit.torch.data import DataPosition, ResumableLoader, make_dataset, to_float_images
 from labkit.torch.models import build_model, count_parameters, flops_per_sample
 from labkit.torch.precision import PrecisionPolicy, apply_matmul_precision
 from labkit.torch.preemption import PreemptionGuard
@@ -125,7 +125,7 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 def to_device(batch, c: Components, channels_last: bool):
     x, y = batch
-    x = x.to(c.device, non_blocking=True)
+    x = to_float_images(x.to(c.device, non_blocking=True))
     y = y.to(c.device, non_blocking=True)
     if channels_last and x.dim() == 4:
         x = x.contiguous(memory_format=torch.channels_last)
