@@ -5,8 +5,13 @@ batch of that step. Features switch on one at a time from `TrainConfig`: precisi
 bf16, fp16 + GradScaler), channels_last, torch.compile, fused AdamW (CUDA), accumulation with
 `no_sync` on all but the last micro-step, clipping, activation checkpointing, LR warm-up and
 world-size scaling, DDP (gloo on CPU, nccl on CUDA). Every step is measured (loss, step and data
-time, throughput, MFU against the measured peak, peak memory) into a `MetricsLog`; full-state
-checkpoints go through `labkit.checkpoint` and a resumed run continues bit for bit.
+time, throughput, MFU against the measured peak, peak memory) into a `MetricsLog`, TensorBoard
+and a tqdm bar (rank 0); full-state checkpoints go through `labkit.checkpoint` (written in the
+background once serialised on the host), and a resumed run continues bit for bit on CPU.
+
+Building blocks are public so benchmarks and notebooks reuse exactly what `fit` trains:
+`build(config, info, device)` → `Components`, `to_device`, `train_step(components, micro_batches,
+grad_clip)`.
 """
 
 from __future__ import annotations
