@@ -225,3 +225,11 @@ def test_loader_workers_give_the_same_batches_as_the_main_process():
     plain = engine.fit(replace(BASE, steps=5))
     workers = engine.fit(replace(BASE, steps=5, num_workers=2, input_latency_ms=5.0))
     assert workers.losses == plain.losses
+
+
+def test_vertex_output_variables_fill_unset_dirs_only():
+    env = {"AIP_CHECKPOINT_DIR": "gs://b/run/checkpoints/", "AIP_TENSORBOARD_LOG_DIR": "gs://b/run/logs/"}
+    filled = engine.with_vertex_dirs(BASE, env)
+    assert (filled.checkpoint_dir, filled.tensorboard_dir) == ("gs://b/run/checkpoints/", "gs://b/run/logs/")
+    assert engine.with_vertex_dirs(replace(BASE, checkpoint_dir="/mine"), env).checkpoint_dir == "/mine"
+    assert engine.with_vertex_dirs(BASE, {}) == BASE

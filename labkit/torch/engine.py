@@ -22,7 +22,7 @@ import os
 import resource
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -191,6 +191,19 @@ def _peak_memory(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # process peak RSS
 
 
+def with_vertex_dirs(config: TrainConfig, env: dict[str, str] | None = None) -> TrainConfig:
+    """Fill unset checkpoint / TensorBoard folders from the variables Vertex AI sets when a job
+    has a base output directory (AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR), so a restarted
+    Spot job resumes without extra flags. Explicit settings always win."""
+    env = os.environ if env is None else env
+    updates = {}
+    if config.checkpoint_dir is None and env.get("AIP_CHECKPOINT_DIR"):
+        updates["checkpoint_dir"] = env["AIP_CHECKPOINT_DIR"]
+    if config.tensorboard_dir is None and env.get("AIP_TENSORBOARD_LOG_DIR"):
+        updates["tensorboard_dir"] = env["AIP_TENSORBOARD_LOG_DIR"]
+    return replace(config, **updates) if updates else config
+
+
 def fit(config: TrainConfig, *, on_step: StepCallback | None = None,
         read_loss_late: bool | None = None) -> MetricsLog:
     """Train as configured; returns the MetricsLog (also written to `config.metrics_out` by rank
@@ -198,6 +211,7 @@ def fit(config: TrainConfig, *, on_step: StepCallback | None = None,
     `config.preempt_at`). `on_step(step, metrics_dict)` runs on every rank after each step (one
     step late when `read_loss_late`, the default on a single GPU: the loss of a step is read
     once the next step is queued, so the host never stalls the device)."""
+    config = with_vertex_dirs(config)
     info = distributed.info_from_env()
     device = resolve_device(config.device, info)
     info = distributed.init(device.type, info)
