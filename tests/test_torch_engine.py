@@ -100,7 +100,7 @@ def test_fp16_overflow_skips_the_step_and_halves_the_scale():
     c.scaler = c.policy.make_scaler(init_scale=2.0**100)  # any fp16 gradient overflows
     from labkit.torch.data import make_dataset
 
-    x, y = make_dataset(c.model_config, 64, 0)[list(range(16))]
+    x, y = engine.to_device(make_dataset(c.model_config, 64, 0)[list(range(16))], c, False)
     before = {k: v.clone() for k, v in c.model.state_dict().items()}
     _, skipped = engine.train_step(c, [(x, y)], None)
     assert bool(skipped) and c.scaler.get_scale() == 2.0**99
@@ -211,3 +211,25 @@ def test_ddp_preempted_and_resumed_matches_the_uninterrupted_ddp_run(tmp_path):
     assert ck.step == 2 and {"rng-rank0.pt", "rng-rank1.pt", "model.pt", "train.pt"} <= ck.files.keys()
     rest = run_local(replace(cfg, checkpoint_dir=str(tmp_path / "cut")), 2)
     assert rest.losses == full.losses[3:]
+
+
+def test_injected_input_latency_shows_up_as_data_time():
+    log = engine.fit(replace(BASE, steps=3, input_latency_ms=30.0))
+    # A lower bound only (sleep never returns early); no upper bound on a shared machine.
+    assert all(s["data_time_s"] >= 0.03 for s in log.steps)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_loader_workers_give_the_same_batches_as_the_main_process():
+    plain = engine.fit(replace(BASE, steps=5))
+    workers = engine.fit(replace(BASE, steps=5, num_workers=2, input_latency_ms=5.0))
+    assert workers.losses == plain.losses
+
+
+def test_vertex_output_variables_fill_unset_dirs_only():
+    env = {"AIP_CHECKPOINT_DIR": "gs://b/run/checkpoints/", "AIP_TENSORBOARD_LOG_DIR": "gs://b/run/logs/"}
+    filled = engine.with_vertex_dirs(BASE, env)
+    assert (filled.checkpoint_dir, filled.tensorboard_dir) == ("gs://b/run/checkpoints/", "gs://b/run/logs/")
+    assert engine.with_vertex_dirs(replace(BASE, checkpoint_dir="/mine"), env).checkpoint_dir == "/mine"
+    assert engine.with_vertex_dirs(BASE, {}) == BASE

@@ -114,3 +114,16 @@ def test_gpu_batch_finder_catches_real_oom():
     cfg = TrainConfig(model="gpt", scale="full", batch_size=1, precision="bf16", device="cuda", progress=False)
     result = memory.largest_batch(cfg, limit=1024)
     assert result.batch_size >= 1 and any(not ok for _, ok in result.tries)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_gpu_nccl_ddp_two_processes(tmp_path):
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA GPUs for a 2-process nccl job")
+    from labkit.torch.launch import run_local
+
+    log = run_local(TrainConfig(model="gpt", steps=4, batch_size=16, precision="bf16", device="cuda",
+                                progress=False), 2, threads_per_process=None)
+    assert log.run["world_size"] == 2 and log.run["device"] == "cuda:0"

@@ -5,8 +5,13 @@ batch of that step. Features switch on one at a time from `TrainConfig`: precisi
 bf16, fp16 + GradScaler), channels_last, torch.compile, fused AdamW (CUDA), accumulation with
 `no_sync` on all but the last micro-step, clipping, activation checkpointing, LR warm-up and
 world-size scaling, DDP (gloo on CPU, nccl on CUDA). Every step is measured (loss, step and data
-time, throughput, MFU against the measured peak, peak memory) into a `MetricsLog`; full-state
-checkpoints go through `labkit.checkpoint` and a resumed run continues bit for bit.
+time, throughput, MFU against the measured peak, peak memory) into a `MetricsLog`, TensorBoard
+and a tqdm bar (rank 0); full-state checkpoints go through `labkit.checkpoint` (written in the
+background once serialised on the host), and a resumed run continues bit for bit on CPU.
+
+Building blocks are public so benchmarks and notebooks reuse exactly what `fit` trains:
+`build(config, info, device)` → `Components`, `to_device`, `train_step(components, micro_batches,
+grad_clip)`.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import os
 import resource
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import torch
@@ -30,7 +35,7 @@ from labkit.config import ParameterError, resolve_scale
 from labkit.metrics import MetricsLog, StepMetrics
 from labkit.models import GPTConfig, ModelConfig, build_config
 from labkit.torch import distributed, peak, state
-from labkit.torch.data import DataPosition, ResumableLoader, make_dataset
+from labkit.torch.data import DataPosition, ResumableLoader, make_dataset, to_float_images
 from labkit.torch.models import build_model, count_parameters, flops_per_sample
 from labkit.torch.precision import PrecisionPolicy, apply_matmul_precision
 from labkit.torch.preemption import PreemptionGuard
@@ -125,7 +130,7 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 def to_device(batch, c: Components, channels_last: bool):
     x, y = batch
-    x = x.to(c.device, non_blocking=True)
+    x = to_float_images(x.to(c.device, non_blocking=True))
     y = y.to(c.device, non_blocking=True)
     if channels_last and x.dim() == 4:
         x = x.contiguous(memory_format=torch.channels_last)
@@ -186,6 +191,19 @@ def _peak_memory(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # process peak RSS
 
 
+def with_vertex_dirs(config: TrainConfig, env: dict[str, str] | None = None) -> TrainConfig:
+    """Fill unset checkpoint / TensorBoard folders from the variables Vertex AI sets when a job
+    has a base output directory (AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR), so a restarted
+    Spot job resumes without extra flags. Explicit settings always win."""
+    env = os.environ if env is None else env
+    updates = {}
+    if config.checkpoint_dir is None and env.get("AIP_CHECKPOINT_DIR"):
+        updates["checkpoint_dir"] = env["AIP_CHECKPOINT_DIR"]
+    if config.tensorboard_dir is None and env.get("AIP_TENSORBOARD_LOG_DIR"):
+        updates["tensorboard_dir"] = env["AIP_TENSORBOARD_LOG_DIR"]
+    return replace(config, **updates) if updates else config
+
+
 def fit(config: TrainConfig, *, on_step: StepCallback | None = None,
         read_loss_late: bool | None = None) -> MetricsLog:
     """Train as configured; returns the MetricsLog (also written to `config.metrics_out` by rank
@@ -193,6 +211,7 @@ def fit(config: TrainConfig, *, on_step: StepCallback | None = None,
     `config.preempt_at`). `on_step(step, metrics_dict)` runs on every rank after each step (one
     step late when `read_loss_late`, the default on a single GPU: the loss of a step is read
     once the next step is queued, so the host never stalls the device)."""
+    config = with_vertex_dirs(config)
     info = distributed.info_from_env()
     device = resolve_device(config.device, info)
     info = distributed.init(device.type, info)

@@ -39,7 +39,7 @@ def _worker(config: TrainConfig, mode: str, out: str) -> None:
     from labkit.config import resolve_scale
     from labkit.models import build_config
     from labkit.torch import distributed
-    from labkit.torch.data import ResumableLoader, make_dataset
+    from labkit.torch.data import ResumableLoader, make_dataset, to_float_images
     from labkit.torch.engine import default_num_samples, loss_fn, micro_batch_size, resolve_device
     from labkit.torch.models import build_model
 
@@ -62,7 +62,8 @@ def _worker(config: TrainConfig, mode: str, out: str) -> None:
                              world_size=info.world_size, rank=info.rank, seed=config.seed)
     losses = []
     for _ in range(config.steps):
-        x, y = (t.to(device) for t in next(loader))
+        x, y = next(loader)
+        x, y = to_float_images(x.to(device)), y.to(device)
         loss = loss_fn(net(x), y)
         loss.backward()
         opt.step()

@@ -10,6 +10,7 @@ table. `overflow_demo` shows the GradScaler skipping steps and halving its scale
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, replace
 from typing import Any
@@ -82,8 +83,11 @@ def ladder(config: LadderConfig) -> list[dict[str, Any]]:
     fit(TrainConfig(model=config.model, scale=scale, steps=2, batch_size=batch, seed=config.seed,
                     device=config.device, progress=False))
     for rung in rungs(include_compile):
+        # At full scale, loader workers keep the GPU fed (decode-free synthetic data still costs
+        # host time per image); smoke runs keep everything in one process.
         cfg = TrainConfig(model=config.model, scale=scale, steps=steps, batch_size=batch,
-                          precision=rung.precision, channels_last=rung.channels_last,
+                          num_workers=0 if scale == "smoke" else min(8, max(1, (os.cpu_count() or 2) // 2)),
+                          pin_memory=scale == "full", precision=rung.precision, channels_last=rung.channels_last,
                           compile=rung.compile, seed=config.seed, device=config.device,
                           progress=False, grad_clip=None)
         log = fit(cfg)
