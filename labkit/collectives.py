@@ -171,6 +171,7 @@ def _worker(args) -> int:
         Path(args.out).write_text(json.dumps(report.to_dict()))
     import torch.distributed as dist
 
+    dist.barrier()  # tearing gloo down while a peer still talks to it can abort the process
     dist.destroy_process_group()
     return 0
 

@@ -64,6 +64,10 @@ def init(device_type: str, info: DistInfo | None = None) -> DistInfo:
     return info
 
 
-def shutdown() -> None:
+def shutdown(*, clean: bool = True) -> None:
+    """Leave the process group. On a clean exit every rank first meets at a barrier: a rank
+    that tears gloo down while a peer still talks to it can abort the process."""
     if dist.is_initialized():
+        if clean:
+            dist.barrier()
         dist.destroy_process_group()

@@ -215,10 +215,17 @@ def fit(config: TrainConfig, *, on_step: StepCallback | None = None,
     info = distributed.info_from_env()
     device = resolve_device(config.device, info)
     info = distributed.init(device.type, info)
+    clean = False
     try:
-        return _fit(config, info, device, on_step, read_loss_late)
+        log = _fit(config, info, device, on_step, read_loss_late)
+        clean = True
+        return log
+    except Preempted:
+        clean = True  # every rank agreed on the step to stop at, so all of them are here
+        raise
     finally:
-        distributed.shutdown()
+        # After a failure a peer may be gone: a barrier would wait for it until the timeout.
+        distributed.shutdown(clean=clean)
 
 
 def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,

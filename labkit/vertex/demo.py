@@ -114,6 +114,7 @@ def run_ddp(args) -> int:
             {"framework": "torch", "world_size": world, "backend": backend, "losses": losses,
              "weights": weights}))
     if backend:
+        dist.barrier()  # tearing gloo down while a peer still talks to it can abort the process
         dist.destroy_process_group()
     return 0
 
