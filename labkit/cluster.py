@@ -324,3 +324,20 @@ def tf_strategy(info: ClusterInfo | None = None):
     if len(tf.config.list_physical_devices("GPU")) > 1:
         return tf.distribute.MirroredStrategy()
     return tf.distribute.get_strategy()
+
+
+def free_ports(n: int = 1) -> list[int]:
+    """`n` distinct loopback ports the OS reports free now (held open together so they differ),
+    for replicas started on this machine."""
+    import socket
+
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()

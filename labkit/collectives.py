@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from labkit.cluster import free_ports
 from labkit.config import check_choice, check_int
 
 KB, MB = 1024, 1024 * 1024
@@ -101,10 +101,6 @@ def _human(n: int) -> str:
     return f"{n // MB} MB" if n >= MB else f"{n // KB} KB" if n >= KB else f"{n} B"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def measure(sizes: list[int], *, min_iters: int, max_iters: int, target_s: float, warmup: int,
@@ -183,7 +179,7 @@ def allreduce_benchmark(config: AllReduceConfig) -> AllReduceReport:
     backend = config.backend
     if backend == "auto":
         backend = "nccl" if cuda_available() else "gloo"
-    port = _free_port()
+    (port,) = free_ports(1)
     with tempfile.TemporaryDirectory(prefix="labkit-allreduce-") as tmp:
         out = Path(tmp) / "report.json"
         procs = []

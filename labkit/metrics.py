@@ -63,6 +63,14 @@ class MetricsLog:
         self.run: dict[str, Any] = dict(run or {})
         self.steps: list[dict[str, Any]] = []
 
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> MetricsLog:
+        """A log back from its file (e.g. rank 0's, after a multi-process run)."""
+        data = load_metrics(path)
+        log = cls(data.get("run"))
+        log.steps = list(data["steps"])
+        return log
+
     def append(self, metrics: StepMetrics) -> None:
         self.steps.append(metrics.to_dict())
 

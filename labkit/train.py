@@ -32,6 +32,17 @@ class Preempted(Exception):
         super().__init__(f"preempted during step {step}; state checkpointed")
 
 
+
+def finished_replicas_log(metrics_out: str, exit_codes: list[int]):
+    """Rank 0's MetricsLog after every replica of a local multi-process run has exited 0 or 143;
+    raises `Preempted` at the last recorded step when they checkpointed and exited 143."""
+    from labkit.metrics import MetricsLog
+
+    log = MetricsLog.read(metrics_out)
+    if PREEMPTED_EXIT_CODE in exit_codes:
+        raise Preempted(log.steps[-1]["step"] if log.steps else -1)
+    return log
+
 @dataclass
 class TrainConfig:
     """Everything one run needs. `batch_size` is the GLOBAL batch of one optimizer step: summed

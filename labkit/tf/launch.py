@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,9 +21,10 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from labkit.cluster import free_ports
 from labkit.config import check_bool, check_int
-from labkit.metrics import MetricsLog, load_metrics
-from labkit.train import PREEMPTED_EXIT_CODE, Preempted, TrainConfig, to_argv
+from labkit.metrics import MetricsLog
+from labkit.train import PREEMPTED_EXIT_CODE, TrainConfig, finished_replicas_log, to_argv
 
 
 @dataclass(frozen=True)
@@ -60,18 +60,6 @@ class WorkerResult:
     tf_config: dict = field(default_factory=dict)
 
 
-def free_ports(n: int) -> list[int]:
-    """n distinct ports the OS reports free now (held open together so they differ)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def tf_configs(num_workers: int, *, num_ps: int = 0, vertex_names: bool = False,
@@ -172,12 +160,7 @@ def run_local(config: TrainConfig, num_workers: int = 2, *, num_ps: int = 0,
     if bad:
         raise RuntimeError(f"TF worker {bad[0].task} of {num_workers} failed (exit codes {codes}):"
                            f"\n{bad[0].output[-3000:]}")
-    data = load_metrics(config.metrics_out)
-    log = MetricsLog(data.get("run"))
-    log.steps = data["steps"]
-    if PREEMPTED_EXIT_CODE in codes:
-        raise Preempted(log.steps[-1]["step"] if log.steps else -1)
-    return log
+    return finished_replicas_log(config.metrics_out, codes)
 
 
 def _tempfile():

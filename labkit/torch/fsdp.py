@@ -88,12 +88,13 @@ def _worker(config: TrainConfig, mode: str, out: str) -> None:
 def compare_sharding(config: TrainConfig, nproc: int = 2, *, timeout_s: float = 240) -> list[dict[str, Any]]:
     """Rows (one per mode): per-rank MiB of parameters, gradients, optimizer state, and losses.
     The model must have `.blocks` (GPT, ResNet, CNN all do)."""
-    from labkit.torch.launch import free_port, replica_env
+    from labkit.cluster import free_ports
+    from labkit.torch.launch import replica_env
 
     rows = []
     tmp = Path(tempfile.mkdtemp(prefix="labkit-fsdp-"))
     for mode in ("ddp", "fsdp"):
-        port = free_port()
+        (port,) = free_ports(1)
         procs = []
         for rank in range(nproc):
             out = tmp / f"{mode}-{rank}.json"

@@ -5,7 +5,6 @@ MASTER_ADDR / MASTER_PORT, one thread each by default so they do not fight over 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -13,15 +12,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from labkit.cluster import free_ports
 from labkit.config import check_int
-from labkit.metrics import MetricsLog, load_metrics
-from labkit.train import PREEMPTED_EXIT_CODE, Preempted, TrainConfig, to_argv
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from labkit.metrics import MetricsLog
+from labkit.train import PREEMPTED_EXIT_CODE, TrainConfig, finished_replicas_log, to_argv
 
 
 def replica_env(rank: int, nproc: int, port: int, threads: int | None,
@@ -45,7 +39,7 @@ def run_local(config: TrainConfig, nproc: int = 2, *, threads_per_process: int |
     if config.metrics_out is None:
         tmp = tempfile.mkdtemp(prefix="labkit-ddp-")
         config = replace(config, metrics_out=str(Path(tmp) / "metrics.json"))
-    port = free_port()
+    (port,) = free_ports(1)
     cmd = [sys.executable, "-m", "labkit", "train", *to_argv(config)]
     procs = []
     for rank in range(nproc):
@@ -80,9 +74,4 @@ def run_local(config: TrainConfig, nproc: int = 2, *, threads_per_process: int |
             (r for r, code in enumerate(codes) if code != 0), 0)
         raise RuntimeError(f"DDP replica rank {rank} of {nproc} failed (exit codes {codes}"
                            f"{', timed out' if failed == 'timeout' else ''}):\n{outputs[rank][-3000:]}")
-    data = load_metrics(config.metrics_out)
-    log = MetricsLog(data.get("run"))
-    log.steps = data["steps"]
-    if PREEMPTED_EXIT_CODE in codes:
-        raise Preempted(log.steps[-1]["step"] if log.steps else -1)
-    return log
+    return finished_replicas_log(config.metrics_out, codes)

@@ -24,7 +24,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -34,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit.cluster import POOL2_ROLE_ENV, from_env
+from labkit.cluster import POOL2_ROLE_ENV, free_ports, from_env
 from labkit.frameworks import has_aiplatform
 from labkit.vertex.specs import REDUCTION_SERVER_IMAGE, SETUP_MARKER, validate
 
@@ -135,17 +134,6 @@ class LocalJob:
         return "\n".join(lines)
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class LocalPaths:
@@ -183,7 +171,7 @@ def replica_envs(spec: Mapping[str, Any], paths: LocalPaths, trial: str = "") ->
     """The environment Vertex gives each replica of `spec`, with loopback addresses."""
     pools = spec["worker_pool_specs"]
     counts = [int(p.get("replica_count", 1)) if p else 0 for p in pools]
-    ports = iter(_free_ports(sum(counts) + 1))
+    ports = iter(free_ports(sum(counts) + 1))
     master_port = next(ports)
     cluster = {f"workerpool{i}": [f"127.0.0.1:{next(ports)}" for _ in range(n)]
                for i, n in enumerate(counts) if n}
