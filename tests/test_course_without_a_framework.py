@@ -1,0 +1,46 @@
+"""Every notebook runs on an image that has only one of the two frameworks (Vertex's prebuilt
+PyTorch or TensorFlow containers), skipping the other's columns and saying why."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from tests.conftest import NOTEBOOK_DIR
+
+NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+SAYS_MISSING = {"torch": "PyTorch is not installed", "tensorflow": "TensorFlow is not installed"}
+# A notebook that calls into a framework's side of labkit must say when it skips that part.
+USES = {
+    "torch": re.compile(r'labkit\.torch\b|has_torch\(|missing_reason\("torch"\)|from labkit import [^\n]*\btorch\b'),
+    "tensorflow": re.compile(r'labkit\.tf\b|has_tf\(|missing_reason\("tensorflow"\)|from labkit import [^\n]*\btf\b'),
+}
+
+
+def _outputs_text(path) -> str:
+    nb = nbformat.read(path, as_version=4)
+    parts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            parts.append(out.get("text", "") or out.get("data", {}).get("text/plain", ""))
+    return "\n".join(parts)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("hidden", ["tensorflow", "torch"])
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_without(path, hidden, hide_frameworks, tmp_path):
+    env = hide_frameworks(hidden)
+    env["LABKIT_ARTIFACTS"] = str(tmp_path / "artifacts")
+    out = tmp_path / path.name
+    proc = subprocess.run([sys.executable, "-m", "labkit", "run", str(path), "-o", str(out)],
+                          env=env, capture_output=True, text=True, timeout=560, cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    text = _outputs_text(out)
+    if USES[hidden].search(path.with_suffix(".py").read_text()):
+        assert SAYS_MISSING[hidden] in text, f"{path.name} skipped {hidden} without saying why"
