@@ -51,8 +51,9 @@ def run_course(
             declared = notebook_parameters(nb)
             params = {k: v for k, v in (parameters or {}).items() if k in declared}
             echo(f"running {nb.name} ...", flush=True)
-            run = run_notebook(nb, out / nb.name, params)
-            echo(f"  {'ok' if run.ok else 'FAILED: ' + run.error} ({run.seconds:.0f}s)", flush=True)
+            run = run_notebook(nb, out / nb.name, params, kernel_log=True)
+            status = "ok" if run.ok else f"FAILED: {run.error} (kernel log: {run.log})"
+            echo(f"  {status} ({run.seconds:.0f}s)", flush=True)
             runs.append(run)
     finally:
         if previous is None:

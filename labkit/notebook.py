@@ -9,7 +9,9 @@ command-line form.
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -110,6 +112,7 @@ class NotebookRun:
     ok: bool
     error: str = ""
     figures: list[KeyFigure] = field(default_factory=list)
+    log: Path | None = None  # the kernel's stderr, when it was kept out of the terminal
 
 
 def timestamp() -> str:
@@ -124,8 +127,11 @@ def run_notebook(
     cwd: str | os.PathLike | None = None,
     cell_timeout: int | None = 1800,
     log_output: bool = False,
+    kernel_log: bool = False,
 ) -> NotebookRun:
-    """Execute `notebook` with papermill; never raises for a failing cell (see `.ok`/`.error`)."""
+    """Execute `notebook` with papermill; never raises for a failing cell (see `.ok`/`.error`).
+    `kernel_log` sends what the kernel process prints to stderr (framework start-up chatter,
+    warnings) to `<output>.log` instead of this terminal."""
     import nbformat
     import papermill
 
@@ -138,17 +144,38 @@ def run_notebook(
     output.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     error = ""
+    log = output.with_suffix(".log") if kernel_log else None
     try:
-        papermill.execute_notebook(
-            str(notebook), str(output), parameters=parameters,
-            cwd=str(cwd or notebook.parent), progress_bar=False, log_output=log_output,
-            execution_timeout=cell_timeout,
-        )
+        with _stderr_to(log):
+            papermill.execute_notebook(
+                str(notebook), str(output), parameters=parameters,
+                cwd=str(cwd or notebook.parent), progress_bar=False, log_output=log_output,
+                execution_timeout=cell_timeout,
+            )
     except papermill.PapermillExecutionError as e:
         error = f"cell {e.cell_index}: {e.ename}: {e.evalue}"
     seconds = time.perf_counter() - start
     figures = figures_in_notebook(nbformat.read(output, as_version=4)) if output.exists() else []
-    return NotebookRun(notebook, output, parameters, seconds, not error, error, figures)
+    return NotebookRun(notebook, output, parameters, seconds, not error, error, figures, log)
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path | None):
+    """Point file descriptor 2 at `path` for the block: the kernel is a child process and
+    inherits it, so its stderr lands in the file (None: leave stderr alone)."""
+    if path is None:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(path, "ab") as f:
+            os.dup2(f.fileno(), 2)
+            yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def add_run_command(subparsers) -> None:
@@ -176,11 +203,12 @@ def _run_command(args) -> int:
             print(f"labkit run --vertex: {e}")
             return 2
     try:
-        result = run_notebook(args.notebook, args.output, params, log_output=args.log_output)
+        result = run_notebook(args.notebook, args.output, params, log_output=args.log_output,
+                              kernel_log=not args.log_output)
     except (ParameterError, FileNotFoundError) as e:
         print(f"labkit run: {e}")
         return 2
-    status = "ok" if result.ok else f"FAILED ({result.error})"
+    status = "ok" if result.ok else f"FAILED ({result.error}; kernel log: {result.log})"
     print(f"{result.notebook.name}: {status} in {result.seconds:.0f}s -> {result.output}")
     for fig in result.figures:
         print(f"  {fig.text()}")

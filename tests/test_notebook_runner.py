@@ -65,3 +65,18 @@ def test_cli_run_reports_a_bad_parameter_by_name(python, tmp_path):
                            "-o", str(tmp_path / "x.ipynb")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert "'colour' is not a parameter of hello.ipynb" in proc.stdout
+
+
+@pytest.mark.slow
+def test_kernel_stderr_goes_to_a_log_beside_the_output(tmp_path):
+    nb = nbformat.read(HELLO_NOTEBOOK, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(
+        "import os, sys\nos.write(2, b'fd-level chatter\\n')\nprint('python-level chatter', file=sys.__stderr__, flush=True)"))
+    src = tmp_path / "noisy.ipynb"
+    nbformat.write(nb, src)
+    run = notebook.run_notebook(src, tmp_path / "out" / "noisy.ipynb", {"size": 16, "repeats": 1},
+                                kernel_log=True)
+    assert run.ok, run.error
+    assert run.log == tmp_path / "out" / "noisy.log"
+    text = run.log.read_text()
+    assert "fd-level chatter" in text and "python-level chatter" in text
