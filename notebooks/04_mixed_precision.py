@@ -128,7 +128,7 @@ if has_tf:
     from labkit.tf.distribution import table as text_table
 
     tf_cfg = tf_ladder.LadderConfig(model=model, scale=scale, steps=steps, batch_size=batch_size,
-                                    include_xla=include_compile, device=device)
+                                    include_compile=include_compile, device=device)
     tf_rows = tf_ladder.ladder(tf_cfg)
     print(text_table([{k: r[k] for k in tf_ladder.COLUMNS} for r in tf_rows]))
 else:

@@ -12,7 +12,7 @@ from labkit.tf import ladder  # noqa: E402
 @pytest.mark.slow
 def test_ladder_rows_match_the_torch_table_keys():
     rows = ladder.ladder(ladder.LadderConfig(model="cnn", scale="smoke", steps=2, batch_size=8,
-                                             include_xla=True, device="cpu"))
+                                             include_compile=True, device="cpu"))
     assert [r["rung"] for r in rows] == [r.name for r in ladder.TF_LADDER]
     assert rows[0]["speedup"] == 1.0
     for r in rows:

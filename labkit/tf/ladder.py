@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.config import by_scale, check_bool, check_choice, check_int, resolve_scale
-from labkit.models import MODEL_NAMES
+from labkit.config import check_int
+from labkit.precision_ladder import LadderConfig
 from labkit.train import TrainConfig
 
 
@@ -37,52 +37,26 @@ TF_LADDER = (
 )
 
 
-@dataclass(frozen=True)
-class LadderConfig:
-    """One TF ladder run; the same knobs and size defaults as the torch ladder's config.
-    `include_xla` None means only at full scale (compiling dominates a short CPU run)."""
-
-    model: str = "resnet"
-    scale: str = "auto"
-    steps: int | None = None
-    batch_size: int | None = None
-    include_xla: bool | None = None
-    device: str = "auto"
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        check_choice("model", self.model, MODEL_NAMES)
-        check_int("steps", self.steps, minimum=2, allow_none=True)
-        check_int("batch_size", self.batch_size, minimum=1, allow_none=True)
-        if self.include_xla is not None:
-            check_bool("include_xla", self.include_xla)
-
-    def resolved(self) -> tuple[str, int, int, bool]:
-        scale = resolve_scale(self.scale)
-        steps = self.steps or by_scale(scale, smoke=5, full=30)
-        batch = self.batch_size or by_scale(scale, smoke=16, full=256 if self.model != "gpt" else 12)
-        xla = self.include_xla if self.include_xla is not None else scale == "full"
-        return scale, steps, batch, xla
 
 
 COLUMNS = ("framework", "rung", "samples_per_s", "speedup", "step_time_ms", "peak_memory_mib",
            "final_loss", "device")
 
 
-def rungs(include_xla: bool) -> list[TFRung]:
-    return [r for r in TF_LADDER if include_xla or not r.xla]
+def rungs(include_compile: bool) -> list[TFRung]:
+    return [r for r in TF_LADDER if include_compile or not r.xla]
 
 
 def ladder(config: LadderConfig) -> list[dict[str, Any]]:
     """Train once per rung with the TF engine; rows keyed like the torch ladder's."""
     from labkit.tf.engine import fit
 
-    scale, steps, batch, include_xla = config.resolved()
+    scale, steps, batch, include_compile = config.resolved()
     base = dict(framework="tf", model=config.model, scale=scale, batch_size=batch,
                 seed=config.seed, device=config.device, progress=False, grad_clip=None)
     fit(TrainConfig(steps=2, **base))  # warm-up run, discarded (thread pools, first kernels)
     rows: list[dict[str, Any]] = []
-    for rung in rungs(include_xla):
+    for rung in rungs(include_compile):
         log = fit(TrainConfig(steps=steps, precision=rung.precision, compile=rung.xla, **base))
         s = log.to_dict()["summary"]
         on_gpu = log.run["device"] == "gpu"

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from labkit.config import by_scale, check_bool, check_choice, check_int, resolve_scale
-from labkit.models import MODEL_NAMES
+from labkit.config import check_int
+from labkit.precision_ladder import LadderConfig
 from labkit.train import TrainConfig
 
 
@@ -40,32 +40,6 @@ TORCH_LADDER = (
 )
 
 
-@dataclass(frozen=True)
-class LadderConfig:
-    """One ladder run. `include_compile` None means: only at full scale (compiling takes minutes
-    on a small CPU, which would dominate a smoke run). Sizes default by scale."""
-
-    model: str = "resnet"
-    scale: str = "auto"
-    steps: int | None = None
-    batch_size: int | None = None
-    include_compile: bool | None = None
-    device: str = "auto"
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        check_choice("model", self.model, MODEL_NAMES)
-        check_int("steps", self.steps, minimum=2, allow_none=True)
-        check_int("batch_size", self.batch_size, minimum=1, allow_none=True)
-        if self.include_compile is not None:
-            check_bool("include_compile", self.include_compile)
-
-    def resolved(self) -> tuple[str, int, int, bool]:
-        scale = resolve_scale(self.scale)
-        steps = self.steps or by_scale(scale, smoke=5, full=30)
-        batch = self.batch_size or by_scale(scale, smoke=16, full=256 if self.model != "gpt" else 12)
-        compile_ = self.include_compile if self.include_compile is not None else scale == "full"
-        return scale, steps, batch, compile_
 
 
 def rungs(include_compile: bool) -> list[Rung]:
