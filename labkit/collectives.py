@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from labkit.cluster import free_ports
-from labkit.config import check_choice, check_int
+from labkit.config import ParameterError, check_choice, check_int
 
 KB, MB = 1024, 1024 * 1024
 
@@ -172,13 +172,24 @@ def _worker(args) -> int:
     return 0
 
 
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def allreduce_benchmark(config: AllReduceConfig) -> AllReduceReport:
     """Launch `config.world_size` local processes and return rank 0's measurements."""
     from labkit.devices import cuda_available
 
     backend = config.backend
     if backend == "auto":
-        backend = "nccl" if cuda_available() else "gloo"
+        # nccl needs a GPU per process: two ranks on one GPU are refused ("duplicate GPU").
+        backend = "nccl" if cuda_available() and _gpu_count() >= config.world_size else "gloo"
+    if backend == "nccl" and _gpu_count() < config.world_size:
+        raise ParameterError("world_size", config.world_size,
+                             f"nccl needs one GPU per process and this machine has {_gpu_count()}; "
+                             "use backend='gloo' or fewer processes")
     (port,) = free_ports(1)
     with tempfile.TemporaryDirectory(prefix="labkit-allreduce-") as tmp:
         out = Path(tmp) / "report.json"

@@ -21,6 +21,9 @@ from labkit.models import MODEL_NAMES
 
 FRAMEWORKS = ("torch", "tf")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+# torch.compile's modes, and "tuned": CUDA graphs plus coordinate-descent tuning of the generated
+# Triton kernels, without max-autotune's matmul search (which takes minutes and rarely beats cuBLAS).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune", "tuned")
 PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM, what a process killed by SIGTERM reports
 
 
@@ -61,6 +64,10 @@ class TrainConfig:
     precision: str = "fp32"
     channels_last: bool = False
     compile: bool = False
+    compile_mode: str = "default"
+    # GPT with bf16 on an fp8 GPU (Hopper, Ada): the output projection and the loss run as one
+    # function whose three matmuls use fp8 tensor cores (labkit.torch.fp8). Torch engine only.
+    fp8_head: bool = False
     activation_checkpointing: bool = False
     grad_clip: float | None = 1.0
     seed: int = 0
@@ -91,6 +98,12 @@ class TrainConfig:
         check_choice("precision", self.precision, PRECISIONS)
         check_bool("channels_last", self.channels_last)
         check_bool("compile", self.compile)
+        check_choice("compile_mode", self.compile_mode, COMPILE_MODES)
+        check_bool("fp8_head", self.fp8_head)
+        if self.fp8_head and (self.model != "gpt" or self.precision != "bf16"):
+            raise ParameterError("fp8_head", self.fp8_head,
+                                 f"needs model='gpt' and precision='bf16' (got model={self.model!r}, "
+                                 f"precision={self.precision!r})")
         check_bool("activation_checkpointing", self.activation_checkpointing)
         check_float("grad_clip", self.grad_clip, minimum=0.0, allow_none=True)
         check_int("seed", self.seed, minimum=0)
@@ -127,6 +140,8 @@ _HELP = {
     "precision": "fp32, tf32 (fp32 maths on TF32 tensor cores), bf16 autocast, fp16 autocast + GradScaler",
     "channels_last": "NHWC memory format for conv nets (tensor-core friendly)",
     "compile": "torch.compile the model",
+    "compile_mode": "torch.compile mode with --compile (torch): default, reduce-overhead (CUDA graphs), max-autotune(-no-cudagraphs), tuned (CUDA graphs + Triton kernel tuning)",
+    "fp8_head": "GPT + bf16: output projection and loss with fp8 matmuls (fastest on Hopper/Ada; torch only)",
     "activation_checkpointing": "recompute block activations in the backward pass (less memory, more time)",
     "grad_clip": "clip the global gradient norm to this value (omit with 0)",
     "seed": "seed of weights and data order",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from labkit import collectives as c
+from labkit.config import ParameterError
 
 
 def test_size_ladder_and_bus_bandwidth():
@@ -40,11 +41,21 @@ def test_two_process_gloo_allreduce(tmp_path):
     assert "busbw" in report.table()
 
 
+def test_nccl_needs_a_gpu_per_process():
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(ParameterError, match="world_size"):
+        c.allreduce_benchmark(c.AllReduceConfig(sizes=[c.KB], world_size=n + 1, backend="nccl"))
+
+
 @pytest.mark.gpu
 @pytest.mark.timeout(300)
 def test_nccl_allreduce_on_gpus():
     import torch
 
     n = torch.cuda.device_count()
+    if n < 2:
+        pytest.skip("nccl all-reduce needs two GPUs (one per process)")
     report = c.allreduce_benchmark(c.AllReduceConfig(sizes=[1 * c.MB, 64 * c.MB], world_size=max(n, 2)))
     assert report.backend == "nccl" and report.peak_busbw_gbps > 0

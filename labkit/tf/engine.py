@@ -53,8 +53,10 @@ def fit(config: TrainConfig, *, on_step: StepCallback | None = None,
     instead of the custom loop. `data_dir` (or LABKIT_TF_DATA_DIR) makes the samples come
     through labkit's TFRecord layer (shards written there once, read with tf.data) rather than
     straight from the synthetic generator; the bytes are the same either way."""
-    from labkit.config import check_choice
+    from labkit.config import ParameterError, check_choice
 
+    if config.fp8_head:
+        raise ParameterError("fp8_head", True, "is a torch engine feature; TensorFlow has no fp8 head")
     loop = check_choice("loop", loop or os.environ.get("LABKIT_TF_LOOP", "custom"), LOOPS)
     data_dir = data_dir or os.environ.get("LABKIT_TF_DATA_DIR") or None
     if loop == "keras":

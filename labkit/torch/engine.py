@@ -2,7 +2,8 @@
 
 One optimizer step = `grad_accum` micro-steps on every replica; `config.batch_size` is the global
 batch of that step. Features switch on one at a time from `TrainConfig`: precision (fp32, tf32,
-bf16, fp16 + GradScaler), channels_last, torch.compile, fused AdamW (CUDA), accumulation with
+bf16, fp16 + GradScaler), channels_last, torch.compile (model and loss; `compile_mode` adds CUDA
+graphs and kernel tuning), the fp8 output head for GPT, fused AdamW (CUDA), accumulation with
 `no_sync` on all but the last micro-step, clipping, activation checkpointing, LR warm-up and
 world-size scaling, DDP (gloo on CPU, nccl on CUDA). Every step is measured (loss, step and data
 time, throughput, MFU against the measured peak, peak memory) into a `MetricsLog`, TensorBoard
@@ -10,8 +11,8 @@ and a tqdm bar (rank 0); full-state checkpoints go through `labkit.checkpoint` (
 background once serialised on the host), and a resumed run continues bit for bit on CPU.
 
 Building blocks are public so benchmarks and notebooks reuse exactly what `fit` trains:
-`build(config, info, device)` → `Components`, `to_device`, `train_step(components, micro_batches,
-grad_clip)`.
+`build(config, info, device)` → `Components` (whose `compute_loss(x, y)` is the forward pass and
+loss, compiled when asked), `to_device`, `train_step(components, micro_batches, grad_clip)`.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from labkit.config import ParameterError, resolve_scale
 from labkit.metrics import MetricsLog, StepMetrics
 from labkit.models import GPTConfig, ModelConfig, build_config
-from labkit.torch import distributed, peak, state
+from labkit.torch import distributed, fp8, peak, state
 from labkit.torch.data import DataPosition, ResumableLoader, make_dataset, to_float_images
 from labkit.torch.models import build_model, count_parameters, flops_per_sample
 from labkit.torch.precision import PrecisionPolicy, apply_matmul_precision
@@ -92,26 +93,39 @@ class Components:
     device: torch.device
     info: distributed.DistInfo
     model_config: ModelConfig
+    compute_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    cuda_graphs: bool = False
 
 
 def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
           model_config: ModelConfig | None = None) -> Components:
     """Model, optimizer, schedule and scaler for `config` on `device` (no data, no loop), so
     benchmarks and the batch finder reuse exactly what `fit` trains."""
+    if config.fp8_head and device.type == "cuda" and not fp8.supported(device):
+        major, minor = torch.cuda.get_device_capability(device)
+        raise ParameterError("fp8_head", True,
+                             f"needs fp8 tensor cores (compute capability 8.9+: L4, H100, H200); "
+                             f"{torch.cuda.get_device_name(device)} is {major}.{minor}")
     policy = PrecisionPolicy.for_mode(config.precision, device.type)
     apply_matmul_precision(policy)
     model_config = model_config or build_config(config.model, resolve_scale(config.scale))
     torch.manual_seed(config.seed)  # same initial weights on every replica and every run
     model = build_model(model_config, activation_checkpointing=config.activation_checkpointing)
     model = model.to(device)
+    if config.fp8_head:
+        model.fp8_head = True  # GPT: output projection + loss in one fp8 function
     if config.channels_last and not isinstance(model_config, GPTConfig):
         model = model.to(memory_format=torch.channels_last)
     forward_model: nn.Module = model
     if info.distributed:
         forward_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
                             gradient_as_bucket_view=True)
+    loss_of_logits: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = loss_fn
     if config.compile:
-        forward_model = torch.compile(forward_model)
+        # The loss is compiled too: eager, the cross-entropy over GPT-2's 50304-wide logits
+        # cost a third of the step on an H100 (fp32 copies, unfused softmax forward and backward).
+        forward_model = compile_(forward_model, config.compile_mode)
+        loss_of_logits = compile_(loss_fn, config.compile_mode)
     lr = config.lr * (info.world_size if config.scale_lr_with_world_size else 1)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -120,8 +134,34 @@ def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
     optimizer = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), fused=fused or None,
                                   foreach=None if fused else True)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupThenConstant(config.warmup_steps))
+    if config.fp8_head:
+        def compute_loss(x, y):
+            return forward_model(x, y)  # the model returns the loss itself
+    else:
+        def compute_loss(x, y):
+            return loss_of_logits(forward_model(x), y)
     return Components(model, forward_model, optimizer, scheduler, policy.make_scaler(), policy,
-                      device, info, model_config)
+                      device, info, model_config, compute_loss,
+                      cuda_graphs=config.compile and device.type == "cuda" and uses_cuda_graphs(config.compile_mode))
+
+
+def compile_options(mode: str) -> dict[str, bool]:
+    """Inductor options of a `TrainConfig.compile_mode` (torch's modes, plus labkit's "tuned")."""
+    if mode == "tuned":
+        return {"triton.cudagraphs": True, "coordinate_descent_tuning": True}
+    from torch._inductor import list_mode_options
+
+    return dict(list_mode_options(mode))
+
+
+def uses_cuda_graphs(mode: str) -> bool:
+    return bool(compile_options(mode).get("triton.cudagraphs"))
+
+
+def compile_(fn, mode: str = "default"):
+    """torch.compile with static shapes (a run has one batch shape; dynamic-shape kernels are
+    slower) and the options of `mode`."""
+    return torch.compile(fn, dynamic=False, options=compile_options(mode) or None)
 
 
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -144,11 +184,16 @@ def train_step(c: Components, micro_batches, grad_clip: float | None) -> tuple[t
     n = len(micro_batches)
     total = torch.zeros((), device=c.device)
     for k, (x, y) in enumerate(micro_batches):
+        if c.cuda_graphs and k == 0:
+            # A new step's replays may reuse the previous step's output memory: nothing from it is
+            # held any more (its loss went into `total`, its gradients into the optimizer). Later
+            # micro-steps must not reuse it: the gradients accumulate across them.
+            torch.compiler.cudagraph_mark_step_begin()
         # Gradients are all-reduced only on the last micro-step; the others just accumulate.
         ctx = _no_sync(c) if (c.info.distributed and k < n - 1) else contextlib.nullcontext()
         with ctx:
             with c.policy.autocast():
-                loss = loss_fn(c.forward_model(x), y) / n
+                loss = c.compute_loss(x, y) / n
             c.scaler.scale(loss).backward()
         total += loss.detach()
     if grad_clip:

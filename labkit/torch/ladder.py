@@ -103,7 +103,7 @@ def activation_bytes(config: TrainConfig, batch_size: int | None = None) -> int:
 
     params = {p.untyped_storage().data_ptr() for p in c.model.parameters()}
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), c.policy.autocast():
-        loss = engine.loss_fn(c.forward_model(x), y)
+        loss = c.compute_loss(x, y)
     del loss
     return sum(nbytes for ptr, nbytes in seen.items() if ptr not in params and ptr != x.untyped_storage().data_ptr())
 

@@ -12,7 +12,7 @@ import torch
 from labkit.torch import engine
 from labkit.torch.data import to_float_images
 from labkit.torch.distributed import DistInfo
-from labkit.torch.engine import Components, loss_fn
+from labkit.torch.engine import Components
 
 
 def gradients(c: Components, micro_batches) -> dict[str, torch.Tensor]:
@@ -22,7 +22,7 @@ def gradients(c: Components, micro_batches) -> dict[str, torch.Tensor]:
     n = len(micro_batches)
     for x, y in micro_batches:
         with c.policy.autocast():
-            loss = loss_fn(c.forward_model(to_float_images(x.to(c.device))), y.to(c.device)) / n
+            loss = c.compute_loss(to_float_images(x.to(c.device)), y.to(c.device)) / n
         loss.backward()
     grads = {name: p.grad.detach().clone() for name, p in c.model.named_parameters() if p.grad is not None}
     c.optimizer.zero_grad(set_to_none=True)

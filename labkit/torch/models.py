@@ -161,6 +161,7 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # tied embeddings (GPT-2)
+        self.fp8_head = False
         self.apply(self._init)
         for name, p in self.named_parameters():
             if name.endswith(("attn.proj.weight", "out.weight")):  # GPT-2 residual scaling
@@ -175,13 +176,20 @@ class GPT(nn.Module):
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, 0.0, 0.02)
 
-    def forward(self, idx):
+    def forward(self, idx, targets=None):
+        """Logits; or, when `fp8_head` is set and `targets` given, the mean cross-entropy loss
+        computed with the output projection in fp8 (`labkit.torch.fp8.head_cross_entropy`)."""
         t = idx.shape[1]
         pos = torch.arange(t, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))
         for b in self.blocks:
             x = _maybe_checkpoint(b, x, self.activation_checkpointing)
-        return self.lm_head(self.ln_f(x))
+        x = self.ln_f(x)
+        if targets is not None and self.fp8_head:
+            from labkit.torch.fp8 import head_cross_entropy
+
+            return head_cross_entropy(x, self.lm_head.weight, targets)
+        return self.lm_head(x)
 
 
 def build_model(cfg: ModelConfig, *, activation_checkpointing: bool = False) -> nn.Module:
