@@ -180,12 +180,10 @@ def _gpu_count() -> int:
 
 def allreduce_benchmark(config: AllReduceConfig) -> AllReduceReport:
     """Launch `config.world_size` local processes and return rank 0's measurements."""
-    from labkit.devices import cuda_available
-
     backend = config.backend
     if backend == "auto":
         # nccl needs a GPU per process: two ranks on one GPU are refused ("duplicate GPU").
-        backend = "nccl" if cuda_available() and _gpu_count() >= config.world_size else "gloo"
+        backend = "nccl" if _gpu_count() >= config.world_size else "gloo"
     if backend == "nccl" and _gpu_count() < config.world_size:
         raise ParameterError("world_size", config.world_size,
                              f"nccl needs one GPU per process and this machine has {_gpu_count()}; "

@@ -47,40 +47,54 @@ def _mm(a: torch.Tensor, a_inv: torch.Tensor, b_t: torch.Tensor, b_inv: torch.Te
     return torch._scaled_mm(a, b_t.t(), scale_a=a_inv, scale_b=b_inv, out_dtype=out_dtype)
 
 
+def _compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype the surrounding code computes in: autocast's (bf16) when it is on, else x's."""
+    device = x.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+
+
+def _forward(x2: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype):
+    """x2 [M, K] @ weight.T in fp8; returns the product and the fp8 operands with their inverse
+    scales, kept for the backward pass (fp8 copies: a quarter of fp32's memory)."""
+    x8, x_inv = to_fp8(x2, FORWARD_DTYPE)
+    w8, w_inv = to_fp8(weight, FORWARD_DTYPE)
+    return _mm(x8, x_inv, w8, w_inv, out_dtype), (x8, x_inv, w8, w_inv)
+
+
+def _backward(g8: torch.Tensor, g_inv: torch.Tensor, saved, dx_dtype: torch.dtype):
+    """Input and weight gradients from the fp8 output gradient g8 [M, N] and `_forward`'s
+    operands: dx [M, K] = g @ w, dw [N, K] = g.T @ x (fp32, the parameter's dtype)."""
+    x8, x_inv, w8, w_inv = saved
+    # Each product wants both operands contiguous along its reduction dimension: N for dx, the
+    # token dimension M for dw; hence the transposed copies.
+    dx = _mm(g8, g_inv, w8.t().contiguous(), w_inv, dx_dtype)
+    dw = _mm(g8.t().contiguous(), g_inv, x8.t().contiguous(), x_inv, torch.float32)
+    return dx, dw
+
+
 class _Float8Matmul(torch.autograd.Function):
     """y = x @ w.T in fp8; backward: dx = dy @ w, dw = dy.T @ x, also in fp8."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
-        x2 = x.reshape(-1, x.shape[-1])
-        x8, x_inv = to_fp8(x2, FORWARD_DTYPE)
-        w8, w_inv = to_fp8(weight, FORWARD_DTYPE)
-        y = _mm(x8, x_inv, w8, w_inv, out_dtype)
-        ctx.save_for_backward(x8, x_inv, w8, w_inv)  # fp8 copies: a quarter of fp32's memory
+        y, saved = _forward(x.reshape(-1, x.shape[-1]), weight, out_dtype)
+        ctx.save_for_backward(*saved)
         ctx.shapes = (x.shape, x.dtype, weight.dtype)
         return y.reshape(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
-        x8, x_inv, w8, w_inv = ctx.saved_tensors
         x_shape, x_dtype, w_dtype = ctx.shapes
-        g2 = grad_out.reshape(-1, grad_out.shape[-1])
-        g8, g_inv = to_fp8(g2, GRADIENT_DTYPE)
-        # dx [M, K] = g [M, N] @ w [N, K]: the second operand must be K(=N)-contiguous.
-        grad_x = _mm(g8, g_inv, w8.t().contiguous(), w_inv, grad_out.dtype)
-        # dw [N, K] = g.T [N, M] @ x [M, K]: both operands contiguous along the token dimension.
-        grad_w = _mm(g8.t().contiguous(), g_inv, x8.t().contiguous(), x_inv, torch.float32)
-        return grad_x.reshape(x_shape).to(x_dtype), grad_w.to(w_dtype), None
+        g8, g_inv = to_fp8(grad_out.reshape(-1, grad_out.shape[-1]), GRADIENT_DTYPE)
+        dx, dw = _backward(g8, g_inv, ctx.saved_tensors, grad_out.dtype)
+        return dx.reshape(x_shape).to(x_dtype), dw.to(w_dtype), None
 
 
 class Float8Linear(nn.Linear):
     """An `nn.Linear` whose matmul runs in fp8 (bias added in the compute dtype)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.is_autocast_enabled(x.device.type):
-            out_dtype = torch.get_autocast_dtype(x.device.type)
-        else:
-            out_dtype = x.dtype
+        out_dtype = _compute_dtype(x)
         with torch.autocast(x.device.type, enabled=False):
             y = _Float8Matmul.apply(x, self.weight, out_dtype)
             if self.bias is not None:
@@ -121,20 +135,17 @@ class _Float8HeadCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
                 out_dtype: torch.dtype) -> torch.Tensor:
-        x2 = x.reshape(-1, x.shape[-1])
         t = targets.reshape(-1)
-        x8, x_inv = to_fp8(x2, FORWARD_DTYPE)
-        w8, w_inv = to_fp8(weight, FORWARD_DTYPE)
-        logits = _mm(x8, x_inv, w8, w_inv, out_dtype)
+        logits, saved = _forward(x.reshape(-1, x.shape[-1]), weight, out_dtype)
         lse = torch.logsumexp(logits.float(), dim=-1)
         loss = (lse - logits.gather(1, t[:, None]).squeeze(1).float()).mean()
-        ctx.save_for_backward(x8, x_inv, w8, w_inv, logits, lse, t)
+        ctx.save_for_backward(*saved, logits, lse, t)
         ctx.shapes = (x.shape, x.dtype, weight.dtype)
         return loss
 
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor):
-        x8, x_inv, w8, w_inv, logits, lse, t = ctx.saved_tensors
+        *saved, logits, lse, t = ctx.saved_tensors
         x_shape, x_dtype, w_dtype = ctx.shapes
         n, vocab = logits.shape
         fmax = torch.finfo(GRADIENT_DTYPE).max
@@ -142,9 +153,8 @@ class _Float8HeadCrossEntropy(torch.autograd.Function):
         unit = torch.exp(logits.float() - lse[:, None]) - onehot.float()  # in [-1, 1]
         g8 = (unit * fmax).to(GRADIENT_DTYPE)
         g_inv = (grad_loss.float() / (n * fmax)).reshape(())
-        grad_x = _mm(g8, g_inv, w8.t().contiguous(), w_inv, logits.dtype)
-        grad_w = _mm(g8.t().contiguous(), g_inv, x8.t().contiguous(), x_inv, torch.float32)
-        return grad_x.reshape(x_shape).to(x_dtype), grad_w.to(w_dtype), None, None
+        dx, dw = _backward(g8, g_inv, saved, logits.dtype)
+        return dx.reshape(x_shape).to(x_dtype), dw.to(w_dtype), None, None
 
 
 def head_cross_entropy(x: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -152,6 +162,6 @@ def head_cross_entropy(x: torch.Tensor, weight: torch.Tensor, targets: torch.Ten
     matmuls (forward, input gradient and weight gradient); logits in the autocast dtype (bf16)
     or x's dtype. x: [..., K], weight: [V, K], targets: [...] (token count and K, V multiples
     of 16)."""
-    dtype = torch.get_autocast_dtype(x.device.type) if torch.is_autocast_enabled(x.device.type) else x.dtype
+    out_dtype = _compute_dtype(x)
     with torch.autocast(x.device.type, enabled=False):
-        return _Float8HeadCrossEntropy.apply(x, weight, targets, dtype)
+        return _Float8HeadCrossEntropy.apply(x, weight, targets, out_dtype)

@@ -16,6 +16,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from labkit.models import CNNConfig, GPTConfig, ModelConfig, ResNetConfig
+from labkit.torch.fp8 import head_cross_entropy
 
 
 def _maybe_checkpoint(block: nn.Module, x: torch.Tensor, enabled: bool) -> torch.Tensor:
@@ -186,8 +187,6 @@ class GPT(nn.Module):
             x = _maybe_checkpoint(b, x, self.activation_checkpointing)
         x = self.ln_f(x)
         if targets is not None and self.fp8_head:
-            from labkit.torch.fp8 import head_cross_entropy
-
             return head_cross_entropy(x, self.lm_head.weight, targets)
         return self.lm_head(x)
 
