@@ -207,14 +207,6 @@ def conclusions(rows: list[dict[str, Any]]) -> list[str]:
 
 def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     """A Markdown table of `columns` (numbers rounded for reading)."""
-    def fmt(v):
-        if v is None:
-            return "–"
-        if isinstance(v, float):
-            return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
-        return str(v)
+    from labkit.report import markdown_table
 
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
-
+    return markdown_table(rows, columns)

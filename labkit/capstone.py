@@ -1,0 +1,376 @@
+"""Notebook 09's capstone: a baseline run, the course's levers applied one at a time (each kept
+only when it made *this* machine faster), then the baseline and the optimised run measured again
+side by side and priced per epoch.
+
+    result = optimise(CapstoneConfig(model="resnet"))
+    result.trials   # one row per lever: throughput before and after, gain, kept or dropped
+    result.final    # baseline and optimised, re-measured in alternation
+    cost_rows(result, price_for_this_machine(), samples_per_epoch=1_281_167)
+
+Every lever is a change to `labkit.train.TrainConfig`, so the optimised configuration is exactly
+what `labkit train` (or a Vertex AI job built by `labkit.vertex.training_job`) runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from labkit.config import (
+    ParameterError,
+    by_scale,
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    resolve_scale,
+)
+from labkit.models import MODEL_NAMES
+from labkit.train import TrainConfig
+
+CONV_MODELS = ("cnn", "resnet")
+# Samples in one epoch of the public dataset each model family stands for, so that "$ per epoch"
+# means something: CIFAR-10's training set (cnn), ImageNet-1k's (resnet) and OpenWebText's
+# ~9.04B GPT-2 tokens in 1,024-token sequences (gpt).
+EPOCH_SAMPLES = {"cnn": 50_000, "resnet": 1_281_167, "gpt": 9_035_582_198 // 1024}
+EPOCH_SOURCES = {"cnn": "CIFAR-10 training set", "resnet": "ImageNet-1k training set",
+                 "gpt": "OpenWebText, 9.04B GPT-2 tokens in 1,024-token sequences"}
+
+
+def default_batch(model: str, scale: str) -> int:
+    """Smoke: 16. Full: the PERFORMANCE.md peer batches (GPT-2 small 12, ResNet-50 256)."""
+    return by_scale(scale, smoke=16, full=12 if model == "gpt" else 256)
+
+
+@dataclass(frozen=True)
+class CapstoneConfig:
+    """One capstone run. `framework` "auto" takes torch when installed, else TensorFlow. Sizes
+    default by scale (smoke: seconds on a CPU; full: ResNet-50 or GPT-2 small on a GPU). A lever
+    is kept only when it beats the configuration so far by `min_gain` (0.03 = 3%, above the
+    run-to-run noise); the final comparison alternates baseline and optimised runs `repeats` times
+    and keeps each one's best. `include_compile` None compiles only at full scale (compiling takes
+    minutes on a small CPU)."""
+
+    framework: str = "auto"
+    model: str = "resnet"
+    scale: str = "auto"
+    steps: int | None = None
+    batch_size: int | None = None
+    include_compile: bool | None = None
+    device: str = "auto"
+    min_gain: float = 0.03
+    repeats: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_choice("framework", self.framework, ("auto", "torch", "tf"))
+        check_choice("model", self.model, MODEL_NAMES)
+        check_int("steps", self.steps, minimum=3, allow_none=True)
+        check_int("batch_size", self.batch_size, minimum=1, allow_none=True)
+        if self.include_compile is not None:
+            check_bool("include_compile", self.include_compile)
+        check_choice("device", self.device, ("auto", "cpu", "cuda"))
+        check_float("min_gain", self.min_gain, minimum=0.0, maximum=1.0)
+        check_int("repeats", self.repeats, minimum=1, allow_none=True)
+        check_int("seed", self.seed, minimum=0)
+
+    def resolved_framework(self) -> str:
+        from labkit import frameworks
+
+        if self.framework != "auto":
+            frameworks.require("torch" if self.framework == "torch" else "tensorflow")
+            return self.framework
+        if frameworks.has_torch():
+            return "torch"
+        if frameworks.has_tf():
+            return "tf"
+        raise ParameterError("framework", self.framework, "needs torch or tensorflow installed; neither is")
+
+    def baseline(self) -> TrainConfig:
+        """The starting point: fp32, eager, batches built in the training process."""
+        scale = resolve_scale(self.scale)
+        steps = self.steps or by_scale(scale, smoke=20, full=40)
+        batch = self.batch_size or default_batch(self.model, scale)
+        return TrainConfig(framework=self.resolved_framework(), model=self.model, scale=scale, steps=steps,
+                           batch_size=batch, precision="fp32", seed=self.seed, device=self.device,
+                           progress=False)
+
+    def compile_included(self) -> bool:
+        return self.include_compile if self.include_compile is not None else resolve_scale(self.scale) == "full"
+
+    def resolved_repeats(self) -> int:
+        return self.repeats or by_scale(resolve_scale(self.scale), smoke=3, full=2)
+
+
+@dataclass(frozen=True)
+class Lever:
+    """One switch of the course. `changes` are the TrainConfig fields it sets; `needs` are fields
+    the configuration must already have (a lever built on another one that was dropped is not
+    tried); `lesson` names where the course teaches it."""
+
+    name: str
+    changes: Mapping[str, Any]
+    lesson: str
+    needs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What decides which levers apply: the device type, fp8 tensor cores, CPU cores."""
+
+    device_type: str
+    fp8: bool = False
+    cpu_count: int = 2
+
+    @classmethod
+    def detect(cls, device: str = "auto") -> Hardware:
+        from labkit import devices
+
+        info = devices.detect()
+        gpu = info.gpus[0] if info.gpus and device != "cpu" else None
+        fp8 = bool(gpu and gpu.compute_capability and float(gpu.compute_capability) >= 8.9)
+        return cls("cuda" if gpu else "cpu", fp8, devices.usable_cpu_count())
+
+
+def levers(framework: str, model: str, hw: Hardware, include_compile: bool) -> tuple[list[Lever], list[tuple[str, str]]]:
+    """(the levers to try, in order; [(lever, why it does not apply here)]). Input first, so
+    later levers are not hidden behind a starved device; then precision, layout, compiler."""
+    tried: list[Lever] = []
+    skipped: list[tuple[str, str]] = []
+    if framework == "tf":
+        tried.append(Lever("bf16 (mixed_bfloat16)", {"precision": "bf16"}, "04 mixed precision"))
+        if include_compile:
+            tried.append(Lever("XLA (jit_compile)", {"compile": True}, "04 mixed precision"))
+        else:
+            skipped.append(("XLA (jit_compile)", "off at smoke scale (include_compile=True to try it)"))
+        return tried, skipped
+    workers = max(1, min(8, hw.cpu_count // 2))
+    tried.append(Lever(f"{workers} loader worker{'s' if workers > 1 else ''}"
+                       + (" + pinned memory" if hw.device_type == "cuda" else ""),
+                       {"num_workers": workers, "pin_memory": hw.device_type == "cuda"}, "03 input pipelines"))
+    tried.append(Lever("bf16 autocast", {"precision": "bf16"}, "04 mixed precision"))
+    if model in CONV_MODELS:
+        tried.append(Lever("channels_last", {"channels_last": True}, "04 mixed precision"))
+    else:
+        skipped.append(("channels_last", "GPT has no convolutions"))
+    if not include_compile:
+        skipped.append(("torch.compile", "off at smoke scale (include_compile=True to try it)"))
+    else:
+        tried.append(Lever("torch.compile", {"compile": True}, "04 mixed precision, 05 profiling"))
+        if hw.device_type == "cuda":
+            tried.append(Lever("CUDA graphs + kernel tuning", {"compile_mode": "tuned"}, "05 profiling",
+                               needs={"compile": True}))
+        else:
+            skipped.append(("CUDA graphs + kernel tuning", "needs a CUDA GPU"))
+    if model == "gpt":
+        if hw.fp8:
+            tried.append(Lever("fp8 output head", {"fp8_head": True}, "04 mixed precision",
+                               needs={"precision": "bf16"}))
+        else:
+            skipped.append(("fp8 output head", "needs fp8 tensor cores (compute capability 8.9+: L4, H100, H200)"))
+    return tried, skipped
+
+
+def measure(config: TrainConfig) -> dict[str, Any]:
+    """Train `config` once and summarise it (medians over the steps after the first)."""
+    from labkit.train import run_training
+
+    log = run_training(config)
+    s = log.to_dict()["summary"]
+    step = s["median_step_time_s"]
+    peak = s.get("peak_memory_bytes")
+    return {"samples_per_s": s.get("median_samples_per_s") or config.batch_size / step,
+            "step_time_ms": 1000 * step,
+            "data_fraction": s["median_data_time_s"] / step if s.get("median_data_time_s") is not None else None,
+            "peak_memory_mib": peak / 2**20 if peak and log.run.get("device", "").startswith("cuda") else None,
+            "final_loss": s["final_loss"], "device": log.run.get("device", "")}
+
+
+@dataclass
+class CapstoneResult:
+    baseline: TrainConfig
+    optimised: TrainConfig
+    trials: list[dict[str, Any]]
+    skipped: list[tuple[str, str]]
+    final: list[dict[str, Any]]
+    min_gain: float = 0.0
+
+    @property
+    def speedup(self) -> float:
+        return self.final[1]["samples_per_s"] / self.final[0]["samples_per_s"]
+
+    @property
+    def kept(self) -> list[str]:
+        return [t["lever"] for t in self.trials if t["kept"]]
+
+    def changes(self) -> dict[str, Any]:
+        """The TrainConfig fields the optimised run sets differently from the baseline."""
+        return {k: v for k, v in vars(self.optimised).items() if vars(self.baseline)[k] != v}
+
+
+def optimise(config: CapstoneConfig, *, hardware: Hardware | None = None,
+             measure_fn: Callable[[TrainConfig], dict[str, Any]] = measure) -> CapstoneResult:
+    """Climb the levers greedily from the baseline, then measure baseline and optimised again.
+    Every comparison alternates its two configurations `repeats` times and keeps each one's best
+    run, so both see the same machine state (a background job slowing one run cannot decide)."""
+    base = config.baseline()
+    hw = hardware or Hardware.detect(config.device)
+    tried, skipped = levers(base.framework, base.model, hw, config.compile_included())
+    repeats = config.resolved_repeats()
+    measure_fn(replace(base, steps=2))  # warm-up, discarded: thread pools, first kernels, caches
+    current = base
+    trials = []
+    for lever in tried:
+        missing = {k: v for k, v in lever.needs.items() if getattr(current, k) != v}
+        if missing:
+            skipped.append((lever.name, "needs " + ", ".join(f"{k}={v!r}" for k, v in missing.items())
+                            + ", which did not pay off here"))
+            continue
+        candidate = replace(current, **lever.changes)
+        before, after = _alternate(current, candidate, repeats, measure_fn)
+        gain = after["samples_per_s"] / before["samples_per_s"]
+        kept = gain >= 1.0 + config.min_gain
+        trials.append({"lever": lever.name, "lesson": lever.lesson, "before_samples_per_s": before["samples_per_s"],
+                       "samples_per_s": after["samples_per_s"], "gain": gain, "kept": kept,
+                       "final_loss": after["final_loss"]})
+        if kept:
+            current = candidate
+    baseline_run, optimised_run = _alternate(base, current, repeats, measure_fn)
+    final = [dict(baseline_run, run="baseline"), dict(optimised_run, run="optimised")]
+    return CapstoneResult(base, current, trials, skipped, final, config.min_gain)
+
+
+def _alternate(a: TrainConfig, b: TrainConfig, repeats: int,
+               measure_fn: Callable[[TrainConfig], dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Best run of `a` and of `b` over `repeats` alternating runs of each."""
+    runs_a, runs_b = [], []
+    for _ in range(repeats):
+        runs_a.append(measure_fn(a))
+        runs_b.append(measure_fn(b))
+    best = [dict(max(runs, key=lambda r: r["samples_per_s"]), repeats=repeats) for runs in (runs_a, runs_b)]
+    return best[0], best[1]
+
+
+# ---------------------------------------------------------------- cost
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per hour of the machine the runs were measured on, with where the figure comes from."""
+
+    on_demand: float
+    spot: float | None
+    source: str
+
+    def __post_init__(self) -> None:
+        check_float("price_per_hour", self.on_demand, minimum=0.0)
+        check_float("spot_price_per_hour", self.spot, minimum=0.0, allow_none=True)
+
+
+def match_gpu(entries, gpu_name: str):
+    """The single-accelerator catalog row for a GPU name such as "NVIDIA H100 80GB HBM3", or
+    None. Every word of the row's name must be a word of the GPU's name ("L4" does not match
+    "L40S"; "A100 80GB" needs "80GB")."""
+    words = set("".join(c if c.isalnum() else " " for c in gpu_name.upper()).split())
+    for e in entries:
+        if e.accelerator_count == 1 and not e.is_tpu and set(e.name.upper().split()) <= words:
+            return e
+    return None
+
+
+def target_machine(name: str, catalog_path: str | None = None):
+    """The catalog row named `name` (e.g. "H100 80GB"): the machine a Vertex job would ask for."""
+    from labkit.hardware.catalog import load_catalog
+
+    entries = load_catalog(catalog_path)
+    for e in entries:
+        if e.name == name:
+            return e
+    raise ParameterError("target", name, "is not a catalog row; one of: " + ", ".join(e.name for e in entries))
+
+
+def price_for_this_machine(price_per_hour: float | None = None, spot_price_per_hour: float | None = None,
+                           catalog_path: str | None = None) -> Price | None:
+    """The reader's own price when given; else the Vertex catalog row of this machine's GPU
+    (accelerator plus host VM, on-demand and Spot); None when neither exists (a CPU has no row)."""
+    if price_per_hour is not None:
+        return Price(price_per_hour, spot_price_per_hour, "price_per_hour parameter")
+    from labkit import devices
+    from labkit.hardware.catalog import load_catalog
+
+    gpus = devices.detect().gpus
+    if not gpus:
+        return None
+    entry = match_gpu(load_catalog(catalog_path), gpus[0].name)
+    if entry is None or not entry.has_price:
+        return None
+    return Price(entry.hourly(), entry.hourly(spot=True),
+                 f"catalog row {entry.name} ({entry.machine_type}, {entry.region}), read "
+                 f"{entry.price_read_on} from {entry.price_source}")
+
+
+def cost_rows(result: CapstoneResult, price: Price | None, samples_per_epoch: int,
+              spot_overhead: float = 0.0) -> list[dict[str, Any]]:
+    """Machine-hours and dollars per epoch of baseline and optimised. Spot takes
+    `spot_overhead` more time (lost work and restarts, `labkit.hardware.cost.SpotModel`)."""
+    check_int("samples_per_epoch", samples_per_epoch, minimum=1)
+    check_float("spot_overhead", spot_overhead, minimum=0.0)
+    rows = []
+    for r in result.final:
+        hours = samples_per_epoch / r["samples_per_s"] / 3600.0
+        row: dict[str, Any] = {"run": r["run"], "samples/s": r["samples_per_s"], "h/epoch": hours}
+        if price is not None:
+            row["$/epoch"] = hours * price.on_demand
+            if price.spot is not None:
+                row["Spot $/epoch"] = hours * (1.0 + spot_overhead) * price.spot
+        rows.append(row)
+    return rows
+
+
+def conclusions(result: CapstoneResult, costs: list[dict[str, Any]]) -> list[str]:
+    """Sentences computed from this run's measurements."""
+    base, best = result.final
+    out = [f"The optimised run trained {result.speedup:.2f}× as many samples per second as the baseline "
+           f"({best['samples_per_s']:,.0f} vs {base['samples_per_s']:,.0f}, best of {best['repeats']} "
+           f"alternating runs each, on {best['device']})."]
+    if result.kept:
+        gains = [f"{t['lever']} {t['gain']:.2f}×" for t in result.trials if t["kept"]]
+        out.append("Kept, in order: " + ", ".join(gains) + ".")
+    else:
+        out.append(f"No lever beat the configuration before it by {result.min_gain:.0%} here, so the "
+                   f"optimised run is the baseline itself: the {abs(result.speedup - 1):.1%} between "
+                   f"the two is run-to-run noise on this machine.")
+    dropped = [f"{t['lever']} ({t['gain']:.2f}×)" for t in result.trials if not t["kept"]]
+    if dropped:
+        out.append("Dropped, because they did not pay off on this machine: " + ", ".join(dropped) + ".")
+    if best.get("data_fraction") is not None and best["data_fraction"] >= 0.1:
+        out.append(f"The optimised run waits for its input {best['data_fraction']:.0%} of each step: the input "
+                   f"pipeline is the next lever (notebook 03).")
+    out.append(f"At any fixed hourly price, an epoch of the optimised run costs {1 / result.speedup:.2f}× "
+               f"the baseline's: machine time is what you pay for.")
+    if costs and "$/epoch" in costs[0]:
+        out.append(f"Per epoch on-demand: ${costs[0]['$/epoch']:,.2f} → ${costs[1]['$/epoch']:,.2f}"
+                   + (f"; optimised on Spot ${costs[1]['Spot $/epoch']:,.2f}" if "Spot $/epoch" in costs[1] else "")
+                   + ".")
+    out.append(f"Final loss after {result.baseline.steps} steps: baseline {base['final_loss']:.4f}, "
+               f"optimised {best['final_loss']:.4f} (difference {abs(best['final_loss'] - base['final_loss']):.4f}).")
+    return out
+
+
+def epoch_job(result: CapstoneResult, samples_per_epoch: int, *, checkpoint_every_min: float = 30.0,
+              **job_options: Any) -> dict[str, Any]:
+    """The Vertex AI CustomJob spec (`labkit.vertex.training_job`) for one epoch of the optimised
+    configuration at full scale. Checkpoints come every `checkpoint_every_min` minutes of the
+    measured step time when this run measured a GPU, else every 1,000 steps."""
+    from labkit.vertex import training_job
+
+    check_float("checkpoint_every_min", checkpoint_every_min, minimum=0.01)
+    best = result.final[1]
+    batch = result.optimised.batch_size if result.optimised.scale == "full" else default_batch(result.optimised.model, "full")
+    steps = -(-samples_per_epoch // batch)
+    every = (round(checkpoint_every_min * 60_000 / best["step_time_ms"]) if best["device"].startswith("cuda")
+             and result.optimised.scale == "full" else 1000)
+    cfg = replace(result.optimised, scale="full", batch_size=batch, steps=steps, device="auto",
+                  checkpoint_every=max(1, min(every, steps)), progress=False)
+    return training_job(cfg, **job_options)

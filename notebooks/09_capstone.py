@@ -1,0 +1,123 @@
+# %% [markdown]
+# # 09 · Capstone: the baseline against the fully optimised run, in speed and in dollars
+#
+# The course so far switched on one lever at a time. Here they are stacked, **in the order a
+# practitioner would try them, and each is kept only if it makes this machine faster**:
+# loader workers (notebook 03), bf16 (04), channels_last (04), torch.compile (04, 05), CUDA
+# graphs (05) and the fp8 output head for GPT on fp8 GPUs (04). A lever that does not pay off
+# here is dropped, with its measured effect shown: what helps an H100 can slow a 2-core CPU.
+#
+# Then the baseline and the optimised configuration run again, taking turns, and the
+# difference is priced per epoch: at a fixed hourly price, an epoch costs what its machine-hours
+# cost, so the speed-up *is* the saving. Every number below is measured by this run.
+
+# %% tags=["parameters"]
+scale = "auto"
+framework = "auto"
+model = "resnet"
+steps = None
+batch_size = None
+include_compile = None
+min_gain = 0.03
+samples_per_epoch = None
+price_per_hour = None
+spot_price_per_hour = None
+target = "H100 80GB"
+output_uri = "gs://YOUR_BUCKET/labkit/09_capstone"
+
+# %%
+from IPython.display import Markdown, display
+from labkit import capstone, config, frameworks
+from labkit.report import key_figure, markdown_table
+
+cfg = capstone.CapstoneConfig(framework=framework, model=model, scale=scale, steps=steps, batch_size=batch_size,
+                              include_compile=include_compile, min_gain=min_gain)
+config.check_int("samples_per_epoch", samples_per_epoch, minimum=1, allow_none=True)
+baseline = cfg.baseline()
+print(f"framework {baseline.framework}, model {model}, scale {baseline.scale}: {baseline.steps} steps "
+      f"at batch {baseline.batch_size} per run")
+print("\n".join(frameworks.missing_reason(name) for name, present in
+                (("torch", frameworks.has_torch()), ("tensorflow", frameworks.has_tf())) if not present))
+
+# %% [markdown]
+# ## The levers this machine can try
+# In order. A lever that needs another one (CUDA graphs need torch.compile; the fp8 head needs
+# bf16) is tried only if that one was kept. Levers that cannot apply here are listed with the
+# reason.
+
+# %%
+hardware = capstone.Hardware.detect()
+tried, not_here = capstone.levers(baseline.framework, model, hardware, cfg.compile_included())
+display(Markdown(markdown_table([{"lever": lv.name, "sets": dict(lv.changes), "taught in": lv.lesson} for lv in tried])))
+print("Not tried here:", "; ".join(f"{name}: {why}" for name, why in not_here) or "none")
+
+# %% [markdown]
+# ## The climb
+# Each lever is compared with the configuration so far: both run `repeats` times, taking
+# turns, and each keeps its best run. The lever stays when it gains at least `min_gain`.
+
+# %%
+result = capstone.optimise(cfg, hardware=hardware)
+display(Markdown(markdown_table(result.trials, ["lever", "before_samples_per_s", "samples_per_s", "gain", "kept"])))
+print("Optimised configuration (changes from the baseline):", result.changes() or "none")
+
+# %% [markdown]
+# ## Baseline against optimised, measured again side by side
+# `data_fraction` is the share of a step spent waiting for the input; `final_loss` checks that
+# the faster run still learns the same thing from the same data.
+
+# %%
+display(Markdown(markdown_table(result.final, ["run", "samples_per_s", "step_time_ms", "data_fraction",
+                                               "peak_memory_mib", "final_loss", "device"])))
+key_figure("capstone speed-up, optimised over baseline", result.speedup, "×", result.final[1]["device"])
+key_figure("capstone levers kept", ", ".join(result.kept) or "none")
+
+# %% [markdown]
+# ## What an epoch costs
+# Machine-hours per epoch come from the measured throughput; dollars from the hourly price of
+# the machine: the reader's `price_per_hour` if given, else the Vertex AI catalog row of this
+# machine's GPU (accelerator plus host, dated and sourced; `labkit/hardware/catalog.csv`). A
+# CPU has no catalog row: pass `price_per_hour` to price it. Spot adds the expected time lost
+# to preemptions (`SpotModel`'s defaults: lost half-intervals of work plus restarts; notebook 07
+# shows how to choose them).
+
+# %%
+from labkit.hardware.cost import SpotModel
+
+epoch = samples_per_epoch or capstone.EPOCH_SAMPLES[model]
+price = capstone.price_for_this_machine(price_per_hour, spot_price_per_hour)
+spot = SpotModel()
+costs = capstone.cost_rows(result, price, epoch, spot.overhead)
+print(f"one epoch = {epoch:,} samples" + ("" if samples_per_epoch else f" ({capstone.EPOCH_SOURCES[model]})"))
+print(f"price: ${price.on_demand:.2f}/h on-demand" + (f", ${price.spot:.2f}/h Spot" if price.spot is not None else "")
+      + f"; {price.source}" if price else "price: none for this machine (no GPU catalog row, no price_per_hour)")
+display(Markdown(markdown_table(costs)))
+key_figure("capstone cost per epoch, optimised / baseline", costs[1]["h/epoch"] / costs[0]["h/epoch"], "×")
+
+# %% [markdown]
+# ## What this run shows
+# Every sentence is computed from the tables above.
+
+# %%
+print("\n".join(capstone.conclusions(result, costs)))
+
+# %% [markdown]
+# ## Run the optimised configuration on Vertex AI
+# The kept levers are `labkit train` flags, so the optimised run is one CustomJob: below, one
+# epoch of it at full scale on Spot, on the catalog's `target` machine, checkpointing to
+# `output_uri` (validated here; submitted only when a project and credentials exist). The levers
+# are the ones *this* machine rewarded: to choose them on the target GPU, run this notebook
+# there (`labkit run notebooks/09_capstone.ipynb --vertex ...`).
+
+# %%
+from labkit import vertex
+
+machine = capstone.target_machine(target)
+job = capstone.epoch_job(result, epoch, checkpoint_every_min=spot.checkpoint_every_min, output_uri=output_uri,
+                         machine_type=machine.machine_type, accelerator_type=machine.accelerator_type,
+                         accelerator_count=machine.accelerator_count, spot=True)
+dry = vertex.dry_run(job)
+print("replica command:", " ".join(job["worker_pool_specs"][0]["container_spec"]["args"]))
+print("scheduling:", job["scheduling"])
+print(dry.cost.text())
+print(dry.preflight.text())

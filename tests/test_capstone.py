@@ -1,0 +1,186 @@
+"""Notebook 09's capstone: which levers apply where, the greedy climb's decisions, the pricing
+arithmetic, the Vertex job for an epoch, and one real climb on this CPU."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import replace
+
+import pytest
+
+from labkit import capstone
+from labkit.capstone import CapstoneConfig, Hardware, Price
+from labkit.config import ParameterError
+from labkit.hardware.catalog import CatalogEntry, load_catalog
+from labkit.train import TrainConfig
+
+CPU = Hardware("cpu", fp8=False, cpu_count=2)
+H100 = Hardware("cuda", fp8=True, cpu_count=16)
+
+
+def _names(levers):
+    return [lv.name for lv in levers]
+
+
+def test_levers_on_a_cpu_smoke_run():
+    tried, skipped = capstone.levers("torch", "resnet", CPU, include_compile=False)
+    assert _names(tried) == ["1 loader worker", "bf16 autocast", "channels_last"]
+    assert tried[0].changes == {"num_workers": 1, "pin_memory": False}
+    assert ("torch.compile", "off at smoke scale (include_compile=True to try it)") in skipped
+
+
+def test_levers_on_an_fp8_gpu_for_gpt():
+    tried, skipped = capstone.levers("torch", "gpt", H100, include_compile=True)
+    assert _names(tried) == ["8 loader workers + pinned memory", "bf16 autocast", "torch.compile",
+                             "CUDA graphs + kernel tuning", "fp8 output head"]
+    assert tried[3].needs == {"compile": True} and tried[4].needs == {"precision": "bf16"}
+    assert dict(skipped)["channels_last"] == "GPT has no convolutions"
+
+
+def test_levers_without_fp8_or_cuda_say_why():
+    _, skipped = capstone.levers("torch", "gpt", CPU, include_compile=True)
+    assert "compute capability 8.9" in dict(skipped)["fp8 output head"]
+    assert dict(skipped)["CUDA graphs + kernel tuning"] == "needs a CUDA GPU"
+
+
+def test_tensorflow_levers():
+    tried, _ = capstone.levers("tf", "resnet", H100, include_compile=True)
+    assert [lv.changes for lv in tried] == [{"precision": "bf16"}, {"compile": True}]
+
+
+def _speed_model(factors):
+    """A deterministic stand-in for a training run's throughput, to test the climb's decisions
+    (the real runs are exercised by `test_real_climb_on_this_cpu`)."""
+    calls = []
+
+    def measure(cfg: TrainConfig):
+        calls.append(cfg)
+        speed = 100.0
+        for field, (value, factor) in factors.items():
+            if getattr(cfg, field) == value:
+                speed *= factor
+        return {"samples_per_s": speed, "step_time_ms": 1000 * cfg.batch_size / speed,
+                "data_fraction": 0.02, "peak_memory_mib": None, "final_loss": 1.0, "device": "cuda:0"}
+
+    return measure, calls
+
+
+def test_climb_keeps_what_pays_and_drops_the_rest():
+    measure, calls = _speed_model({"num_workers": (8, 1.5), "precision": ("bf16", 2.0),
+                                   "compile": (True, 1.01), "fp8_head": (True, 1.2)})
+    cfg = CapstoneConfig(framework="torch", model="gpt", scale="full", repeats=2, min_gain=0.03)
+    result = capstone.optimise(cfg, hardware=H100, measure_fn=measure)
+    assert [(t["lever"], t["kept"]) for t in result.trials] == [
+        ("8 loader workers + pinned memory", True), ("bf16 autocast", True), ("torch.compile", False),
+        ("fp8 output head", True)]
+    # compile gained 1% < min_gain, so CUDA graphs (which need it) were not tried, and it says so.
+    assert dict(result.skipped)["CUDA graphs + kernel tuning"].startswith("needs compile=True")
+    assert result.changes() == {"num_workers": 8, "pin_memory": True, "precision": "bf16", "fp8_head": True}
+    assert result.speedup == pytest.approx(1.5 * 2.0 * 1.2)
+    assert [r["run"] for r in result.final] == ["baseline", "optimised"]
+    # a warm-up, then each of the 4 comparisons and the final one alternate 2 + 2 runs
+    assert len(calls) == 1 + 5 * 4 and calls[0].steps == 2
+    assert calls[-2] == result.baseline and calls[-1] == result.optimised
+
+
+def test_nothing_kept_means_the_optimised_run_is_the_baseline():
+    measure, _ = _speed_model({"precision": ("bf16", 0.8), "num_workers": (1, 0.9), "channels_last": (True, 1.0)})
+    cfg = CapstoneConfig(framework="torch", model="resnet", scale="smoke", repeats=1)
+    result = capstone.optimise(cfg, hardware=CPU, measure_fn=measure)
+    assert result.optimised == result.baseline and result.kept == []
+    text = " ".join(capstone.conclusions(result, capstone.cost_rows(result, None, 1000)))
+    assert "optimised run is the baseline itself" in text and "Dropped" in text
+
+
+def test_baseline_is_fp32_eager_at_the_scale_sizes():
+    smoke = CapstoneConfig(framework="torch", model="resnet", scale="smoke").baseline()
+    assert (smoke.precision, smoke.compile, smoke.num_workers, smoke.batch_size, smoke.steps) == ("fp32", False, 0, 16, 20)
+    full = CapstoneConfig(framework="torch", model="gpt", scale="full").baseline()
+    assert (full.batch_size, full.scale) == (12, "full")
+
+
+@pytest.mark.parametrize("field,value", [("min_gain", 2.0), ("steps", 1), ("framework", "jax"), ("repeats", 0)])
+def test_bad_config_names_the_parameter(field, value):
+    with pytest.raises(ParameterError, match=field):
+        CapstoneConfig(**{field: value})
+
+
+def _entry(name, count=1, tpu=False):
+    return CatalogEntry(name=name, accelerator_type=("TPU_X" if tpu else "NVIDIA_" + name.split()[0]),
+                        machine_type="m", accelerator_count=count, memory_gb=80, peak_bf16_tflops=1.0,
+                        peak_fp32_tflops=1.0, memory_bw_gbs=1.0, region="r", on_demand_usd_hr=2.0,
+                        spot_usd_hr=1.0, host_on_demand_usd_hr=0.5, host_spot_usd_hr=0.25,
+                        price_source="src", price_read_on=dt.date(2026, 11, 22), datasheet_source="ds")
+
+
+def test_match_gpu_by_whole_words():
+    entries = [_entry("L4"), _entry("A100 40GB"), _entry("A100 80GB"), _entry("H200 x8", count=8)]
+    assert capstone.match_gpu(entries, "NVIDIA L4").name == "L4"
+    assert capstone.match_gpu(entries, "NVIDIA L40S") is None
+    assert capstone.match_gpu(entries, "NVIDIA A100-SXM4-80GB").name == "A100 80GB"
+    assert capstone.match_gpu(entries, "NVIDIA H200") is None  # only an 8-GPU row
+
+
+def test_the_shipped_catalog_prices_an_h100():
+    entry = capstone.match_gpu(load_catalog(), "NVIDIA H100 80GB HBM3")
+    assert entry is not None and entry.accelerator_type == "NVIDIA_H100_80GB" and entry.has_price
+
+
+def test_price_parameter_wins_and_is_validated():
+    assert capstone.price_for_this_machine(3.0, 1.0) == Price(3.0, 1.0, "price_per_hour parameter")
+    with pytest.raises(ParameterError, match="spot_price_per_hour"):
+        capstone.price_for_this_machine(3.0, -1.0)
+
+
+def _result(base_sps=100.0, best_sps=250.0, device="cuda:0"):
+    base = TrainConfig(model="resnet", scale="full", batch_size=256, steps=40)
+    opt = replace(base, precision="bf16", channels_last=True)
+    row = {"step_time_ms": 1000.0, "data_fraction": 0.0, "peak_memory_mib": None, "final_loss": 1.0,
+           "device": device, "repeats": 2}
+    return capstone.CapstoneResult(base, opt, [], [], [dict(row, run="baseline", samples_per_s=base_sps),
+                                                       dict(row, run="optimised", samples_per_s=best_sps)])
+
+
+def test_cost_per_epoch_arithmetic():
+    rows = capstone.cost_rows(_result(), Price(10.0, 2.0, "test"), 3_600_000, spot_overhead=0.1)
+    assert rows[0]["h/epoch"] == pytest.approx(10.0) and rows[1]["h/epoch"] == pytest.approx(4.0)
+    assert rows[0]["$/epoch"] == pytest.approx(100.0) and rows[1]["$/epoch"] == pytest.approx(40.0)
+    assert rows[1]["Spot $/epoch"] == pytest.approx(4.0 * 1.1 * 2.0)
+    assert "$/epoch" not in capstone.cost_rows(_result(), None, 3_600_000)[0]
+    text = "\n".join(capstone.conclusions(_result(), rows))
+    assert "2.50×" in text and "0.40×" in text and "$100.00 → $40.00" in text
+
+
+def test_epoch_job_runs_one_epoch_of_the_optimised_config():
+    spec = capstone.epoch_job(_result(), 1_281_167, checkpoint_every_min=30.0, output_uri="gs://b/x",
+                              machine_type="a3-highgpu-1g", accelerator_type="NVIDIA_H100_80GB",
+                              accelerator_count=1, spot=True)
+    args = spec["worker_pool_specs"][0]["container_spec"]["args"]
+    assert args[:4] == ["python", "-m", "labkit", "train"]
+    assert args[args.index("--steps") + 1] == str(-(-1_281_167 // 256))
+    assert "--channels-last" in args and args[args.index("--precision") + 1] == "bf16"
+    # measured on a GPU at full scale: 30 minutes of 1-second steps
+    assert args[args.index("--checkpoint-every") + 1] == "1800"
+    assert spec["scheduling"]["strategy"] == "SPOT"
+    from labkit import frameworks, vertex
+
+    if frameworks.has_aiplatform():
+        vertex.validate(spec)
+
+
+def test_real_climb_on_this_cpu():
+    pytest.importorskip("torch")
+    cfg = CapstoneConfig(framework="torch", model="cnn", scale="smoke", steps=4, repeats=1, device="cpu")
+    result = capstone.optimise(cfg)
+    assert len(result.trials) == 3 and all(t["samples_per_s"] > 0 for t in result.trials)
+    kept = {k: v for t in result.trials if t["kept"] for k, v in
+            next(lv for lv in capstone.levers("torch", "cnn", Hardware.detect("cpu"), False)[0]
+                 if lv.name == t["lever"]).changes.items()}
+    assert result.changes() == {k: v for k, v in kept.items() if getattr(result.baseline, k) != v}
+    assert all(r["device"] == "cpu" and r["samples_per_s"] > 0 and r["final_loss"] > 0 for r in result.final)
+
+
+def test_unknown_target_names_the_parameter():
+    assert capstone.target_machine("H100 80GB").machine_type == "a3-highgpu-1g"
+    with pytest.raises(ParameterError, match="target.*H100 80GB"):
+        capstone.target_machine("H100")
