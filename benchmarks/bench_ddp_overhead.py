@@ -6,9 +6,9 @@ equal per-process batch, through `labkit train` (PERFORMANCE.md target: within 1
 Each configuration runs as real processes started by `labkit.torch.launch.run_local`; the step
 time is the median over the steps after the first. A control runs two independent single
 processes at once: DDP / control isolates communication from contention for the machine. The
-ratio includes everything DDP adds: the
-gradient all-reduce (bucketed, overlapped with backward) and the engine's per-step agreement on
-the loss and on preemption.
+ratio includes everything DDP adds: the gradient all-reduce (bucketed, overlapped with
+backward), which also carries the replicas' loss and stop flag (`labkit.torch.agreement`: no
+collective of its own per step).
 """
 
 from __future__ import annotations

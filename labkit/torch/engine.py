@@ -36,6 +36,7 @@ from labkit.config import ParameterError, resolve_scale
 from labkit.metrics import MetricsLog, StepMetrics
 from labkit.models import GPTConfig, ModelConfig, build_config
 from labkit.torch import distributed, fp8, peak, state
+from labkit.torch.agreement import StepAgreement
 from labkit.torch.data import DataPosition, ResumableLoader, make_dataset, to_float_images
 from labkit.torch.models import build_model, count_parameters, flops_per_sample
 from labkit.torch.precision import PrecisionPolicy, apply_matmul_precision
@@ -95,6 +96,8 @@ class Components:
     model_config: ModelConfig
     compute_loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     cuda_graphs: bool = False
+    # DDP: the replicas' loss and stop flag travel with the last gradient bucket
+    agreement: StepAgreement | None = None
 
 
 def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
@@ -117,9 +120,12 @@ def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
     if config.channels_last and not isinstance(model_config, GPTConfig):
         model = model.to(memory_format=torch.channels_last)
     forward_model: nn.Module = model
+    agreement = None
     if info.distributed:
         forward_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
                             gradient_as_bucket_view=True)
+        agreement = StepAgreement()
+        forward_model.register_comm_hook(None, agreement.hook)
     loss_of_logits: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = loss_fn
     if config.compile:
         # The loss is compiled too: eager, the cross-entropy over GPT-2's 50304-wide logits
@@ -142,7 +148,8 @@ def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
             return loss_of_logits(forward_model(x), y)
     return Components(model, forward_model, optimizer, scheduler, policy.make_scaler(), policy,
                       device, info, model_config, compute_loss,
-                      cuda_graphs=config.compile and device.type == "cuda" and uses_cuda_graphs(config.compile_mode))
+                      cuda_graphs=config.compile and device.type == "cuda" and uses_cuda_graphs(config.compile_mode),
+                      agreement=agreement)
 
 
 def compile_options(mode: str) -> dict[str, bool]:
@@ -177,10 +184,12 @@ def to_device(batch, c: Components, channels_last: bool):
     return x, y
 
 
-def train_step(c: Components, micro_batches, grad_clip: float | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def train_step(c: Components, micro_batches, grad_clip: float | None,
+               stop_requested: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One optimizer step over already-placed micro-batches. Returns (mean loss, a 0-dim tensor
     that is 1 when fp16 overflow skipped the update, or None without a scaler). No host sync
-    unless clipping or the scaler needs one."""
+    unless clipping or the scaler needs one. Under DDP, this replica's loss and
+    `stop_requested` are offered to `c.agreement` before the backward pass that all-reduces."""
     n = len(micro_batches)
     total = torch.zeros((), device=c.device)
     for k, (x, y) in enumerate(micro_batches):
@@ -194,8 +203,10 @@ def train_step(c: Components, micro_batches, grad_clip: float | None) -> tuple[t
         with ctx:
             with c.policy.autocast():
                 loss = c.compute_loss(x, y) / n
+            total += loss.detach()
+            if c.agreement is not None and k == n - 1:
+                c.agreement.offer(total, stop_requested)
             c.scaler.scale(loss).backward()
-        total += loss.detach()
     if grad_clip:
         c.scaler.unscale_(c.optimizer)
         torch.nn.utils.clip_grad_norm_(c.model.parameters(), grad_clip)
@@ -340,14 +351,14 @@ def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
                     batches.append(to_device(next(loader), c, config.channels_last))
                     data_time += time.perf_counter() - t
                 lr = c.optimizer.param_groups[0]["lr"]
-                loss, skipped = train_step(c, batches, config.grad_clip)
+                loss, skipped = train_step(c, batches, config.grad_clip, guard.requested)
                 current = _Pending(step, loss, skipped, data_time, lr)
                 if lag:
                     drain()  # the previous step: its loss is ready or nearly so
                     pending.append(current)
                     stop = guard.requested
                 else:
-                    loss_value, stop = _agree(loss, guard.requested, info)
+                    loss_value, stop = _agree(loss, guard.requested, info, c.agreement)
                     finish(current, loss_value)
                 done = step + 1 == config.steps
                 due = config.checkpoint_every and (step + 1) % config.checkpoint_every == 0
@@ -387,11 +398,16 @@ class _Pending:
     lr: float
 
 
-def _agree(loss: torch.Tensor, stop: bool, info: distributed.DistInfo) -> tuple[float, bool]:
-    """Mean loss over replicas and whether any replica was asked to stop, in one all-reduce
-    (every replica must checkpoint and leave at the same step)."""
+def _agree(loss: torch.Tensor, stop: bool, info: distributed.DistInfo,
+           agreement: StepAgreement | None = None) -> tuple[float, bool]:
+    """Mean loss over replicas and whether any replica was asked to stop (every replica must
+    checkpoint and leave at the same step): what the step's gradient all-reduce carried, else
+    one all-reduce of its own."""
     if not info.distributed:
         return float(loss.item()), stop
+    agreed = agreement.take() if agreement is not None else None
+    if agreed is not None:
+        return agreed
     t = torch.stack([loss.detach().float(), torch.tensor(float(stop), device=loss.device)])
     dist.all_reduce(t)
     return float(t[0].item()) / info.world_size, bool(t[1].item() > 0)
