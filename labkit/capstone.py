@@ -165,7 +165,7 @@ def levers(framework: str, model: str, hw: Hardware, include_compile: bool) -> t
             skipped.append(("CUDA graphs + kernel tuning", "needs a CUDA GPU"))
     if model == "gpt":
         if hw.fp8:
-            tried.append(Lever("fp8 output head", {"fp8_head": True}, "04 mixed precision",
+            tried.append(Lever("fp8 output head", {"fp8_head": True}, "benchmarks/RESULTS.md",
                                needs={"precision": "bf16"}))
         else:
             skipped.append(("fp8 output head", "needs fp8 tensor cores (compute capability 8.9+: L4, H100, H200)"))

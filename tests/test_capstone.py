@@ -35,6 +35,7 @@ def test_levers_on_an_fp8_gpu_for_gpt():
                              "CUDA graphs + kernel tuning", "fp8 output head"]
     assert tried[3].needs == {"compile": True} and tried[4].needs == {"precision": "bf16"}
     assert dict(skipped)["channels_last"] == "GPT has no convolutions"
+    assert tried[4].lesson == "benchmarks/RESULTS.md"
 
 
 def test_levers_without_fp8_or_cuda_say_why():
