@@ -193,6 +193,23 @@ def test_background_checkpoint_writes_every_step_and_reports_failures(tmp_path):
         saver.wait()
 
 
+def test_snapshot_is_a_private_copy_that_keeps_tied_weights_tied():
+    # The background save serialises this copy while training goes on: nothing may alias it.
+    c = engine.build(replace(BASE, model="gpt"), DistInfo(), torch.device("cpu"))
+    x = torch.randint(c.model_config.vocab_size, (4, c.model_config.block_size))
+    engine.train_step(c, [(x, x)], None)
+    snap = state.snapshot(c, DistInfo(), 0, engine.DataPosition())
+    kept = {name: t.clone() for name, t in snap["model.pt"].items()}
+    moments = [s["exp_avg"].clone() for s in snap["train.pt"]["optimizer"]["state"].values()]
+    engine.train_step(c, [(x, x)], None)
+    live = c.model.state_dict()
+    assert any(not torch.equal(kept[k], live[k]) for k in kept), "training did not change the weights"
+    assert all(torch.equal(kept[k], snap["model.pt"][k]) for k in kept)
+    assert all(torch.equal(m, s["exp_avg"]) for m, s in zip(moments, snap["train.pt"]["optimizer"]["state"].values(),
+                                                             strict=True))
+    assert snap["model.pt"]["wte.weight"].data_ptr() == snap["model.pt"]["lm_head.weight"].data_ptr()
+
+
 def test_tensorboard_events_are_written(tmp_path):
     engine.fit(replace(BASE, steps=2, tensorboard_dir=str(tmp_path / "tb")))
     assert list((tmp_path / "tb").glob("events.out.tfevents.*"))

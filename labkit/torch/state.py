@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.utils._pytree import tree_map
 
 from labkit import checkpoint
 from labkit.torch.data import DataPosition
@@ -52,19 +53,46 @@ def set_rng_state(s: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(s["cuda"])
 
 
-def serialize(c: Components, info: DistInfo, step: int, position: DataPosition) -> dict[str, bytes]:
-    """This rank's blobs for the state after `step`, as bytes on the host. Serialising copies
-    every tensor, so training may go on while the bytes are written."""
-    blobs: dict[str, bytes] = {}
+def snapshot(c: Components, info: DistInfo, step: int, position: DataPosition) -> dict[str, Any]:
+    """This rank's state after `step` as host copies, one object per blob. This is all that
+    training must wait for: once it returns, the live tensors may change while `encode` and the
+    storage write run in the background."""
+    objects: dict[str, Any] = {}
     if info.is_main:
-        model = {k: v.detach().cpu() for k, v in c.model.state_dict().items()}
-        train = {"optimizer": c.optimizer.state_dict(), "scheduler": c.scheduler.state_dict(),
-                 "scaler": c.scaler.state_dict(), "next_step": step + 1,
-                 "data_position": {"epoch": position.epoch, "batch": position.batch}}
-        blobs["model.pt"] = to_bytes(model)
-        blobs["train.pt"] = to_bytes(train)
-    blobs[f"rng-rank{info.rank}.pt"] = to_bytes(rng_state())
-    return blobs
+        objects["model.pt"] = _host_copy(c.model.state_dict())
+        objects["train.pt"] = _host_copy({
+            "optimizer": c.optimizer.state_dict(), "scheduler": c.scheduler.state_dict(),
+            "scaler": c.scaler.state_dict(), "next_step": step + 1,
+            "data_position": {"epoch": position.epoch, "batch": position.batch}})
+    objects[f"rng-rank{info.rank}.pt"] = rng_state()  # fresh copies already
+    return objects
+
+
+def _host_copy(tree: Any) -> Any:
+    """`tree` with its containers rebuilt and every tensor copied to the host (on the CPU too:
+    `.cpu()` alone would alias the live tensor). Tensors that are the same view of the same
+    memory (tied weights) stay one tensor, written once as `torch.save` of the live state would."""
+    copies: dict[tuple, torch.Tensor] = {}
+
+    def copy(v: Any) -> Any:
+        if not isinstance(v, torch.Tensor):
+            return v
+        key = (v.device, v.untyped_storage().data_ptr(), v.storage_offset(), v.dtype, tuple(v.shape), v.stride())
+        if key not in copies:
+            copies[key] = v.detach().to("cpu", copy=True)
+        return copies[key]
+
+    return tree_map(copy, tree)
+
+
+def encode(objects: dict[str, Any]) -> dict[str, bytes]:
+    """The blobs' bytes (`torch.save` of each object)."""
+    return {name: to_bytes(obj) for name, obj in objects.items()}
+
+
+def serialize(c: Components, info: DistInfo, step: int, position: DataPosition) -> dict[str, bytes]:
+    """This rank's blobs for the state after `step`, as bytes on the host."""
+    return encode(snapshot(c, info, step, position))
 
 
 def save(directory: str, c: Components, info: DistInfo, step: int, position: DataPosition) -> None:
@@ -86,10 +114,11 @@ def _write_and_commit(directory: str, info: DistInfo, step: int, blobs: dict[str
 
 
 class Saver:
-    """Checkpoints for one run. A single process writes in a background thread once the state
-    is serialised on the host (training stalls only for the copy, not for the storage write);
-    replicas of a DDP job write synchronously, since commit needs collectives. At most one save
-    is in flight; `wait()` joins it and re-raises its error."""
+    """Checkpoints for one run. A single process copies the state to host memory (training
+    stalls only for that copy) and serialises, writes and commits it in a background thread;
+    replicas of a DDP job save synchronously, since commit needs collectives. At most one save
+    is in flight, so host memory holds at most one extra copy of the state (plus its bytes while
+    they are written); `wait()` joins it and re-raises its error."""
 
     def __init__(self, directory: str, info: DistInfo, asynchronous: bool = True):
         self.directory = directory
@@ -100,19 +129,24 @@ class Saver:
 
     def save(self, c: Components, step: int, position: DataPosition, *, wait: bool = False) -> None:
         self.wait()
-        blobs = serialize(c, self.info, step, position)
+        objects = snapshot(c, self.info, step, position)
         if not self.asynchronous or wait:
-            _write_and_commit(self.directory, self.info, step, blobs)
+            _write_and_commit(self.directory, self.info, step, encode(objects))
             return
 
         def run() -> None:
             try:
-                _write_and_commit(self.directory, self.info, step, blobs)
+                _write_and_commit(self.directory, self.info, step, encode(objects))
             except BaseException as e:  # noqa: BLE001 - handed to the training thread in wait()
                 self._error = e
 
         self._thread = threading.Thread(target=run, name=f"checkpoint-step-{step}", daemon=False)
         self._thread.start()
+
+    @property
+    def in_flight(self) -> bool:
+        """A background write has started and not finished yet."""
+        return self._thread is not None and self._thread.is_alive()
 
     def wait(self) -> None:
         if self._thread is not None:
