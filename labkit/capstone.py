@@ -27,6 +27,7 @@ from labkit.config import (
     resolve_scale,
 )
 from labkit.models import MODEL_NAMES
+from labkit.precision_ladder import compile_included, default_batch
 from labkit.train import TrainConfig
 
 CONV_MODELS = ("cnn", "resnet")
@@ -38,19 +39,14 @@ EPOCH_SOURCES = {"cnn": "CIFAR-10 training set", "resnet": "ImageNet-1k training
                  "gpt": "OpenWebText, 9.04B GPT-2 tokens in 1,024-token sequences"}
 
 
-def default_batch(model: str, scale: str) -> int:
-    """Smoke: 16. Full: the PERFORMANCE.md peer batches (GPT-2 small 12, ResNet-50 256)."""
-    return by_scale(scale, smoke=16, full=12 if model == "gpt" else 256)
-
-
 @dataclass(frozen=True)
 class CapstoneConfig:
     """One capstone run. `framework` "auto" takes torch when installed, else TensorFlow. Sizes
-    default by scale (smoke: seconds on a CPU; full: ResNet-50 or GPT-2 small on a GPU). A lever
-    is kept only when it beats the configuration so far by `min_gain` (0.03 = 3%, above the
-    run-to-run noise); the final comparison alternates baseline and optimised runs `repeats` times
-    and keeps each one's best. `include_compile` None compiles only at full scale (compiling takes
-    minutes on a small CPU)."""
+    default by scale as in notebook 04's ladder (smoke: seconds on a CPU; full: ResNet-50 or GPT-2
+    small on a GPU at the peer batches). A lever is kept only when it beats the configuration so
+    far by `min_gain` (0.03 = 3%, above the run-to-run noise); the final comparison alternates
+    baseline and optimised runs `repeats` times and keeps each one's best. `include_compile` None
+    compiles only at full scale (compiling takes minutes on a small CPU)."""
 
     framework: str = "auto"
     model: str = "resnet"
@@ -97,7 +93,7 @@ class CapstoneConfig:
                            progress=False)
 
     def compile_included(self) -> bool:
-        return self.include_compile if self.include_compile is not None else resolve_scale(self.scale) == "full"
+        return compile_included(self.include_compile, resolve_scale(self.scale))
 
     def resolved_repeats(self) -> int:
         return self.repeats or by_scale(resolve_scale(self.scale), smoke=3, full=2)

@@ -38,6 +38,15 @@ class LadderConfig:
         """(scale, steps, batch size, include the compile rung) with the defaults filled in."""
         scale = resolve_scale(self.scale)
         steps = self.steps or by_scale(scale, smoke=5, full=30)
-        batch = self.batch_size or by_scale(scale, smoke=16, full=256 if self.model != "gpt" else 12)
-        compile_ = self.include_compile if self.include_compile is not None else scale == "full"
-        return scale, steps, batch, compile_
+        batch = self.batch_size or default_batch(self.model, scale)
+        return scale, steps, batch, compile_included(self.include_compile, scale)
+
+
+def default_batch(model: str, scale: str) -> int:
+    """Smoke: 16. Full: the PERFORMANCE.md peer batches (GPT-2 small 12, ResNet-50 256)."""
+    return by_scale(scale, smoke=16, full=12 if model == "gpt" else 256)
+
+
+def compile_included(include_compile: bool | None, scale: str) -> bool:
+    """None means only at full scale: compiling takes minutes on a small CPU."""
+    return include_compile if include_compile is not None else scale == "full"
