@@ -10,9 +10,9 @@ Measured on one GPT-style model trained by `labkit.torch.engine.train_step` (CPU
 
 - step: the median plain training step, measured again before every save (the machine drifts);
 - snapshot: the host copy alone (`labkit.torch.state.snapshot`);
-- serialise: the copy and `torch.save` to bytes (`labkit.torch.state.serialize`), which a save
-  that serialised before handing off to the writer would stall for;
-- write: a synchronous save (`labkit.torch.state.save`: copy, serialise, write every blob, commit);
+- serialise: `torch.save` of the live state to bytes (`labkit.torch.state.serialize`), what a
+  save that serialised before handing off to the writer would stall for;
+- write: a synchronous save (`labkit.torch.state.save`: serialise, write every blob, commit);
 - stall: the saving step's excess over a plain step (the pause training sees);
 - lost: everything one background save cost the training loop: the stall plus every later
   step's excess until the write has finished (the writer thread competes for the same cores,
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(root, ignore_errors=True)  # 2 × saves × the state: gigabytes
     params = row["parameters"]
     print(f"{params / 1e6:.1f}M parameters, state {row['state_mb']:.0f} MB, to {args.dir or 'a temporary local folder'}")
-    print(f"plain step {row['step_ms']:.0f} ms; host snapshot {row['snapshot_ms']:.0f} ms; snapshot + torch.save "
+    print(f"plain step {row['step_ms']:.0f} ms; host snapshot {row['snapshot_ms']:.0f} ms; torch.save to bytes "
           f"{row['serialise_ms']:.0f} ms; synchronous save {row['write_ms']:.0f} ms")
     print(f"background save: stall {row['stall_ms']:.0f} ms = {row['stall_over_write']:.2f}× the synchronous save "
           f"(target <= 1); training lost {row['lost_ms']:.0f} ms in all until written = "

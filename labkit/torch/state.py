@@ -53,14 +53,17 @@ def set_rng_state(s: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(s["cuda"])
 
 
-def snapshot(c: Components, info: DistInfo, step: int, position: DataPosition) -> dict[str, Any]:
-    """This rank's state after `step` as host copies, one object per blob. This is all that
-    training must wait for: once it returns, the live tensors may change while `encode` and the
-    storage write run in the background."""
+def snapshot(c: Components, info: DistInfo, step: int, position: DataPosition, *,
+             copy: bool = True) -> dict[str, Any]:
+    """This rank's state after `step`, one object per blob, as host copies: all that training
+    must wait for, since once it returns the live tensors may change while `encode` and the
+    storage write run in the background. `copy=False` returns the live tensors instead, for a
+    save that serialises them before training goes on."""
+    host = _host_copy if copy else _on_host
     objects: dict[str, Any] = {}
     if info.is_main:
-        objects["model.pt"] = _host_copy(c.model.state_dict())
-        objects["train.pt"] = _host_copy({
+        objects["model.pt"] = host(c.model.state_dict())
+        objects["train.pt"] = host({
             "optimizer": c.optimizer.state_dict(), "scheduler": c.scheduler.state_dict(),
             "scaler": c.scaler.state_dict(), "next_step": step + 1,
             "data_position": {"epoch": position.epoch, "batch": position.batch}})
@@ -85,14 +88,19 @@ def _host_copy(tree: Any) -> Any:
     return tree_map(copy, tree)
 
 
+def _on_host(tree: Any) -> Any:
+    return tree_map(lambda v: v.detach().cpu() if isinstance(v, torch.Tensor) else v, tree)
+
+
 def encode(objects: dict[str, Any]) -> dict[str, bytes]:
     """The blobs' bytes (`torch.save` of each object)."""
     return {name: to_bytes(obj) for name, obj in objects.items()}
 
 
 def serialize(c: Components, info: DistInfo, step: int, position: DataPosition) -> dict[str, bytes]:
-    """This rank's blobs for the state after `step`, as bytes on the host."""
-    return encode(snapshot(c, info, step, position))
+    """This rank's blobs for the state after `step`, as bytes on the host (no copy first:
+    `torch.save` reads the live tensors)."""
+    return encode(snapshot(c, info, step, position, copy=False))
 
 
 def save(directory: str, c: Components, info: DistInfo, step: int, position: DataPosition) -> None:
@@ -129,10 +137,10 @@ class Saver:
 
     def save(self, c: Components, step: int, position: DataPosition, *, wait: bool = False) -> None:
         self.wait()
-        objects = snapshot(c, self.info, step, position)
         if not self.asynchronous or wait:
-            _write_and_commit(self.directory, self.info, step, encode(objects))
+            _write_and_commit(self.directory, self.info, step, serialize(c, self.info, step, position))
             return
+        objects = snapshot(c, self.info, step, position)
 
         def run() -> None:
             try:
