@@ -77,7 +77,7 @@ def _host_copy(tree: Any) -> Any:
     memory (tied weights) stay one tensor, written once as `torch.save` of the live state would."""
     copies: dict[tuple, torch.Tensor] = {}
 
-    def copy(v: Any) -> Any:
+    def copy_once(v: Any) -> Any:
         if not isinstance(v, torch.Tensor):
             return v
         key = (v.device, v.untyped_storage().data_ptr(), v.storage_offset(), v.dtype, tuple(v.shape), v.stride())
@@ -85,7 +85,7 @@ def _host_copy(tree: Any) -> Any:
             copies[key] = v.detach().to("cpu", copy=True)
         return copies[key]
 
-    return tree_map(copy, tree)
+    return tree_map(copy_once, tree)
 
 
 def _on_host(tree: Any) -> Any:
