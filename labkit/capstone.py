@@ -277,13 +277,14 @@ def match_gpu(entries, gpu_name: str):
 
 def target_machine(name: str, catalog_path: str | None = None):
     """The catalog row named `name` (e.g. "H100 80GB"): the machine a Vertex job would ask for."""
-    from labkit.hardware.catalog import load_catalog
+    from labkit.hardware.catalog import find, load_catalog
 
     entries = load_catalog(catalog_path)
-    for e in entries:
-        if e.name == name:
-            return e
-    raise ParameterError("target", name, "is not a catalog row; one of: " + ", ".join(e.name for e in entries))
+    try:
+        return find(entries, name)
+    except KeyError:
+        raise ParameterError("target", name, "is not a catalog row; one of: "
+                             + ", ".join(e.name for e in entries)) from None
 
 
 def price_for_this_machine(price_per_hour: float | None = None, spot_price_per_hour: float | None = None,
