@@ -18,6 +18,8 @@ Levers (each is labkit's engine step, bf16 autocast + torch.compile + fused Adam
   fp8-head+graphs, fp8-head+tuned   fp8-head with CUDA graphs; and with CUDA graphs plus
               coordinate-descent tuning of Inductor's Triton kernels (`compile_mode="tuned"`)
   fp8-all     every Linear in fp8 with per-tensor dynamic scaling (`labkit.torch.fp8.Float8Linear`)
+  step-graph, fp8-head+step-graph   the whole step (forward, backward, clipping, AdamW) replayed as
+              one CUDA graph (`TrainConfig.cuda_graph_step`); with the fp8 head, Triton tuning kept
 """
 
 from __future__ import annotations
@@ -41,10 +43,12 @@ from labkit.torch.distributed import DistInfo  # noqa: E402
 from labkit.torch.models import flops_per_sample  # noqa: E402
 from labkit.train import TrainConfig  # noqa: E402
 
-# lever -> (fp8_head, compile_mode); fp8-all switches every Linear instead.
-LEVERS = {"base": (False, "default"), "graphs": (False, "reduce-overhead"), "fp8-head": (True, "default"),
-          "fp8-head+graphs": (True, "reduce-overhead"), "fp8-head+tuned": (True, "tuned"),
-          "fp8-all": (False, "default")}
+# lever -> TrainConfig settings on top of bf16 + compile; fp8-all switches every Linear instead.
+LEVERS = {"base": {}, "graphs": {"compile_mode": "reduce-overhead"}, "fp8-head": {"fp8_head": True},
+          "fp8-head+graphs": {"fp8_head": True, "compile_mode": "reduce-overhead"},
+          "fp8-head+tuned": {"fp8_head": True, "compile_mode": "tuned"},
+          "fp8-all": {}, "step-graph": {"cuda_graph_step": True},
+          "fp8-head+step-graph": {"fp8_head": True, "compile_mode": "tuned", "cuda_graph_step": True}}
 
 
 def kernel_category(name: str) -> str:
@@ -90,11 +94,10 @@ def _profile_step(step, device) -> dict:
 
 
 def run_lever(lever: str, cfg: GPTConfig, batch: int, device, warmup: int, iters: int) -> list[dict]:
-    precision = "bf16" if device.type == "cuda" else "fp32"
-    fp8_head, mode = LEVERS[lever]
-    config = TrainConfig(model="gpt", batch_size=batch, precision=precision, compile=device.type == "cuda",
-                         compile_mode=mode, fp8_head=fp8_head and precision == "bf16", grad_clip=None,
-                         progress=False, seed=0)
+    gpu = device.type == "cuda"
+    settings = LEVERS[lever] if gpu else {}  # on CPU (--quick) only the script's plumbing is checked
+    config = TrainConfig(model="gpt", batch_size=batch, precision="bf16" if gpu else "fp32", compile=gpu,
+                         grad_clip=None, progress=False, seed=0, **settings)
     torch._dynamo.reset()
     c = engine.build(config, DistInfo(), device, cfg)
     switched = []

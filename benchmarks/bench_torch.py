@@ -9,7 +9,8 @@ GPT-2 small (124M, block 1024, no bias, no dropout, bf16 autocast, fused AdamW, 
 with the peer trainer (the minimal-GPT layout and loop of the well-known benchmark script: eager
 and torch.compile, `loss.item()` every step) and labkit's engine step
 (`labkit.torch.engine.train_step` on the model `labkit train --model gpt --scale full` builds,
-compiled, loss read one step late as `fit` does), also with `fp8_head` on an fp8 GPU; ResNet-50
+compiled, loss read one step late as `fit` does), also with `fp8_head` on an fp8 GPU and with the
+whole step replayed as one CUDA graph (`cuda_graph_step`) on any GPU; ResNet-50
 (224², batch 256) through labkit's ladder settings, with torchvision's ResNet-50 at the best
 settings as the peer. Variants compared with each other are timed in alternating windows (median
 of 3 windows of 20 steps after warm-up); MFU uses 6·N + attention FLOPs per token.
@@ -184,6 +185,7 @@ def _fresh(device) -> None:
 LABKIT_GPT = "labkit bf16 + compile"
 LABKIT_GPT_FP8 = "labkit bf16 + compile + fp8 head"
 LABKIT_GPT_BEST = "labkit best: + fp8 head + compile_mode=tuned"
+LABKIT_GPT_STEP_GRAPH = "labkit + whole-step CUDA graph"
 PEER_COMPILED = "peer torch.compile"
 
 
@@ -235,6 +237,10 @@ def main(argv: list[str] | None = None) -> int:
             steps[LABKIT_GPT_FP8] = labkit_step(replace(cfg, fp8_head=True), gpt_cfg, device)
         if fp8_ok:
             steps[LABKIT_GPT_BEST] = labkit_step(replace(cfg, fp8_head=True, compile_mode="tuned"), gpt_cfg, device)
+        if device.type == "cuda":
+            # The best settings with the whole step (clipping and AdamW included) in one graph.
+            steps[LABKIT_GPT_STEP_GRAPH] = labkit_step(
+                replace(cfg, fp8_head=fp8_ok, compile_mode="tuned", cuda_graph_step=True), gpt_cfg, device)
         for variant, seconds in time_interleaved(steps, device, warmup, iters).items():
             add(f"GPT b={batch}", variant, batch * gpt_cfg.block_size / seconds, "tokens/s", per_token)
         del steps
@@ -256,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
                 # labkit's best: the same rung with CUDA graphs (no launch gaps between kernels).
                 steps[f"labkit {variant} ({args.resnet_best_mode})"] = labkit_step(
                     replace(cfg, compile_mode=args.resnet_best_mode), resnet_cfg, device)
+                steps[f"labkit {variant} (whole-step CUDA graph)"] = labkit_step(
+                    replace(cfg, cuda_graph_step=True), resnet_cfg, device)
             if variant.endswith("compile") and not args.skip_peer:
                 # The peer runs under the same switches as the rung it is compared with.
                 steps["peer torchvision bf16 + channels_last + compile (SGD)"] = peer_resnet_step(
@@ -267,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
             _fresh(device)
     for batch in batches:
         rows = {r["variant"]: r["rate"] for r in results["rows"] if r["workload"] == f"GPT b={batch}"}
-        suffixes = {LABKIT_GPT: "", LABKIT_GPT_FP8: "_fp8_head", LABKIT_GPT_BEST: "_best"}
+        suffixes = {LABKIT_GPT: "", LABKIT_GPT_FP8: "_fp8_head", LABKIT_GPT_BEST: "_best",
+                    LABKIT_GPT_STEP_GRAPH: "_step_graph"}
         for variant, suffix in suffixes.items():
             if PEER_COMPILED in rows and variant in rows:
                 ratio = rows[variant] / rows[PEER_COMPILED]

@@ -68,6 +68,9 @@ class TrainConfig:
     # GPT with bf16 on an fp8 GPU (Hopper, Ada): the output projection and the loss run as one
     # function whose three matmuls use fp8 tensor cores (labkit.torch.fp8). Torch engine only.
     fp8_head: bool = False
+    # CUDA: after a few normal steps, capture the whole optimizer step (every micro-step's forward
+    # and backward, clipping, AdamW) as one CUDA graph and replay it (labkit.torch.step_graph).
+    cuda_graph_step: bool = False
     activation_checkpointing: bool = False
     grad_clip: float | None = 1.0
     seed: int = 0
@@ -104,6 +107,11 @@ class TrainConfig:
             raise ParameterError("fp8_head", self.fp8_head,
                                  f"needs model='gpt' and precision='bf16' (got model={self.model!r}, "
                                  f"precision={self.precision!r})")
+        check_bool("cuda_graph_step", self.cuda_graph_step)
+        if self.cuda_graph_step and self.precision == "fp16":
+            raise ParameterError("cuda_graph_step", self.cuda_graph_step,
+                                 "needs a precision without a loss scaler (fp32, tf32 or bf16): fp16's "
+                                 "GradScaler reads its overflow flag on the host every step")
         check_bool("activation_checkpointing", self.activation_checkpointing)
         check_float("grad_clip", self.grad_clip, minimum=0.0, allow_none=True)
         check_int("seed", self.seed, minimum=0)
@@ -142,6 +150,7 @@ _HELP = {
     "compile": "torch.compile the model",
     "compile_mode": "torch.compile mode with --compile (torch): default, reduce-overhead (CUDA graphs), max-autotune(-no-cudagraphs), tuned (CUDA graphs + Triton kernel tuning)",
     "fp8_head": "GPT + bf16: output projection and loss with fp8 matmuls (fastest on Hopper/Ada; torch only)",
+    "cuda_graph_step": "CUDA, one process: replay the whole step (forward, backward, optimizer) as one CUDA graph after 3 normal steps (torch only; not with fp16)",
     "activation_checkpointing": "recompute block activations in the backward pass (less memory, more time)",
     "grad_clip": "clip the global gradient norm to this value (omit with 0)",
     "seed": "seed of weights and data order",
@@ -227,6 +236,9 @@ def _train_command(args) -> int:
     except Preempted as e:
         print(f"labkit train: {e}; run the same command again to resume")
         return PREEMPTED_EXIT_CODE
+    except ParameterError as e:  # a setting this machine or engine cannot run (found on start-up)
+        print(f"labkit train: {e}")
+        return 2
     summary = log.to_dict()["summary"]
     print(f"labkit train: {summary.get('num_steps', 0)} steps, final loss {summary.get('final_loss')}")
     return 0

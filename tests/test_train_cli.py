@@ -91,3 +91,9 @@ def test_to_argv_round_trips_the_config():
     values = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}
     assert values.pop("grad_clip") == 0.0  # "off" travels as 0
     assert values == {f.name: getattr(cfg, f.name) for f in fields(TrainConfig) if f.name != "grad_clip"}
+
+
+def test_a_setting_the_machine_cannot_run_is_named_without_a_traceback():
+    r = train("--steps", "1", "--cuda-graph-step", "--device", "cpu")
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "parameter 'cuda_graph_step' needs a CUDA GPU" in r.stdout and "Traceback" not in r.stderr

@@ -57,6 +57,8 @@ def fit(config: TrainConfig, *, on_step: StepCallback | None = None,
 
     if config.fp8_head:
         raise ParameterError("fp8_head", True, "is a torch engine feature; TensorFlow has no fp8 head")
+    if config.cuda_graph_step:
+        raise ParameterError("cuda_graph_step", True, "is a torch engine feature (TensorFlow: use XLA)")
     loop = check_choice("loop", loop or os.environ.get("LABKIT_TF_LOOP", "custom"), LOOPS)
     data_dir = data_dir or os.environ.get("LABKIT_TF_DATA_DIR") or None
     if loop == "keras":

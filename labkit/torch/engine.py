@@ -3,7 +3,8 @@
 One optimizer step = `grad_accum` micro-steps on every replica; `config.batch_size` is the global
 batch of that step. Features switch on one at a time from `TrainConfig`: precision (fp32, tf32,
 bf16, fp16 + GradScaler), channels_last, torch.compile (model and loss; `compile_mode` adds CUDA
-graphs and kernel tuning), the fp8 output head for GPT, fused AdamW (CUDA), accumulation with
+graphs and kernel tuning), the whole step as one CUDA graph (`cuda_graph_step`), the fp8 output
+head for GPT, fused AdamW (CUDA), accumulation with
 `no_sync` on all but the last micro-step, clipping, activation checkpointing, LR warm-up and
 world-size scaling, DDP (gloo on CPU, nccl on CUDA). Every step is measured (loss, step and data
 time, throughput, MFU against the measured peak, peak memory) into a `MetricsLog`, TensorBoard
@@ -41,6 +42,7 @@ from labkit.torch.data import DataPosition, ResumableLoader, make_dataset, to_fl
 from labkit.torch.models import build_model, count_parameters, flops_per_sample
 from labkit.torch.precision import PrecisionPolicy, apply_matmul_precision
 from labkit.torch.preemption import PreemptionGuard
+from labkit.torch.step_graph import StepGraph
 from labkit.train import Preempted, TrainConfig
 
 StepCallback = Callable[[int, dict[str, Any]], None]
@@ -98,6 +100,8 @@ class Components:
     cuda_graphs: bool = False
     # DDP: the replicas' loss and stop flag travel with the last gradient bucket
     agreement: StepAgreement | None = None
+    # `cuda_graph_step`: the optimizer step, replayed as one CUDA graph (set by `build`)
+    step_graph: StepGraph | None = None
 
 
 def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
@@ -109,6 +113,12 @@ def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
         raise ParameterError("fp8_head", True,
                              f"needs fp8 tensor cores (compute capability 8.9+: L4, H100, H200); "
                              f"{torch.cuda.get_device_name(device)} is {major}.{minor}")
+    if config.cuda_graph_step and device.type != "cuda":
+        raise ParameterError("cuda_graph_step", True, f"needs a CUDA GPU (this run is on {device.type})")
+    if config.cuda_graph_step and info.distributed:
+        raise ParameterError("cuda_graph_step", True,
+                             f"needs a single process (got {info.world_size}): DDP's gradient all-reduce "
+                             f"is driven from the host, outside any graph")
     policy = PrecisionPolicy.for_mode(config.precision, device.type)
     apply_matmul_precision(policy)
     model_config = model_config or build_config(config.model, resolve_scale(config.scale))
@@ -130,8 +140,10 @@ def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
     if config.compile:
         # The loss is compiled too: eager, the cross-entropy over GPT-2's 50304-wide logits
         # cost a third of the step on an H100 (fp32 copies, unfused softmax forward and backward).
-        forward_model = compile_(forward_model, config.compile_mode)
-        loss_of_logits = compile_(loss_fn, config.compile_mode)
+        # The step graph captures Inductor's kernels itself: no CUDA graphs inside it.
+        cudagraphs = not config.cuda_graph_step
+        forward_model = compile_(forward_model, config.compile_mode, cudagraphs)
+        loss_of_logits = compile_(loss_fn, config.compile_mode, cudagraphs)
     lr = config.lr * (info.world_size if config.scale_lr_with_world_size else 1)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -146,29 +158,39 @@ def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
     else:
         def compute_loss(x, y):
             return loss_of_logits(forward_model(x), y)
-    return Components(model, forward_model, optimizer, scheduler, policy.make_scaler(), policy,
-                      device, info, model_config, compute_loss,
-                      cuda_graphs=config.compile and device.type == "cuda" and uses_cuda_graphs(config.compile_mode),
-                      agreement=agreement)
+    c = Components(model, forward_model, optimizer, scheduler, policy.make_scaler(), policy,
+                   device, info, model_config, compute_loss,
+                   cuda_graphs=(config.compile and device.type == "cuda" and not config.cuda_graph_step
+                                and uses_cuda_graphs(config.compile_mode)),
+                   agreement=agreement)
+    if config.cuda_graph_step:
+        c.step_graph = StepGraph(lambda batches: _update(c, batches, config.grad_clip, graphed=True)[0],
+                                 optimizer, device)
+    return c
 
 
-def compile_options(mode: str) -> dict[str, bool]:
-    """Inductor options of a `TrainConfig.compile_mode` (torch's modes, plus labkit's "tuned")."""
+def compile_options(mode: str, cudagraphs: bool = True) -> dict[str, bool]:
+    """Inductor options of a `TrainConfig.compile_mode` (torch's modes, plus labkit's "tuned");
+    `cudagraphs=False` drops the mode's CUDA graphs and keeps the rest (kernel tuning)."""
     if mode == "tuned":
-        return {"triton.cudagraphs": True, "coordinate_descent_tuning": True}
-    from torch._inductor import list_mode_options
+        options = {"triton.cudagraphs": True, "coordinate_descent_tuning": True}
+    else:
+        from torch._inductor import list_mode_options
 
-    return dict(list_mode_options(mode))
+        options = dict(list_mode_options(mode))
+    if not cudagraphs:
+        options.pop("triton.cudagraphs", None)
+    return options
 
 
 def uses_cuda_graphs(mode: str) -> bool:
     return bool(compile_options(mode).get("triton.cudagraphs"))
 
 
-def compile_(fn, mode: str = "default"):
+def compile_(fn, mode: str = "default", cudagraphs: bool = True):
     """torch.compile with static shapes (a run has one batch shape; dynamic-shape kernels are
-    slower) and the options of `mode`."""
-    return torch.compile(fn, dynamic=False, options=compile_options(mode) or None)
+    slower) and the options of `mode` (without its CUDA graphs if `cudagraphs` is False)."""
+    return torch.compile(fn, dynamic=False, options=compile_options(mode, cudagraphs) or None)
 
 
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -186,10 +208,25 @@ def to_device(batch, c: Components, channels_last: bool):
 
 def train_step(c: Components, micro_batches, grad_clip: float | None,
                stop_requested: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One optimizer step over already-placed micro-batches. Returns (mean loss, a 0-dim tensor
-    that is 1 when fp16 overflow skipped the update, or None without a scaler). No host sync
-    unless clipping or the scaler needs one. Under DDP, this replica's loss and
-    `stop_requested` are offered to `c.agreement` before the backward pass that all-reduces."""
+    """One optimizer step over already-placed micro-batches, then the LR schedule's step.
+    Returns (mean loss, a 0-dim tensor that is 1 when fp16 overflow skipped the update, or None
+    without a scaler). No host sync unless clipping or the scaler needs one. Under DDP, this
+    replica's loss and `stop_requested` are offered to `c.agreement` before the backward pass
+    that all-reduces. With `c.step_graph` the step is replayed as one CUDA graph."""
+    if c.step_graph is not None:
+        total, skipped = c.step_graph(micro_batches), None  # it zeroes gradients as it needs
+    else:
+        total, skipped = _update(c, micro_batches, grad_clip, stop_requested)
+        c.optimizer.zero_grad(set_to_none=True)
+    with _quiet_scheduler_warning():
+        c.scheduler.step()
+    return total, skipped
+
+
+def _update(c: Components, micro_batches, grad_clip: float | None, stop_requested: bool = False,
+            graphed: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Forward and backward of every micro-batch, clipping and the optimizer update: the part of
+    a step that `StepGraph` captures (`graphed`), so it reads nothing on the host there."""
     n = len(micro_batches)
     total = torch.zeros((), device=c.device)
     for k, (x, y) in enumerate(micro_batches):
@@ -201,7 +238,7 @@ def train_step(c: Components, micro_batches, grad_clip: float | None,
         # Gradients are all-reduced only on the last micro-step; the others just accumulate.
         ctx = _no_sync(c) if (c.info.distributed and k < n - 1) else contextlib.nullcontext()
         with ctx:
-            with c.policy.autocast():
+            with c.policy.autocast(cache_enabled=not graphed):
                 loss = c.compute_loss(x, y) / n
             total += loss.detach()
             if c.agreement is not None and k == n - 1:
@@ -218,10 +255,13 @@ def train_step(c: Components, micro_batches, grad_clip: float | None,
         skipped = torch.tensor(float(c.scaler.get_scale() < before))
     else:
         c.optimizer.step()
-    c.optimizer.zero_grad(set_to_none=True)
-    with _quiet_scheduler_warning():
-        c.scheduler.step()
     return total, skipped
+
+
+def scheduled_lr(c: Components) -> float:
+    """The learning rate of the next step (the schedule's value, read without touching the device:
+    under `cuda_graph_step` the optimizer holds it as a device tensor)."""
+    return c.scheduler.base_lrs[0] * c.scheduler.lr_lambdas[0](c.scheduler.last_epoch)
 
 
 def _no_sync(c: Components):
@@ -350,7 +390,7 @@ def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
                     t = time.perf_counter()
                     batches.append(to_device(next(loader), c, config.channels_last))
                     data_time += time.perf_counter() - t
-                lr = c.optimizer.param_groups[0]["lr"]
+                lr = scheduled_lr(c)
                 loss, skipped = train_step(c, batches, config.grad_clip, guard.requested)
                 current = _Pending(step, loss, skipped, data_time, lr)
                 if lag:

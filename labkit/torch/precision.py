@@ -35,10 +35,13 @@ class PrecisionPolicy:
         # bf16/fp16 runs keep TF32 on for the matmuls autocast leaves in fp32 (as AMP recipes do).
         return cls(mode, device_type, dtype, tf32=mode != "fp32", grad_scaler=mode == "fp16")
 
-    def autocast(self):
+    def autocast(self, cache_enabled: bool = True):
+        """Autocast for this mode (a no-op without one). `cache_enabled=False` for CUDA-graph
+        capture: autocast's cache of cast weights must not outlive the captured region."""
         if self.autocast_dtype is None:
             return contextlib.nullcontext()
-        return torch.autocast(device_type=self.device_type, dtype=self.autocast_dtype)
+        return torch.autocast(device_type=self.device_type, dtype=self.autocast_dtype,
+                              cache_enabled=cache_enabled)
 
     def make_scaler(self, init_scale: float = 2.0**16) -> torch.amp.GradScaler:
         return torch.amp.GradScaler(self.device_type, init_scale=init_scale, enabled=self.grad_scaler)

@@ -183,6 +183,11 @@ def restore(directory: str, c: Components, info: DistInfo) -> tuple[int, DataPos
             continue
         c.model.load_state_dict(model)
         c.optimizer.load_state_dict(train["optimizer"])
+        for group in c.optimizer.param_groups:
+            # Saved by a run under cuda_graph_step; StepGraph sets both again when it captures.
+            if isinstance(group["lr"], torch.Tensor):
+                group["lr"] = float(group["lr"])
+            group["capturable"] = False
         c.scheduler.load_state_dict(train["scheduler"])
         c.scaler.load_state_dict(train["scaler"])
         if rng is not None:
