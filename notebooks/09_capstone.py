@@ -4,9 +4,11 @@
 # The course so far switched on one lever at a time. Here they are stacked, **in the order a
 # practitioner would try them, and each is kept only if it makes this machine faster**:
 # loader workers (notebook 03), bf16 (04), channels_last (04), torch.compile (04, 05), CUDA
-# graphs (05) and, for GPT on fp8 GPUs, labkit's fp8 output head (`benchmarks/RESULTS.md`
-# measures it). A lever that does not pay off here is dropped, with its measured effect shown:
-# what helps an H100 can slow a 2-core CPU.
+# graphs (05), the whole training step replayed as one CUDA graph (05's launch gaps, closed) and,
+# for GPT on fp8 GPUs, labkit's fp8 output head (`benchmarks/RESULTS.md` measures it). A lever
+# that does not pay off here is dropped, with its measured effect shown: what helps an H100 can
+# slow a 2-core CPU. A lever that fails on this machine is listed with its error, and the climb
+# goes on without it.
 #
 # Then the baseline and the optimised configuration run again, taking turns, and the
 # difference is priced per epoch: at a fixed hourly price, an epoch costs what its machine-hours

@@ -32,16 +32,18 @@ def test_levers_on_a_cpu_smoke_run():
 def test_levers_on_an_fp8_gpu_for_gpt():
     tried, skipped = capstone.levers("torch", "gpt", H100, include_compile=True)
     assert _names(tried) == ["8 loader workers + pinned memory", "bf16 autocast", "torch.compile",
-                             "CUDA graphs + kernel tuning", "fp8 output head"]
-    assert tried[3].needs == {"compile": True} and tried[4].needs == {"precision": "bf16"}
+                             "CUDA graphs + kernel tuning", "whole step as one CUDA graph", "fp8 output head"]
+    assert tried[3].needs == {"compile": True} and tried[5].needs == {"precision": "bf16"}
+    assert tried[4].changes == {"cuda_graph_step": True}
     assert dict(skipped)["channels_last"] == "GPT has no convolutions"
-    assert tried[4].lesson == "benchmarks/RESULTS.md"
+    assert tried[5].lesson == "benchmarks/RESULTS.md"
 
 
 def test_levers_without_fp8_or_cuda_say_why():
     _, skipped = capstone.levers("torch", "gpt", CPU, include_compile=True)
     assert "compute capability 8.9" in dict(skipped)["fp8 output head"]
     assert dict(skipped)["CUDA graphs + kernel tuning"] == "needs a CUDA GPU"
+    assert dict(skipped)["whole step as one CUDA graph"] == "needs a CUDA GPU"
 
 
 def test_tensorflow_levers():
@@ -73,15 +75,31 @@ def test_climb_keeps_what_pays_and_drops_the_rest():
     result = capstone.optimise(cfg, hardware=H100, measure_fn=measure)
     assert [(t["lever"], t["kept"]) for t in result.trials] == [
         ("8 loader workers + pinned memory", True), ("bf16 autocast", True), ("torch.compile", False),
-        ("fp8 output head", True)]
+        ("whole step as one CUDA graph", False), ("fp8 output head", True)]
     # compile gained 1% < min_gain, so CUDA graphs (which need it) were not tried, and it says so.
     assert dict(result.skipped)["CUDA graphs + kernel tuning"].startswith("needs compile=True")
     assert result.changes() == {"num_workers": 8, "pin_memory": True, "precision": "bf16", "fp8_head": True}
     assert result.speedup == pytest.approx(1.5 * 2.0 * 1.2)
     assert [r["run"] for r in result.final] == ["baseline", "optimised"]
-    # a warm-up, then each of the 4 comparisons and the final one alternate 2 + 2 runs
-    assert len(calls) == 1 + 5 * 4 and calls[0].steps == 2
+    # a warm-up, then each of the 5 comparisons and the final one alternate 2 + 2 runs
+    assert len(calls) == 1 + 6 * 4 and calls[0].steps == 2
     assert calls[-2] == result.baseline and calls[-1] == result.optimised
+
+
+def test_a_lever_that_fails_here_is_reported_and_the_climb_goes_on():
+    speed, calls = _speed_model({"precision": ("bf16", 2.0), "fp8_head": (True, 1.2)})
+
+    def measure(cfg: TrainConfig):
+        if cfg.cuda_graph_step:
+            raise RuntimeError("capturing the training step as one CUDA graph failed: boom\nmore")
+        return speed(cfg)
+
+    cfg = CapstoneConfig(framework="torch", model="gpt", scale="full", repeats=1)
+    result = capstone.optimise(cfg, hardware=H100, measure_fn=measure)
+    assert dict(result.skipped)["whole step as one CUDA graph"] == (
+        "failed here: RuntimeError: capturing the training step as one CUDA graph failed: boom")
+    assert "whole step as one CUDA graph" not in [t["lever"] for t in result.trials]
+    assert result.changes() == {"precision": "bf16", "fp8_head": True}
 
 
 def test_nothing_kept_means_the_optimised_run_is_the_baseline():
