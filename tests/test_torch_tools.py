@@ -111,7 +111,9 @@ def test_gpu_bf16_compile_channels_last_run():
 
 @pytest.mark.gpu
 def test_gpu_batch_finder_catches_real_oom():
-    cfg = TrainConfig(model="gpt", scale="full", batch_size=1, precision="bf16", device="cuda", progress=False)
+    # cuda_graph_step is set to check that the finder's tries, each a new shape, run normal steps.
+    cfg = TrainConfig(model="gpt", scale="full", batch_size=1, precision="bf16", device="cuda", progress=False,
+                      cuda_graph_step=True)
     result = memory.largest_batch(cfg, limit=1024)
     assert result.batch_size >= 1 and any(not ok for _, ok in result.tries)
 

@@ -117,7 +117,8 @@ def largest_batch(config, *, budget_mib: float | None = None, limit: int = 4096,
                   multiple_of: int = 1) -> BatchSearch:
     """The largest batch of `config`'s model that fits. On CUDA each try is a real training step
     (forward, backward, optimizer) and out-of-memory is caught; with `budget_mib` (required on
-    CPU) a try fails when the bytes autograd saves for backward exceed the budget."""
+    CPU) a try fails when the bytes autograd saves for backward exceed the budget. Tries are
+    normal steps even when `config.cuda_graph_step` is set."""
     from dataclasses import replace
 
     from labkit.torch.data import make_dataset
@@ -132,7 +133,8 @@ def largest_batch(config, *, budget_mib: float | None = None, limit: int = 4096,
             if used > budget_mib:
                 raise MemoryBudgetExceeded(f"batch {b} needs {used:.0f} MiB > budget {budget_mib:.0f} MiB")
     else:
-        c = engine.build(config, DistInfo(), device)
+        # Normal steps: a captured step graph replays one batch shape, and every try is a new one.
+        c = engine.build(replace(config, cuda_graph_step=False), DistInfo(), device)
         data = make_dataset(c.model_config, 1, config.seed)
 
         def try_batch(b: int) -> None:
