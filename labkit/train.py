@@ -228,6 +228,9 @@ def _train_command(args) -> int:
         if nproc > 1:
             if config.framework != "torch":
                 raise ParameterError("nproc_per_node", nproc, "is supported for --framework torch only")
+            if config.cuda_graph_step:
+                raise ParameterError("cuda_graph_step", True, f"needs a single process (got --nproc-per-node "
+                                     f"{nproc}): DDP's gradient all-reduce is driven from the host")
             from labkit.torch.launch import run_local
 
             log = run_local(config, nproc)

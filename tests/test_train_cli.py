@@ -97,3 +97,5 @@ def test_a_setting_the_machine_cannot_run_is_named_without_a_traceback():
     r = train("--steps", "1", "--cuda-graph-step", "--device", "cpu")
     assert r.returncode == 2, r.stdout + r.stderr
     assert "parameter 'cuda_graph_step' needs a CUDA GPU" in r.stdout and "Traceback" not in r.stderr
+    r = train("--steps", "1", "--cuda-graph-step", "--nproc-per-node", "2")  # refused before any replica starts
+    assert r.returncode == 2 and "parameter 'cuda_graph_step' needs a single process" in r.stdout
