@@ -95,9 +95,7 @@ class StepGraph:
             group["capturable"] = True
         self._inputs = [tuple(t.detach().clone() for t in batch) for batch in micro_batches]
         self.optimizer.zero_grad(set_to_none=True)
-        torch.cuda.synchronize(self.device)
-        torch.cuda.empty_cache()  # the warm-up's cached blocks: the graph gets its own pool
-        graph = torch.cuda.CUDAGraph()
+        graph = torch.cuda.CUDAGraph()  # entering capture syncs and frees the warm-up's cached blocks
         try:
             # "thread_local": the DataLoader's pin-memory thread keeps allocating page-locked
             # buffers; under the default "global" mode that would invalidate the capture.
