@@ -104,6 +104,20 @@ def test_gpu_captured_step_trains_like_the_normal_step():
 
 
 @pytest.mark.gpu
+def test_gpu_after_capture_the_optimizer_reads_the_schedules_lr_from_the_device():
+    c = engine.build(_gpu_config(cuda_graph_step=True, grad_accum=1), DistInfo(), torch.device("cuda"))
+    x = torch.randint(c.model_config.vocab_size, (8, c.model_config.block_size), device="cuda")
+    for _ in range(4):  # three normal steps, then the capture and its first replay
+        engine.train_step(c, [(x, x)], 1.0)
+    assert c.step_graph is not None and c.step_graph.captured
+    lr = c.optimizer.param_groups[0]["lr"]
+    assert isinstance(lr, torch.Tensor) and lr.device.type == "cuda"
+    # The schedule moved on after the replay (warm-up over 6 steps: step 5 uses 5/6 of the peak).
+    assert engine.scheduled_lr(c) == pytest.approx(3e-3 * 5 / 6)
+    assert lr.item() == pytest.approx(engine.scheduled_lr(c))
+
+
+@pytest.mark.gpu
 @pytest.mark.timeout(600)
 def test_gpu_captured_step_with_compile_and_fp8_head_matches_the_compiled_step():
     from labkit.torch.engine import fit
