@@ -161,21 +161,23 @@ def test_gpu_captured_step_with_activation_checkpointing_matches_the_normal_step
 
 
 @pytest.mark.gpu
-def test_gpu_step_graph_refuses_a_new_batch_shape():
+def test_gpu_step_graph_refuses_a_new_batch_shape_or_setting():
     from labkit.torch.step_graph import StepGraph
 
     model = torch.nn.Linear(4, 4, device="cuda")
     opt = torch.optim.AdamW(model.parameters(), fused=True)
 
-    def step(batches):
-        loss = sum(model(x).square().mean() for (x,) in batches)
+    def step(batches, scale):
+        loss = sum(model(x).square().mean() for (x,) in batches) * scale
         loss.backward()
         opt.step()
         return loss.detach()
 
     graph = StepGraph(step, opt, torch.device("cuda"), warmup_steps=1)
     for _ in range(3):
-        graph([(torch.ones(2, 4, device="cuda"),)])
+        graph([(torch.ones(2, 4, device="cuda"),)], 1.0)
     assert graph.captured
     with pytest.raises(ValueError, match="one batch shape"):
-        graph([(torch.ones(3, 4, device="cuda"),)])
+        graph([(torch.ones(3, 4, device="cuda"),)], 1.0)
+    with pytest.raises(ValueError, match="settings it was captured with"):
+        graph([(torch.ones(2, 4, device="cuda"),)], 2.0)

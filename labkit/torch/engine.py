@@ -164,7 +164,7 @@ def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
                                 and uses_cuda_graphs(config.compile_mode)),
                    agreement=agreement)
     if config.cuda_graph_step:
-        c.step_graph = StepGraph(lambda batches: _update(c, batches, config.grad_clip, graphed=True)[0],
+        c.step_graph = StepGraph(lambda batches, grad_clip: _update(c, batches, grad_clip, graphed=True)[0],
                                  optimizer, device)
     return c
 
@@ -214,7 +214,7 @@ def train_step(c: Components, micro_batches, grad_clip: float | None,
     replica's loss and `stop_requested` are offered to `c.agreement` before the backward pass
     that all-reduces. With `c.step_graph` the step is replayed as one CUDA graph."""
     if c.step_graph is not None:
-        total, skipped = c.step_graph(micro_batches), None  # it zeroes gradients as it needs
+        total, skipped = c.step_graph(micro_batches, grad_clip), None  # it zeroes gradients as it needs
     else:
         total, skipped = _update(c, micro_batches, grad_clip, stop_requested)
         c.optimizer.zero_grad(set_to_none=True)
