@@ -37,7 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
-    return int(args.handler(args) or 0)
+    code = int(args.handler(args) or 0)
+    replica = sys.modules.get("labkit.torch.distributed")  # loaded only where torch trained
+    if replica is not None:
+        replica.exit_if_replica(code)
+    return code
 
 
 if __name__ == "__main__":

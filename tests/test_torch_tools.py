@@ -31,6 +31,22 @@ def test_dist_info_from_env():
         distributed.info_from_env({"WORLD_SIZE": "two"})
 
 
+def test_a_replica_leaves_with_its_code_and_output_but_without_finalizing():
+    """A process that was a DDP replica ends through `exit_if_replica` (the gloo threads torch
+    keeps can abort a finalizing interpreter); any other process is left alone."""
+    import subprocess
+    import sys
+
+    distributed.exit_if_replica(5)  # this test process never joined a group: a no-op
+    script = ("import atexit; from labkit.torch import distributed as d; "
+              "atexit.register(print, 'finalized'); d._joined_process_group = True; "
+              "print('done', end=''); d.exit_if_replica(3)")
+    from tests.conftest import REPO
+
+    r = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout) == (3, "done")
+
+
 def test_batch_finder_backs_off_and_bisects():
     def try_batch(b):
         if b > 100:

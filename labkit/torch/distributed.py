@@ -7,12 +7,16 @@ them. gloo on CPU, nccl on CUDA.
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+
+_joined_process_group = False  # set by `init`: this process has been a replica
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,9 @@ def init(device_type: str, info: DistInfo | None = None) -> DistInfo:
         if device_type == "cuda":
             torch.cuda.set_device(info.local_rank)
         dist.init_process_group(backend, rank=info.rank, world_size=info.world_size)
+    if info.distributed:
+        global _joined_process_group
+        _joined_process_group = True
     return info
 
 
@@ -71,3 +78,20 @@ def shutdown(*, clean: bool = True) -> None:
         if clean:
             dist.barrier()
         dist.destroy_process_group()
+
+
+def exit_if_replica(code: int) -> None:
+    """End a process that joined a process group with `code`, without finalizing Python.
+
+    After DDP, torch keeps the gloo worker threads alive past `destroy_process_group`. One that
+    drops its last reference to a finished collective while Python is finalizing must take the
+    GIL to free it, which a finalizing interpreter refuses by ending the thread, and the process
+    aborts ("terminate called without an active exception", exit -6) after a successful run.
+    Called once the command's work is done and written: output is flushed, then the process
+    leaves. Does nothing in a process that never joined a group."""
+    if not _joined_process_group:
+        return
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
