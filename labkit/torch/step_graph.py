@@ -3,9 +3,10 @@
 torch.compile's CUDA graphs (`compile_mode="reduce-overhead"`) cover the compiled forward and
 backward pass but not what runs between them: the loss accumulation, gradient clipping and the
 optimizer. The GPU idles while the host launches those: in benchmarks/RESULTS.md labkit's best
-GPT-2 step on an H100 took 1.6 ms longer than its kernels (25.8 ms against 24.2 ms). Here every micro-step's forward and backward pass, clipping and the fused AdamW
-update are recorded once into one `torch.cuda.CUDAGraph`; each later step copies its batch into
-the graph's input buffers and replays it, one launch for the whole step.
+GPT-2 step on an H100 took 1.6 ms longer than its kernels (25.8 ms against 24.2 ms). Here every
+micro-step's forward and backward pass, clipping and the fused AdamW update are recorded once
+into one `torch.cuda.CUDAGraph`; each later step copies its batch into the graph's input buffers
+and replays it, one launch for the whole step.
 
 What capture requires, and how this module meets it:
 
