@@ -123,6 +123,14 @@ class TrainConfig:
         check_int("preempt_at", self.preempt_at, minimum=0, allow_none=True)
         check_choice("device", self.device, ("auto", "cpu", "cuda"))
 
+    def check_world_size(self, world_size: int) -> None:
+        """Refuse settings that need a single process, for a run of `world_size` replicas (the
+        launcher checks before starting any; the engine checks again in each replica)."""
+        if self.cuda_graph_step and world_size > 1:
+            raise ParameterError("cuda_graph_step", True,
+                                 f"needs a single process (got {world_size}): DDP's gradient all-reduce "
+                                 f"is driven from the host, outside any graph")
+
 
 def run_training(config: TrainConfig):
     """Train with the configured framework; returns the engine's MetricsLog."""
@@ -228,9 +236,7 @@ def _train_command(args) -> int:
         if nproc > 1:
             if config.framework != "torch":
                 raise ParameterError("nproc_per_node", nproc, "is supported for --framework torch only")
-            if config.cuda_graph_step:
-                raise ParameterError("cuda_graph_step", True, f"needs a single process (got --nproc-per-node "
-                                     f"{nproc}): DDP's gradient all-reduce is driven from the host")
+            config.check_world_size(nproc)
             from labkit.torch.launch import run_local
 
             log = run_local(config, nproc)

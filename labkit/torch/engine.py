@@ -115,10 +115,7 @@ def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
                              f"{torch.cuda.get_device_name(device)} is {major}.{minor}")
     if config.cuda_graph_step and device.type != "cuda":
         raise ParameterError("cuda_graph_step", True, f"needs a CUDA GPU (this run is on {device.type})")
-    if config.cuda_graph_step and info.distributed:
-        raise ParameterError("cuda_graph_step", True,
-                             f"needs a single process (got {info.world_size}): DDP's gradient all-reduce "
-                             f"is driven from the host, outside any graph")
+    config.check_world_size(info.world_size)
     policy = PrecisionPolicy.for_mode(config.precision, device.type)
     apply_matmul_precision(policy)
     model_config = model_config or build_config(config.model, resolve_scale(config.scale))
