@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+from pathlib import Path
+
 import pytest
 
 from labkit import checkpoint
@@ -50,6 +54,24 @@ def test_corrupt_blob_same_size_is_detected(tmp_path):
         f.write(b"abcdeX")
     with pytest.warns(checkpoint.CheckpointWarning, match="digest"):
         assert checkpoint.load(d) is None
+
+
+def test_the_marker_records_each_blobs_size_and_crc32c(tmp_path):
+    folder = checkpoint.save(str(tmp_path), 1, {"s": b"123456789"})
+    marker = json.loads(Path(folder, checkpoint.MARKER).read_text())
+    # CRC-32C check value of "123456789" (RFC 3720, appendix B.4)
+    assert marker["files"] == {"s": {"size": 9, "crc32c": "e3069283"}}
+
+
+def test_a_marker_with_sha256_digests_from_earlier_versions_is_still_verified(tmp_path):
+    d = str(tmp_path)
+    entry = checkpoint.write_blob(d, 2, "s", b"state")
+    sha = {"size": entry["size"], "sha256": hashlib.sha256(b"state").hexdigest()}
+    folder = checkpoint.commit(d, 2, {"s": sha})
+    assert checkpoint.load(d).files == {"s": b"state"}
+    Path(folder, "s").write_bytes(b"stat!")
+    with pytest.raises(checkpoint.CheckpointError, match="digest"):
+        checkpoint.read_step(d, 2)
 
 
 def test_prune_keeps_newest(tmp_path):

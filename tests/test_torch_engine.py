@@ -3,8 +3,10 @@ overflow skips the step, checkpoints resume bit for bit and fall back past corru
 
 from __future__ import annotations
 
+import io
 import signal
 import warnings
+import zipfile
 from dataclasses import replace
 
 import pytest
@@ -208,6 +210,16 @@ def test_snapshot_is_a_private_copy_that_keeps_tied_weights_tied():
     assert all(torch.equal(m, s["exp_avg"]) for m, s in zip(moments, snap["train.pt"]["optimizer"]["state"].values(),
                                                              strict=True))
     assert snap["model.pt"]["wte.weight"].data_ptr() == snap["model.pt"]["lm_head.weight"].data_ptr()
+
+
+def test_blobs_skip_the_zip_crc_and_leave_torchs_own_setting_alone():
+    # labkit.checkpoint checks each blob's CRC-32C; torch.load never reads the zip's CRC-32.
+    config = pytest.importorskip("torch.utils.serialization").config
+    blob = state.to_bytes({"w": torch.arange(1000.0)})
+    assert config.save.compute_crc32, "to_bytes left torch.save's zip CRC switched off"
+    crcs = {info.CRC for info in zipfile.ZipFile(io.BytesIO(blob)).infolist()}
+    assert crcs == {0}, "the zip records carry CRC-32s"
+    assert torch.equal(state.from_bytes(blob)["w"], torch.arange(1000.0))
 
 
 def test_tensorboard_events_are_written(tmp_path):
