@@ -14,9 +14,12 @@ import argparse
 import datetime
 import json
 import platform
+import sys
 from pathlib import Path
 
-from labkit import collectives as c
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from labkit import collectives as c  # noqa: E402
 
 
 def main() -> None:

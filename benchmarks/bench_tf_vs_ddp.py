@@ -17,10 +17,13 @@ import argparse
 import datetime
 import json
 import platform
+import sys
 from pathlib import Path
 
-from labkit.tf import distribution as dist
-from labkit.train import TrainConfig
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from labkit.tf import distribution as dist  # noqa: E402
+from labkit.train import TrainConfig  # noqa: E402
 
 
 def main() -> None:
