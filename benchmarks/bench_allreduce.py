@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from labkit import collectives as c  # noqa: E402
+from labkit.hardware import allreduce as c
 
 
 def main() -> None:
@@ -31,7 +31,7 @@ def main() -> None:
     p.add_argument("--target-s", type=float, default=0.5)
     p.add_argument("--out", default="benchmarks/out")
     args = p.parse_args()
-    from labkit.devices import detect
+    from labkit.core.devices import detect
 
     gpus = len(detect().gpus)
     world = args.world_size or (gpus if gpus >= 2 else 2)

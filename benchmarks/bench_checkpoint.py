@@ -37,11 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from labkit.models import GPTConfig  # noqa: E402
+from labkit.core.models import GPTConfig  # noqa: E402
+from labkit.core.train_config import TrainConfig  # noqa: E402
 from labkit.torch import engine, state  # noqa: E402
 from labkit.torch.data import DataPosition  # noqa: E402
 from labkit.torch.distributed import DistInfo  # noqa: E402
-from labkit.train import TrainConfig  # noqa: E402
 
 
 def _timed(fn) -> float:

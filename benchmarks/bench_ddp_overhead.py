@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from labkit.core.train_config import TrainConfig  # noqa: E402
 from labkit.torch.launch import run_local  # noqa: E402
-from labkit.train import TrainConfig  # noqa: E402
 
 
 def median_step_time(model: str, steps: int, per_process_batch: int, nproc: int) -> float:

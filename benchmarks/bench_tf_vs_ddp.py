@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from labkit.tf import distribution as dist  # noqa: E402
-from labkit.train import TrainConfig  # noqa: E402
+from labkit.core.train_config import TrainConfig  # noqa: E402
+from labkit.course import distribution as dist
 
 
 def main() -> None:

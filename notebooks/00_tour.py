@@ -24,8 +24,9 @@ papermill_matmul_size = 256
 
 # %%
 import labkit
-from labkit import config, doctor, notebook, tour
-from labkit.report import key_figure
+from labkit.core import config, doctor
+from labkit.course import notebook, tour
+from labkit.course.report import key_figure
 
 scale = config.resolve_scale(scale)
 config.check_int("papermill_matmul_size", papermill_matmul_size, minimum=1, maximum=8192)

@@ -26,10 +26,11 @@ restart_min = 5.0
 catalog_path = ""
 
 # %%
-from labkit import config
-from labkit.hardware import BenchConfig, CostAssumptions, Roofline, SpotModel, Workload, display, flops
+from labkit.core import config
+from labkit.hardware import BenchConfig, CostAssumptions, Roofline, SpotModel, Workload, flops
+from labkit.course import hardware_display as display
 from labkit.hardware import estimate_costs, load_catalog, matmul_intensity, measure_ceilings
-from labkit.report import key_figure
+from labkit.course.report import key_figure
 
 scale = config.resolve_scale(scale)
 config.check_int("cpu_threads", cpu_threads, minimum=0)
@@ -90,8 +91,8 @@ for e in catalog:
 # First, what this machine reaches on a simple matmul-heavy model, measured now:
 
 # %%
-from labkit import frameworks
-from labkit.hardware.throughput import measure_mlp_throughput
+from labkit.core import frameworks
+from labkit.course.hardware_choice import measure_mlp_throughput
 
 if frameworks.has_torch():
     measured = measure_mlp_throughput(width=config.by_scale(scale, smoke=256, full=4096), depth=4,

@@ -34,10 +34,11 @@ device = "cpu"
 # %%
 from dataclasses import replace
 
-from labkit import config, frameworks, notebook
-from labkit.report import key_figure
-from labkit.tf import distribution as dist
-from labkit.train import TrainConfig
+from labkit.core import config, frameworks
+from labkit.course import notebook
+from labkit.course.report import key_figure
+from labkit.course import distribution as dist
+from labkit.core.train_config import TrainConfig
 
 scale = config.resolve_scale(scale)
 steps = steps or config.by_scale(scale, smoke=10, full=300)

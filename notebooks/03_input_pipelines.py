@@ -27,10 +27,12 @@ bench_record_kb = 100
 seed = 0
 
 # %%
-from labkit import config, frameworks, notebook
-from labkit.data import ladder, read_records, decode_example, step_probe
-from labkit.report import key_figure
+from labkit.core import config, frameworks
+from labkit.course import input_pipeline as ladder, notebook, step_probe
+from labkit.course.report import key_figure
+from labkit.data import read_records, decode_example
 
+# %%
 scale = config.resolve_scale(scale)
 samples = num_samples or config.by_scale(scale, smoke=256, full=8192)
 mb = config.by_scale(scale, smoke=64, full=1024)  # MB of bench_record_kb records for the ceiling run

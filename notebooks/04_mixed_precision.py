@@ -22,8 +22,8 @@ overflow_init_scale = 268435456.0
 
 # %%
 from IPython.display import Markdown, display
-from labkit import config, frameworks
-from labkit.report import key_figure
+from labkit.core import config, frameworks
+from labkit.course.report import key_figure
 
 scale = config.resolve_scale(scale)
 config.check_choice("model", model, ("cnn", "resnet", "gpt"))
@@ -41,7 +41,7 @@ print(f"scale={scale!r}, model={model!r}" + ("" if has_torch else "; " + framewo
 # %%
 rows = []
 if has_torch:
-    from labkit.torch import ladder as torch_ladder
+    from labkit.course import precision_torch as torch_ladder
 
     cfg = torch_ladder.LadderConfig(model=model, scale=scale, steps=steps, batch_size=batch_size,
                                     include_compile=include_compile, device=device)
@@ -124,8 +124,8 @@ if has_torch:
 has_tf = frameworks.has_tf()
 tf_rows = []
 if has_tf:
-    from labkit.tf import ladder as tf_ladder
-    from labkit.tf.distribution import table as text_table
+    from labkit.course import precision_tf as tf_ladder
+    from labkit.course.distribution import table as text_table
 
     tf_cfg = tf_ladder.LadderConfig(model=model, scale=scale, steps=steps, batch_size=batch_size,
                                     include_compile=include_compile, device=device)

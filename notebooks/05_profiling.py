@@ -31,13 +31,13 @@ cpu_threads = 1
 profile_tf = True
 
 # %%
-from labkit import config, frameworks
-from labkit.notebook import artifacts_dir
+from labkit.core import config, frameworks
+from labkit.course.notebook import artifacts_dir
 from labkit.profiling import ProfileConfig, WorkloadConfig, profile_workload
-from labkit.profiling.display import compare, nvtx_ranges, plot_breakdowns
+from labkit.course.profiling_display import compare, nvtx_ranges, plot_breakdowns
 from labkit.profiling.run import profile_training, set_cpu_threads
-from labkit.report import key_figure
-from labkit.train import TrainConfig
+from labkit.course.report import key_figure
+from labkit.core.train_config import TrainConfig
 
 scale = config.resolve_scale(scale)
 out = artifacts_dir("05_profiling")

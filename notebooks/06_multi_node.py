@@ -32,11 +32,14 @@ output_uri = "gs://YOUR_BUCKET/labkit/06_multi_node"
 submit = False
 
 # %%
-from labkit import collectives, config, devices, frameworks, notebook, vertex
-from labkit.metrics import load_metrics
-from labkit.report import key_figure
+from labkit import vertex
+from labkit.core import config, devices, frameworks, metrics
+from labkit.course import notebook
+from labkit.course.report import key_figure
+from labkit.hardware import allreduce as collectives
 from labkit.vertex.emulator import describe_environments, replica_envs, LocalPaths, run_local
 
+# %%
 scale = config.resolve_scale(scale)
 steps = steps or config.by_scale(scale, smoke=8, full=200)
 allreduce_max_mb = allreduce_max_mb or config.by_scale(scale, smoke=16, full=512)
@@ -51,7 +54,7 @@ print(f"scale {scale}: {steps} steps, global batch {global_batch}, {replicas} no
 # A job with a chief, two workers, one Reduction Server replica and one evaluator. Parameter
 # servers, reduction servers and evaluators are **not training ranks**: `RANK` and `WORLD_SIZE`
 # count only pools 0 and 1. `TF_CONFIG` says `chief` (Vertex may write `master`, which
-# TensorFlow rejects; `labkit.cluster.from_env(...).tf_config()` renames it).
+# TensorFlow rejects; `labkit.core.cluster.from_env(...).tf_config()` renames it).
 
 # %%
 layout = vertex.custom_job_spec(
@@ -79,7 +82,7 @@ if fw.torch:
                                    replica_count=replicas)
     ddp = run_local(ddp_spec, workdir / "ddp")
     print(ddp.summary())
-    ddp_metrics = load_metrics(ddp.local("gs://labkit-local/06/ddp/metrics.json"))
+    ddp_metrics = metrics.load_metrics(ddp.local("gs://labkit-local/06/ddp/metrics.json"))
     print("per-step loss:", [round(s["loss"], 4) for s in ddp_metrics["steps"]])
 else:
     print(frameworks.missing_reason("torch"))
@@ -88,7 +91,7 @@ else:
 if fw.torch:
     one = run_local(vertex.training_job(dict(train, framework="torch"), output_uri="gs://labkit-local/06/one"),
                     workdir / "one")
-    one_metrics = load_metrics(one.local("gs://labkit-local/06/one/metrics.json"))
+    one_metrics = metrics.load_metrics(one.local("gs://labkit-local/06/one/metrics.json"))
     gap = max(abs(a["loss"] - b["loss"]) for a, b in zip(ddp_metrics["steps"], one_metrics["steps"], strict=True))
     t_ddp, t_one = ddp_metrics["summary"]["median_step_time_s"], one_metrics["summary"]["median_step_time_s"]
     print(f"{replicas} nodes vs 1 node, same global batch: largest per-step loss difference {gap:.2e}")
@@ -108,7 +111,7 @@ if fw.tensorflow:
                                   replica_count=replicas)
     tf_job = run_local(tf_spec, workdir / "tf")
     print(tf_job.summary())
-    tf_metrics = load_metrics(tf_job.local("gs://labkit-local/06/tf/metrics.json"))
+    tf_metrics = metrics.load_metrics(tf_job.local("gs://labkit-local/06/tf/metrics.json"))
     print("per-step loss:", [round(s["loss"], 4) for s in tf_metrics["steps"]])
     key_figure(f"TF MultiWorkerMirrored, {replicas} workers: final loss", tf_metrics["summary"]["final_loss"])
 else:

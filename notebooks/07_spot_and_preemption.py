@@ -31,9 +31,11 @@ output_uri = "gs://YOUR_BUCKET/labkit/07_spot"
 # %%
 import json
 
-from labkit import config, frameworks, notebook, vertex
-from labkit.report import key_figure
-from labkit.vertex import drill, pricing, spot
+from labkit import vertex
+from labkit.core import config, frameworks
+from labkit.course import drill, notebook, spot
+from labkit.course.report import key_figure
+from labkit.vertex import pricing
 
 scale = config.resolve_scale(scale)
 steps = steps or config.by_scale(scale, smoke=12, full=200)

@@ -27,9 +27,9 @@ sharding_steps = 3
 
 # %%
 from IPython.display import Markdown, display
-from labkit import config, frameworks
-from labkit.report import key_figure
-from labkit.train import TrainConfig
+from labkit.core import config, frameworks
+from labkit.course.report import key_figure
+from labkit.core.train_config import TrainConfig
 
 scale = config.resolve_scale(scale)
 config.check_int("micro_steps", micro_steps, minimum=1)
@@ -46,10 +46,12 @@ print(f"scale={scale!r}, model={model!r}" + ("" if has_torch else "; " + framewo
 
 # %%
 if has_torch:
-    from labkit.torch import memory, ladder
+    from labkit.course import memory
+    from labkit.course import precision_torch as ladder
+    from labkit.torch.memory import largest_batch
 
     on_gpu = memory.is_cuda(device)
-    search = memory.largest_batch(base, budget_mib=None if on_gpu else cpu_budget_mib, limit=batch_limit)
+    search = largest_batch(base, budget_mib=None if on_gpu else cpu_budget_mib, limit=batch_limit)
     print("tries (batch, fitted):", search.tries)
     limit_note = "device memory" if on_gpu else f"{cpu_budget_mib:g} MiB activation budget"
     key_figure(f"largest {model} batch that fits", search.batch_size, note=limit_note)
@@ -63,7 +65,7 @@ if has_torch:
 
 # %%
 if has_torch:
-    checks = [{"model": m, **memory.accumulation_check(TrainConfig(model=m, scale=scale, device=device,
+    checks = [{"model": m, **memory.accumulation_gradient_gap(TrainConfig(model=m, scale=scale, device=device,
                                                                    batch_size=tradeoff_batch), micro_steps)}
               for m in accumulation_models]
     display(Markdown(ladder.table(checks, ["model", "micro_steps", "max_abs_grad", "max_abs_diff", "max_rel_diff"])))
@@ -95,7 +97,7 @@ if has_torch:
 
 # %%
 if has_torch:
-    from labkit.torch import fsdp
+    from labkit.course import sharding as fsdp
 
     shard_cfg = TrainConfig(model=model, scale=scale, device=device, steps=sharding_steps,
                             batch_size=sharding_processes * 4, progress=False)

@@ -30,8 +30,9 @@ output_uri = "gs://YOUR_BUCKET/labkit/09_capstone"
 
 # %%
 from IPython.display import Markdown, display
-from labkit import capstone, config, frameworks
-from labkit.report import key_figure, markdown_table
+from labkit.course import capstone
+from labkit.core import config, frameworks
+from labkit.course.report import key_figure, markdown_table
 
 cfg = capstone.CapstoneConfig(framework=framework, model=model, scale=scale, steps=steps, batch_size=batch_size,
                               include_compile=include_compile, min_gain=min_gain)

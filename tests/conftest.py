@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import devices, gcp
+from labkit.core import devices, gcp
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = REPO / "notebooks"

@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from labkit import capstone
-from labkit.capstone import CapstoneConfig, Hardware, Price
-from labkit.config import ParameterError
+from labkit.core.config import ParameterError
+from labkit.core.train_config import TrainConfig
+from labkit.course import capstone
+from labkit.course.capstone import CapstoneConfig, Hardware, Price
 from labkit.hardware.catalog import CatalogEntry, load_catalog
-from labkit.train import TrainConfig
 
 CPU = Hardware("cpu", fp8=False, cpu_count=2)
 H100 = Hardware("cuda", fp8=True, cpu_count=16)
@@ -181,7 +181,8 @@ def test_epoch_job_runs_one_epoch_of_the_optimised_config():
     # measured on a GPU at full scale: 30 minutes of 1-second steps
     assert args[args.index("--checkpoint-every") + 1] == "1800"
     assert spec["scheduling"]["strategy"] == "SPOT"
-    from labkit import frameworks, vertex
+    from labkit import vertex
+    from labkit.core import frameworks
 
     if frameworks.has_aiplatform():
         vertex.validate(spec)

@@ -1,4 +1,4 @@
-"""labkit.checkpoint: blobs first, marker last; uncommitted steps ignored; corrupt ones skipped."""
+"""labkit.core.checkpoint: blobs first, marker last; uncommitted steps ignored; corrupt ones skipped."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit import checkpoint
+from labkit.core import checkpoint
 
 
 def test_save_then_load_newest(tmp_path):

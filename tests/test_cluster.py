@@ -1,4 +1,4 @@
-"""Contract 1: `labkit.cluster.from_env` on Vertex's documented variables and on bad ones."""
+"""Contract 1: `labkit.core.cluster.from_env` on Vertex's documented variables and on bad ones."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from labkit import cluster
+from labkit.core import cluster
 
 JOB = {"worker_pool_specs": [{"machine_spec": {"machine_type": "n1-standard-4"}}]}
 # Vertex's documented CLUSTER_SPEC example (all four pools).

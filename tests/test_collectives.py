@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from labkit import collectives as c
-from labkit.config import ParameterError
+from labkit.core.config import ParameterError
+from labkit.hardware import allreduce as c
 
 
 def test_size_ladder_and_bus_bandwidth():

@@ -1,7 +1,7 @@
 import pytest
 
-from labkit import config
-from labkit.config import ParameterError
+from labkit.core import config
+from labkit.core.config import ParameterError
 
 
 def test_parameter_error_names_the_parameter_and_value():
@@ -35,7 +35,7 @@ def test_check_float_rejects_nan_and_bools():
 
 
 def test_resolve_scale_auto_follows_the_hardware(monkeypatch):
-    from labkit import devices
+    from labkit.core import devices
 
     cpu = devices.DeviceInfo(cpu_count=2, cpu_model="x", memory_bytes=None)
     gpu = devices.DeviceInfo(2, "x", None, gpus=(devices.GPU(0, "H100", 80 * 2**30, "9.0"),))

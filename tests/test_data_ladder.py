@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.data import read_records
-from labkit.data.ladder import (
+from labkit.course.input_pipeline import (
     RUNGS,
     CachedBatches,
     Ladder,
@@ -20,6 +19,7 @@ from labkit.data.ladder import (
     write_bench_shards,
     write_ladder_data,
 )
+from labkit.data import read_records
 
 TINY = LadderConfig(num_samples=12, image_size=8, records_per_shard=4, batch_size=4, num_workers=2,
                     prefetch=2, open_latency_ms=1.0, bandwidth_mb_s=100.0, repeats=1)
@@ -87,8 +87,8 @@ def test_bench_shards(tmp_path):
 @pytest.mark.timeout(180)
 def test_tiny_torch_ladder(tmp_path):
     pytest.importorskip("torch")
-    from labkit.data.ladder import torch_ladder
-    from labkit.data.step_probe import torch_image_step
+    from labkit.course.input_pipeline import torch_ladder
+    from labkit.course.step_probe import torch_image_step
 
     lad = torch_ladder(write_ladder_data(tmp_path, TINY), torch_image_step(10, width=4, device="cpu"))
     assert [r.name for r in lad.rungs] == list(RUNGS)
@@ -99,7 +99,7 @@ def test_tiny_torch_ladder(tmp_path):
 @pytest.mark.timeout(180)
 def test_tiny_mechanism_comparison(tmp_path):
     pytest.importorskip("torch")
-    from labkit.data.ladder import compare_mechanisms
+    from labkit.course.input_pipeline import compare_mechanisms
 
     mech = compare_mechanisms(write_ladder_data(tmp_path, TINY), repeats=1)
     assert len(mech) == 4 and all(v > 0 for v in mech.values())
@@ -109,8 +109,8 @@ def test_tiny_mechanism_comparison(tmp_path):
 @pytest.mark.timeout(180)
 def test_tiny_tf_ladder(tmp_path):
     pytest.importorskip("tensorflow")
-    from labkit.data.ladder import tf_ladder
-    from labkit.data.step_probe import tf_image_step
+    from labkit.course.input_pipeline import tf_ladder
+    from labkit.course.step_probe import tf_image_step
 
     lad = tf_ladder(write_ladder_data(tmp_path, TINY), tf_image_step(10, width=4))
     assert [r.name for r in lad.rungs] == list(RUNGS)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from labkit.config import ParameterError
+from labkit.core.config import ParameterError
 from labkit.data import ImageDatasetConfig, ShardConfig, SyntheticImages, write_image_shards
 from labkit.data.latency import StorageLatency
 

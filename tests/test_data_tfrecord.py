@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from labkit.config import ParameterError
+from labkit.core.config import ParameterError
 from labkit.data import (
     CorruptRecordError,
     ImageDatasetConfig,

@@ -1,8 +1,8 @@
 import json
 import subprocess
 
-from labkit import doctor, gcp
 from labkit.cli import main
+from labkit.core import doctor, gcp
 
 
 def test_doctor_reports_devices_and_advice():

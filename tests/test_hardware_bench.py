@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from labkit.config import ParameterError
+from labkit.core.config import ParameterError
 from labkit.hardware.bench import BenchConfig, copy_bandwidth_gbs, matmul_tflops, measure_ceilings
 
 

@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from labkit.config import ParameterError
+from labkit.core.config import ParameterError
 from labkit.hardware.catalog import CatalogEntry
 from labkit.hardware.cost import (
     CostAssumptions,
@@ -142,8 +142,8 @@ def test_tpu_break_even():
 
 
 def test_gpt_flops_match_the_reference_figure():
+    from labkit.core.models import GPTConfig
     from labkit.hardware.flops import gpt_flops_per_token, mlp_training_flops
-    from labkit.models import GPTConfig
 
     assert gpt_flops_per_token(GPTConfig.gpt2_small()) == pytest.approx(0.8548e9, rel=1e-3)
     assert mlp_training_flops(width=4, depth=2, batch_size=3, out_features=2) == 6 * (32 + 8) * 3

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from labkit.metrics import MetricsLog, StepMetrics, load_metrics, summarize
+from labkit.core.metrics import MetricsLog, StepMetrics, load_metrics, summarize
 
 
 def test_metrics_file_schema_and_summary(tmp_path):

@@ -1,7 +1,7 @@
 import pytest
 
-from labkit.config import ParameterError
-from labkit.models import CNNConfig, GPTConfig, ResNetConfig, build_config
+from labkit.core.config import ParameterError
+from labkit.core.models import CNNConfig, GPTConfig, ResNetConfig, build_config
 
 
 def test_presets():

@@ -4,9 +4,10 @@ import subprocess
 import nbformat
 import pytest
 
-from labkit import course, notebook
-from labkit.config import ParameterError
-from labkit.tour import HELLO_NOTEBOOK
+from labkit.core.config import ParameterError
+from labkit.course import notebook
+from labkit.course import runner as course
+from labkit.course.tour import HELLO_NOTEBOOK
 
 
 def test_parse_value():

@@ -5,8 +5,8 @@ import subprocess
 import pytest
 
 CHECK = (
-    "import labkit, labkit.cli, labkit.doctor, labkit.config, labkit.data, labkit.models;"
-    "from labkit.frameworks import Frameworks; print(Frameworks.detect())"
+    "import labkit, labkit.cli, labkit.core.doctor, labkit.core.config, labkit.data, labkit.core.models;"
+    "from labkit.core.frameworks import Frameworks; print(Frameworks.detect())"
 )
 
 
@@ -20,7 +20,7 @@ def test_labkit_imports_without_a_framework(hide_frameworks, python, hidden):
 
 
 def test_missing_reason_names_the_install_command():
-    from labkit.frameworks import FrameworkMissing, missing_reason, require
+    from labkit.core.frameworks import FrameworkMissing, missing_reason, require
 
     assert "pip install 'labkit[tf]'" in missing_reason("tensorflow")
     with pytest.raises(FrameworkMissing, match="not-a-module"):

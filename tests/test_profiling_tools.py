@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from labkit.frameworks import has_tf
+from labkit.core.frameworks import has_tf
 from labkit.profiling.gpu_sampler import GpuSampler
 from tests.conftest import REPO
 
 
 def test_sampler_without_gpu_records_nothing_and_says_why():
-    from labkit.devices import detect
+    from labkit.core.devices import detect
 
     s = GpuSampler(interval_s=0.01)
     with s:

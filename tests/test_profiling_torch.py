@@ -82,8 +82,8 @@ def test_engine_run_input_bound_then_fixed_by_workers(tmp_path):
     pytest.importorskip("labkit.torch.engine")
     import torch
 
+    from labkit.core.train_config import TrainConfig
     from labkit.profiling.run import profile_training, set_cpu_threads
-    from labkit.train import TrainConfig
 
     previous = torch.get_num_threads()
     set_cpu_threads(1)

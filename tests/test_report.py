@@ -1,6 +1,12 @@
 import nbformat
 
-from labkit.report import FIGURE_MIME, KeyFigure, figures_in_notebook, format_value, key_figure
+from labkit.course.report import (
+    FIGURE_MIME,
+    KeyFigure,
+    figures_in_notebook,
+    format_value,
+    key_figure,
+)
 
 
 def test_format_value():
@@ -24,7 +30,7 @@ def test_key_figure_text_and_notebook_roundtrip(capsys):
 
 
 def test_markdown_table_rounds_and_marks_missing_values():
-    from labkit.report import markdown_table
+    from labkit.course.report import markdown_table
 
     text = markdown_table([{"a": 1234.5, "b": 0.012345, "c": None}, {"a": 2, "b": "x"}])
     assert text.splitlines() == ["| a | b | c |", "|---|---|---|", "| 1,234 | 0.0123 | – |", "| 2 | x | – |"]

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from labkit.metrics import MetricsLog, StepMetrics
-from labkit.tf import distribution as dist
+from labkit.core.metrics import MetricsLog, StepMetrics
+from labkit.course import distribution as dist
 
 
 def test_batch_semantics_cut_the_global_batch():
@@ -36,7 +36,7 @@ def test_curve_gap_and_table():
 
 
 def test_missing_tensorflow_is_skipped_with_its_reason(hide_frameworks):
-    code = ("from labkit.tf import distribution as d; from labkit.train import TrainConfig;"
+    code = ("from labkit.course import distribution as d; from labkit.core.train_config import TrainConfig;"
             "c = d.compare(TrainConfig(), processes=(1,), frameworks_=('tf',));"
             "print(len(c.runs), c.skipped['tf'])")
     r = subprocess.run([sys.executable, "-c", code], env=hide_frameworks("tensorflow"),

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from labkit.config import ParameterError
-from labkit.metrics import load_metrics
-from labkit.train import PREEMPTED_EXIT_CODE, TrainConfig
+from labkit.core.config import ParameterError
+from labkit.core.metrics import load_metrics
+from labkit.core.train_config import PREEMPTED_EXIT_CODE, TrainConfig
 
 pytest.importorskip("tensorflow")
 REPO = Path(__file__).resolve().parents[1]
@@ -178,7 +178,7 @@ def test_tfrecord_source_gives_the_same_samples_and_run(tmp_path, reference):
     through the TFRecord layer trains exactly like the in-memory one."""
     import numpy as np
 
-    from labkit.models import GPTConfig, build_config
+    from labkit.core.models import GPTConfig, build_config
     from labkit.tf.data import arrays_from_shards, load_arrays
     from labkit.tf.engine import fit
 
@@ -196,7 +196,7 @@ def test_tfrecord_source_gives_the_same_samples_and_run(tmp_path, reference):
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_gpu_mixed_precision_run_reports_gpu_memory(precision):
     """On a GPU: mixed precision trains, TF reports its peak GPU memory, in a fresh process."""
-    code = ("from labkit.tf.engine import fit; from labkit.train import TrainConfig;"
+    code = ("from labkit.tf.engine import fit; from labkit.core.train_config import TrainConfig;"
             f"log = fit(TrainConfig(framework='tf', model='resnet', steps=4, batch_size=64,"
             f" precision='{precision}', device='cuda', progress=False));"
             "print(log.run['device'], log.steps[-1]['peak_memory_bytes'], log.losses[-1])")

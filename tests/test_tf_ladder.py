@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("tensorflow")
-from labkit.config import ParameterError  # noqa: E402
-from labkit.tf import ladder  # noqa: E402
+from labkit.core.config import ParameterError  # noqa: E402
+from labkit.course import precision_tf as ladder
 
 
 @pytest.mark.slow

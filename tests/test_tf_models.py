@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from labkit.models import CNNConfig, GPTConfig, ResNetConfig, build_config
+from labkit.core.models import CNNConfig, GPTConfig, ResNetConfig, build_config
 
 tf = pytest.importorskip("tensorflow")
 from labkit.tf.models import build_model, count_parameters  # noqa: E402

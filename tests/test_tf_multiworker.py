@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.metrics import load_metrics
+from labkit.core.metrics import load_metrics
 from labkit.tf.launch import LaunchConfig, launch
 
 pytest.importorskip("tensorflow")
@@ -44,8 +44,8 @@ def test_two_workers_finish_and_agree_on_the_weights(two_workers):
 @pytest.mark.timeout(400)
 def test_two_workers_follow_the_single_process_curve(two_workers, tmp_path):
     """Global-batch semantics: 2 replicas x 16 = 1 replica x 32, so the curves coincide."""
+    from labkit.core.train_config import TrainConfig
     from labkit.tf.engine import fit
-    from labkit.train import TrainConfig
 
     out, results = two_workers
     assert [r.returncode for r in results] == [0, 0], _outputs(results)
@@ -81,8 +81,8 @@ def test_parameter_server_job_trains_from_tf_config_with_ps(tmp_path):
     """TF_CONFIG with a `ps` task selects ParameterServerStrategy: the chief coordinates, the
     worker computes, the ps holds the variables. With one computing worker the asynchronous
     updates happen in order, so the curve is the synchronous one."""
+    from labkit.core.train_config import TrainConfig
     from labkit.tf.engine import fit
-    from labkit.train import TrainConfig
 
     out = tmp_path / "m.json"
     results = launch(LaunchConfig(num_workers=2, num_ps=1, timeout_s=300,

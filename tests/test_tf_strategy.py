@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from labkit.config import ParameterError
+from labkit.core.config import ParameterError
 from labkit.tf.data import BatchLayout, replica_indices
 from labkit.tf.launch import tf_configs
 from labkit.tf.strategy import normalized_tf_config, plan_strategy

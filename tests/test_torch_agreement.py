@@ -14,7 +14,7 @@ import torch.multiprocessing as mp  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
-from labkit.cluster import free_ports  # noqa: E402
+from labkit.core.cluster import free_ports  # noqa: E402
 from labkit.torch.agreement import StepAgreement  # noqa: E402
 
 

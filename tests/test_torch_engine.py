@@ -13,10 +13,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from labkit import checkpoint  # noqa: E402
+from labkit.core import checkpoint  # noqa: E402
+from labkit.core.train_config import Preempted, TrainConfig  # noqa: E402
 from labkit.torch import engine, state  # noqa: E402
 from labkit.torch.distributed import DistInfo  # noqa: E402
-from labkit.train import Preempted, TrainConfig  # noqa: E402
 
 BASE = TrainConfig(model="cnn", steps=4, batch_size=16, lr=1e-3, num_samples=64, progress=False,
                    device="cpu")
@@ -213,7 +213,7 @@ def test_snapshot_is_a_private_copy_that_keeps_tied_weights_tied():
 
 
 def test_blobs_skip_the_zip_crc_and_leave_torchs_own_setting_alone():
-    # labkit.checkpoint checks each blob's CRC-32C; torch.load never reads the zip's CRC-32.
+    # labkit.core.checkpoint checks each blob's CRC-32C; torch.load never reads the zip's CRC-32.
     config = pytest.importorskip("torch.utils.serialization").config
     blob = state.to_bytes({"w": torch.arange(1000.0)})
     assert config.save.compute_crc32, "to_bytes left torch.save's zip CRC switched off"

@@ -11,11 +11,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from labkit.config import ParameterError
-from labkit.models import GPTConfig
+from labkit.core.config import ParameterError
+from labkit.core.models import GPTConfig
+from labkit.core.train_config import TrainConfig
 from labkit.torch import fp8
 from labkit.torch.models import GPT
-from labkit.train import TrainConfig
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:

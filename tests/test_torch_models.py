@@ -1,4 +1,4 @@
-"""Torch models built from labkit.models configs: sizes of the reference models, FLOP counts
+"""Torch models built from labkit.core.models configs: sizes of the reference models, FLOP counts
 used for MFU, and the options (channels_last, activation checkpointing) change nothing numerically."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from labkit.models import CNNConfig, GPTConfig, ResNetConfig  # noqa: E402
+from labkit.core.models import CNNConfig, GPTConfig, ResNetConfig  # noqa: E402
 from labkit.torch.models import build_model, count_parameters, flops_per_sample  # noqa: E402
 
 

@@ -13,11 +13,11 @@ import dataclasses
 import pytest
 import torch
 
-from labkit.config import ParameterError
+from labkit.core.config import ParameterError
+from labkit.core.train_config import TrainConfig
 from labkit.torch import engine, state
 from labkit.torch.data import DataPosition
 from labkit.torch.distributed import DistInfo
-from labkit.train import TrainConfig
 
 
 def test_fp16_is_refused_by_the_config():
@@ -133,8 +133,8 @@ def test_gpu_captured_step_with_compile_and_fp8_head_matches_the_compiled_step()
 @pytest.mark.gpu
 @pytest.mark.timeout(600)
 def test_gpu_captured_run_preempted_and_resumed_finishes_like_the_uninterrupted_one(tmp_path):
+    from labkit.core.train_config import Preempted
     from labkit.torch.engine import fit
-    from labkit.train import Preempted
 
     # 12 steps: the resumed run (steps 6-11) also warms up for three steps and then captures.
     whole = [s["loss"] for s in fit(_gpu_config(cuda_graph_step=True, steps=12)).steps]

@@ -6,9 +6,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from labkit.torch import distributed, ladder, memory  # noqa: E402
+from labkit.core.train_config import TrainConfig  # noqa: E402
+from labkit.course import memory as course_memory  # noqa: E402
+from labkit.course import precision_torch as ladder  # noqa: E402
+from labkit.torch import distributed, memory  # noqa: E402
 from labkit.torch.precision import PrecisionPolicy  # noqa: E402
-from labkit.train import TrainConfig  # noqa: E402
 
 
 def test_precision_policies():
@@ -70,20 +72,20 @@ def test_largest_batch_against_a_cpu_budget_is_monotonic():
     small = memory.largest_batch(cfg, budget_mib=4, limit=512).batch_size
     large = memory.largest_batch(cfg, budget_mib=16, limit=512).batch_size
     assert 0 < small < large
-    assert ladder.activation_bytes(TrainConfig(model="cnn", batch_size=large, device="cpu")) <= 16 * 2**20
+    assert memory.activation_bytes(TrainConfig(model="cnn", batch_size=large, device="cpu")) <= 16 * 2**20
 
 
 def test_accumulation_check_exact_without_batch_norm_not_with_it():
-    cnn = memory.accumulation_check(TrainConfig(model="cnn", batch_size=16, device="cpu"), 4)
-    resnet = memory.accumulation_check(TrainConfig(model="resnet", batch_size=16, device="cpu"), 4)
+    cnn = course_memory.accumulation_gradient_gap(TrainConfig(model="cnn", batch_size=16, device="cpu"), 4)
+    resnet = course_memory.accumulation_gradient_gap(TrainConfig(model="resnet", batch_size=16, device="cpu"), 4)
     assert cnn["max_rel_diff"] < 1e-5
     assert resnet["max_rel_diff"] > 1e-3  # batch statistics are per micro-batch
 
 
 def test_bf16_and_checkpointing_shrink_saved_activations():
-    fp32 = ladder.activation_bytes(TrainConfig(model="gpt", batch_size=8, device="cpu"))
-    bf16 = ladder.activation_bytes(TrainConfig(model="gpt", batch_size=8, device="cpu", precision="bf16"))
-    ckpt = ladder.activation_bytes(TrainConfig(model="gpt", batch_size=8, device="cpu",
+    fp32 = memory.activation_bytes(TrainConfig(model="gpt", batch_size=8, device="cpu"))
+    bf16 = memory.activation_bytes(TrainConfig(model="gpt", batch_size=8, device="cpu", precision="bf16"))
+    ckpt = memory.activation_bytes(TrainConfig(model="gpt", batch_size=8, device="cpu",
                                                activation_checkpointing=True))
     assert bf16 < 0.8 * fp32 and ckpt < 0.5 * fp32
 
@@ -109,7 +111,7 @@ def test_ladder_rows_and_conclusions():
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_fsdp_holds_half_the_state_per_process_with_the_same_losses():
-    from labkit.torch.fsdp import compare_sharding
+    from labkit.course.sharding import compare_sharding
 
     ddp, fsdp = compare_sharding(TrainConfig(model="gpt", steps=2, batch_size=8, device="cpu"), 2)
     assert fsdp["state_mib"] == pytest.approx(ddp["state_mib"] / 2, rel=0.05)

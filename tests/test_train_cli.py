@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from labkit.train import TrainConfig, to_argv
+from labkit.core.train_config import TrainConfig, to_argv
 from tests.conftest import REPO
 
 pytest.importorskip("torch")
@@ -80,17 +80,90 @@ def test_bad_flag_values_are_refused():
     assert r.returncode == 2 and "parameter 'steps' must be >= 1" in r.stdout
 
 
-def test_to_argv_round_trips_the_config():
+def _configs():
+    """Every TrainConfig field drawn from its own domain (None included where allowed), kept to
+    combinations TrainConfig accepts."""
+    import typing
+    from dataclasses import fields
+
+    from hypothesis import strategies as st
+
+    hints = typing.get_type_hints(TrainConfig)
+    draws = {}
+    for f in fields(TrainConfig):
+        hint = hints[f.name]
+        kinds = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+        optional = type(None) in typing.get_args(hint)
+        choices = f.metadata["choices"]
+        if choices:
+            s = st.sampled_from(choices)
+        elif kinds[0] is bool:
+            s = st.booleans()
+        elif kinds[0] is int:
+            s = st.integers(min_value=1, max_value=10**6)
+        elif kinds[0] is float:
+            s = st.floats(min_value=0.0, max_value=1e6, allow_nan=False, allow_subnormal=True)
+        else:
+            s = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1,
+                        max_size=12).filter(lambda v: not v.startswith("-"))
+        draws[f.name] = st.one_of(st.none(), s) if optional else s
+
+    def build(values):
+        values.update(fp8_head=values["fp8_head"] and values["model"] == "gpt" and values["precision"] == "bf16",
+                      cuda_graph_step=values["cuda_graph_step"] and values["precision"] != "fp16")
+        return TrainConfig(**values)
+
+    return st.fixed_dictionaries(draws).map(build)
+
+
+def test_to_argv_round_trips_every_field_including_none():
+    from hypothesis import given, settings
+
+    from labkit.core.train_config import from_argv
+
+    @settings(max_examples=300, deadline=None)
+    @given(_configs())
+    def round_trip(cfg):
+        assert from_argv(to_argv(cfg)) == cfg
+        assert from_argv(to_argv(cfg, changed_only=True)) == cfg
+
+    round_trip()
+
+
+def test_a_job_spec_carries_no_clipping_as_none():
+    """`--grad-clip None` once made a Vertex job die on start; the spec now says `none`."""
+    from labkit.core.train_config import from_argv
+    from labkit.vertex.specs import train_args
+
+    args = train_args(TrainConfig(grad_clip=None, checkpoint_dir="gs://b/run"))
+    assert args[args.index("--grad-clip") + 1] == "none"
+    assert from_argv(args).grad_clip is None
+
+
+def test_the_cli_parses_what_to_argv_writes():
+    from dataclasses import fields
+
     from labkit.cli import build_parser
 
     cfg = TrainConfig(model="gpt", steps=7, lr=3e-4, grad_clip=None, compile=True, preempt_at=3,
-                      input_latency_ms=2.5, checkpoint_dir="gs://bucket/run")
+                      input_latency_ms=2.5, checkpoint_dir="gs://bucket/run", compile_mode="tuned")
     args = build_parser().parse_args(["train", *to_argv(cfg)])
+    assert {f.name: getattr(args, f.name) for f in fields(TrainConfig)} == {
+        f.name: getattr(cfg, f.name) for f in fields(TrainConfig)}
+
+
+def test_every_field_has_help_and_every_choice_list_is_a_flag_choice():
     from dataclasses import fields
 
-    values = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}
-    assert values.pop("grad_clip") == 0.0  # "off" travels as 0
-    assert values == {f.name: getattr(cfg, f.name) for f in fields(TrainConfig) if f.name != "grad_clip"}
+    from labkit.cli import build_parser
+
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    actions = {a.dest: a for a in train._actions}
+    for f in fields(TrainConfig):
+        assert f.metadata["help"], f.name
+        assert actions[f.name].help.startswith(f.metadata["help"])
+        if f.metadata["choices"]:
+            assert tuple(actions[f.name].choices) == tuple(f.metadata["choices"]), f.name
 
 
 def test_a_setting_the_machine_cannot_run_is_named_without_a_traceback():

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
-from labkit import cluster, vertex
-from labkit.vertex.demo import demo_job
+from labkit import vertex
+from labkit.core import cluster
+from labkit.course.vertex_demo import demo_job
 from labkit.vertex.emulator import (
     FAILED,
     SUCCEEDED,
@@ -162,7 +163,7 @@ def test_two_worker_tf_job_finishes(tmp_path):
 @pytest.mark.timeout(400)
 def test_preemption_drill_resumes_to_the_uninterrupted_result(tmp_path):
     pytest.importorskip("torch")
-    from labkit.vertex.drill import DrillConfig, preemption_drill
+    from labkit.course.drill import DrillConfig, preemption_drill
 
     r = preemption_drill(DrillConfig(steps=8, preempt_step=4, checkpoint_every=3,
                                      input_latency_ms=100), tmp_path)
@@ -177,9 +178,10 @@ def test_preemption_drill_resumes_to_the_uninterrupted_result(tmp_path):
 
 TCP_ALLREDUCE = """
 import torch, torch.distributed as dist
-from labkit import cluster
+from labkit.core import cluster
+from labkit.torch.distributed import init_process_group
 info = cluster.from_env()
-assert cluster.init_process_group(info, init_method="tcp") == "gloo"
+assert init_process_group(info, init_method="tcp") == "gloo"
 t = torch.tensor([float(info.rank + 1)])
 dist.all_reduce(t)
 assert t.item() == 3.0 and dist.get_rank() == info.rank and dist.get_world_size() == 2

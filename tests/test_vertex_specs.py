@@ -7,7 +7,7 @@ import json
 import pytest
 
 from labkit import vertex
-from labkit.config import ParameterError
+from labkit.core.config import ParameterError
 
 types = pytest.importorskip("google.cloud.aiplatform_v1.types")
 

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from labkit import checkpoint
-from labkit.config import ParameterError
-from labkit.vertex import spot
+from labkit.core import checkpoint
+from labkit.core.config import ParameterError
+from labkit.course import spot
 
 
 def scenario(**kw):

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from labkit.config import check_float
+from labkit.core.config import check_float
 from labkit.data.tfrecord import Opener, open_binary
 
 

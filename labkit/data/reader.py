@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from labkit.config import check_choice, check_int
+from labkit.core.config import check_choice, check_int
 from labkit.data.example import decode_example
 from labkit.data.tfrecord import Opener, expand_paths, iter_views, normalize_compression
 

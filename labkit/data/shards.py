@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from labkit.config import check_int, check_str
+from labkit.core.config import check_int, check_str
 from labkit.data.example import encode_example
 from labkit.data.synthetic import SyntheticImages, SyntheticTokens
 from labkit.data.tfrecord import RecordWriter, is_remote, normalize_compression, open_binary

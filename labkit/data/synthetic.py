@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from labkit.config import check_float, check_int
+from labkit.core.config import check_float, check_int
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.config import check_bool, check_choice, check_int
+from labkit.core.config import check_bool, check_choice, check_int
 from labkit.data.latency import StorageLatency
 from labkit.data.reader import KINDS, ReadConfig, read_batches
 from labkit.data.tfrecord import expand_paths, normalize_compression

@@ -26,7 +26,7 @@ from typing import IO, BinaryIO
 
 import crc32c as _crc32c
 
-from labkit.config import ParameterError
+from labkit.core.config import ParameterError
 
 COMPRESSIONS = ("", "GZIP", "ZLIB")
 _MASK_DELTA = 0xA282EAD8

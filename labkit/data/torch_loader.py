@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from labkit.config import check_bool, check_choice, check_int
+from labkit.core.config import check_bool, check_choice, check_int
 from labkit.data.reader import SHARD_MODES, BufferPool, ReadConfig, read_batches
 from labkit.data.tfrecord import Opener, expand_paths
 

@@ -13,8 +13,8 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from labkit.config import check_choice, check_int
-from labkit.frameworks import has_torch
+from labkit.core.config import check_choice, check_int
+from labkit.core.frameworks import has_torch
 
 CPU_DTYPES = ("fp32", "bf16")
 GPU_DTYPES = ("fp32", "tf32", "bf16", "fp16")
@@ -74,7 +74,7 @@ class Ceilings:
 def _resolve_device(device: str) -> str:
     if device != "auto":
         return device
-    from labkit.devices import cuda_available
+    from labkit.core.devices import cuda_available
 
     return "cuda" if cuda_available() else "cpu"
 
@@ -172,7 +172,7 @@ def device_name(device: str) -> str:
         import torch
 
         return torch.cuda.get_device_name(0)
-    from labkit.devices import detect
+    from labkit.core.devices import detect
 
     return f"{detect().cpu_model} ({detect().cpu_count} cores usable)"
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from labkit.config import check_choice, check_float, check_int
+from labkit.core.config import check_choice, check_float, check_int
 from labkit.hardware.catalog import CatalogEntry
 
 

@@ -9,7 +9,7 @@ GFLOP per token, the figure the performance targets use. For any torch model,
 
 from __future__ import annotations
 
-from labkit.models import GPTConfig
+from labkit.core.models import GPTConfig
 
 
 def gpt_params(cfg: GPTConfig, include_position: bool = False) -> int:
@@ -47,8 +47,8 @@ def model_flops_per_sample(model: str) -> float:
     """Training FLOPs per sample of a course model at full size ('gpt': GPT-2 small, one
     sequence of block_size tokens). Other models: pass `flops_per_sample` measured with
     `count_training_flops`."""
-    from labkit.config import ParameterError, check_choice
-    from labkit.models import build_config
+    from labkit.core.config import ParameterError, check_choice
+    from labkit.core.models import build_config
 
     check_choice("model", model, ("gpt", "cnn", "resnet"))
     if model != "gpt":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.config import check_float
+from labkit.core.config import check_float
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,7 @@ def set_cpu_threads(threads: int) -> int:
     One thread keeps small CPU runs steady on a shared machine; GPUs are unaffected."""
     import torch
 
-    from labkit.config import check_int
+    from labkit.core.config import check_int
 
     check_int("cpu_threads", threads, minimum=0)
     if threads:

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.config import check_bool, check_float, check_int
+from labkit.core.config import check_bool, check_float, check_int
 from labkit.profiling.phases import PhaseTimer
 
 

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from labkit.config import check_bool, check_int, check_str
+from labkit.core.config import check_bool, check_int, check_str
 from labkit.profiling.phases import Timeline
 from labkit.profiling.trace import timeline_from_chrome_trace
 

@@ -3,7 +3,7 @@ and the step marked in phases. They let the course build runs that are input-bou
 loader), compute-bound (big matmuls) or launch-bound (tiny batches of a deep, narrow net) on any
 machine, and show that the profiler's verdict follows the settings, not the hardware.
 
-The knobs mirror `labkit.train.TrainConfig` (`batch_size`, `num_workers`, `pin_memory`,
+The knobs mirror `labkit.core.train_config.TrainConfig` (`batch_size`, `num_workers`, `pin_memory`,
 `input_latency_ms`) so a fix found here is the same setting in `labkit train`.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from labkit.config import check_bool, check_choice, check_float, check_int
+from labkit.core.config import check_bool, check_choice, check_float, check_int
 
 SHAPES = ("mlp", "deep_narrow")
 

@@ -1,6 +1,6 @@
 """TensorFlow side of labkit (Keras 3 on the TensorFlow backend).
 
-- `models`: Keras twins of the torch models, built from the same `labkit.models` configs.
+- `models`: Keras twins of the torch models, built from the same `labkit.core.models` configs.
 - `engine.fit(config)`: the training engine behind `labkit train --framework tf` (custom loop;
   `keras_fit` is the `model.fit` + BackupAndRestore variant, `ps` the ParameterServer one).
 - `strategy`: default / Mirrored / MultiWorkerMirrored / ParameterServer from TF_CONFIG
@@ -11,5 +11,5 @@
   notebook 02's DDP vs tf.distribute measurements.
 
 Nothing here is imported by the framework-free top level; import `labkit.tf.*` only when
-`labkit.frameworks.has_tf()` is true.
+`labkit.core.frameworks.has_tf()` is true.
 """

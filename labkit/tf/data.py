@@ -26,14 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
-from labkit.config import ParameterError
+from labkit.core.config import ParameterError
+from labkit.core.models import GPTConfig, ModelConfig
 from labkit.data.synthetic import (
     ImageDatasetConfig,
     SyntheticImages,
     SyntheticTokens,
     TokenDatasetConfig,
 )
-from labkit.models import GPTConfig, ModelConfig
 
 
 @dataclass(frozen=True)

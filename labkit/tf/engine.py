@@ -12,7 +12,7 @@ resume that continues with exactly the next step.
 
 Preemption: SIGTERM (or the `preempt_at` drill) sets a flag; the flag is all-reduced with the
 loss so every worker checkpoints and leaves at the same step; the process raises
-`labkit.train.Preempted` (the CLI exits 143). Checkpoints are `tf.train.Checkpoint`s (model,
+`labkit.core.train_config.Preempted` (the CLI exits 143). Checkpoints are `tf.train.Checkpoint`s (model,
 optimizer with its loss scale, step); the data position is the step itself.
 """
 
@@ -30,18 +30,13 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from labkit.config import resolve_scale
-from labkit.metrics import MetricsLog, StepMetrics
-from labkit.models import GPTConfig, build_config
-from labkit.train import Preempted, TrainConfig
+from labkit.core.config import resolve_scale
+from labkit.core.metrics import MetricsLog, StepMetrics
+from labkit.core.models import GPTConfig, build_config
+from labkit.core.train_config import Preempted, TrainConfig
 
 StepCallback = Callable[[int, dict[str, Any]], None]
 LOOPS = ("custom", "keras")
-
-
-def default_num_samples(config: TrainConfig) -> int:
-    # The torch engine's rule, so both frameworks see the same dataset for the same config.
-    return config.num_samples or max(4096, 64 * config.batch_size)
 
 
 def fit(config: TrainConfig, *, on_step: StepCallback | None = None,
@@ -53,7 +48,7 @@ def fit(config: TrainConfig, *, on_step: StepCallback | None = None,
     instead of the custom loop. `data_dir` (or LABKIT_TF_DATA_DIR) makes the samples come
     through labkit's TFRecord layer (shards written there once, read with tf.data) rather than
     straight from the synthetic generator; the bytes are the same either way."""
-    from labkit.config import ParameterError, check_choice
+    from labkit.core.config import ParameterError, check_choice
 
     if config.fp8_head:
         raise ParameterError("fp8_head", True, "is a torch engine feature; TensorFlow has no fp8 head")
@@ -72,7 +67,7 @@ def training_arrays(model_cfg, config: TrainConfig, data_dir: str | None):
     """Every sample of the run, in memory, from the generator or the TFRecord shards."""
     from labkit.tf.data import arrays_from_shards, load_arrays
 
-    n = default_num_samples(config)
+    n = config.num_samples_or_default()
     if data_dir:
         return arrays_from_shards(model_cfg, n, config.seed, data_dir)
     return load_arrays(model_cfg, n, config.seed)

@@ -13,7 +13,7 @@ import math
 import keras
 from keras import layers, ops
 
-from labkit.models import GPTConfig
+from labkit.core.models import GPTConfig
 
 
 def _init(std: float = 0.02):

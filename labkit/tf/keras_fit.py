@@ -20,10 +20,10 @@ import os
 import time
 from typing import Any
 
-from labkit.config import ParameterError, resolve_scale
-from labkit.metrics import MetricsLog, StepMetrics
-from labkit.models import GPTConfig, build_config
-from labkit.train import Preempted, TrainConfig
+from labkit.core.config import ParameterError, resolve_scale
+from labkit.core.metrics import MetricsLog, StepMetrics
+from labkit.core.models import GPTConfig, build_config
+from labkit.core.train_config import Preempted, TrainConfig
 
 
 class _Interrupted(Exception):

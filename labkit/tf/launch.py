@@ -11,7 +11,6 @@ CLI: `labkit launch-tf --workers 2 -- --model cnn --steps 10 --metrics-out m.jso
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -21,10 +20,15 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from labkit.cluster import free_ports
-from labkit.config import check_bool, check_int
-from labkit.metrics import MetricsLog
-from labkit.train import PREEMPTED_EXIT_CODE, TrainConfig, finished_replicas_log, to_argv
+from labkit.core.cluster import free_ports
+from labkit.core.config import check_bool, check_int
+from labkit.core.metrics import MetricsLog
+from labkit.core.train_config import (
+    PREEMPTED_EXIT_CODE,
+    TrainConfig,
+    finished_replicas_log,
+    to_argv,
+)
 
 
 @dataclass(frozen=True)
@@ -165,29 +169,3 @@ def run_local(config: TrainConfig, num_workers: int = 2, *, num_ps: int = 0,
 
 def _tempfile():
     return tempfile.TemporaryFile()
-
-
-def add_launch_command(subparsers) -> None:
-    p = subparsers.add_parser(
-        "launch-tf", help="run `labkit train --framework tf` as N MultiWorkerMirrored workers "
-                          "on loopback (TF_CONFIG per worker)")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--ps", type=int, default=0,
-                   help="parameter servers (ParameterServerStrategy; the chief coordinates)")
-    p.add_argument("--vertex-names", action="store_true",
-                   help="name the primary replica 'master' as Vertex does")
-    p.add_argument("--timeout", type=float, default=600.0)
-    p.add_argument("train_args", nargs=argparse.REMAINDER, help="flags for labkit train")
-    p.set_defaults(handler=_launch_command)
-
-
-def _launch_command(args) -> int:
-    train_args = [a for a in args.train_args if a != "--"]
-    results = launch(LaunchConfig(num_workers=args.workers, train_args=tuple(train_args),
-                                  num_ps=args.ps,
-                                  vertex_names=args.vertex_names, timeout_s=args.timeout))
-    for r in results:
-        print(f"--- {r.task} exit {r.returncode}")
-        print(r.output.strip()[-2000:])
-    codes = [r.returncode for r in results]
-    return 0 if all(c == 0 for c in codes) else next(c for c in codes if c != 0)

@@ -1,4 +1,4 @@
-"""Keras 3 twins of the PyTorch models, built from the same `labkit.models` configs.
+"""Keras 3 twins of the PyTorch models, built from the same `labkit.core.models` configs.
 
 Same layers, same shapes, same parameter count as `labkit.torch.models` (a test compares the
 counts). Layout differences are only those of the frameworks: images are NHWC here (TensorFlow's
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from labkit.models import CNNConfig, GPTConfig, ModelConfig, ResNetConfig
+from labkit.core.models import CNNConfig, GPTConfig, ModelConfig, ResNetConfig
 
 
 def build_model(config: ModelConfig, *, dtype: str = "float32", seed: int = 0):

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.config import check_choice
-from labkit.train import PRECISIONS
+from labkit.core.config import check_choice
+from labkit.core.train_config import PRECISIONS
 
 _POLICIES = {"fp32": "float32", "tf32": "float32", "bf16": "mixed_bfloat16",
              "fp16": "mixed_float16"}

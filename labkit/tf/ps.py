@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import time
 
-from labkit.config import resolve_scale
-from labkit.metrics import MetricsLog, StepMetrics
-from labkit.models import GPTConfig, build_config
-from labkit.train import Preempted, TrainConfig
+from labkit.core.config import resolve_scale
+from labkit.core.metrics import MetricsLog, StepMetrics
+from labkit.core.models import GPTConfig, build_config
+from labkit.core.train_config import Preempted, TrainConfig
 
 
 def fit_parameter_server(config: TrainConfig, plan, on_step, data_dir) -> MetricsLog:

@@ -11,8 +11,8 @@ With ParameterServerStrategy the chief coordinates (`labkit.tf.ps`), and the `wo
 tasks only run a TF server (`run_server_if_needed`) until the job ends.
 
 Vertex writes the primary replica as `master` in TF_CONFIG, which TensorFlow rejects; the
-TF_CONFIG handed to TensorFlow always says `chief` (see `normalized_tf_config`). When
-`labkit.cluster` is available its `ClusterInfo.tf_config()` is the source of truth.
+TF_CONFIG handed to TensorFlow always says `chief`: `normalized_tf_config` is
+`labkit.core.cluster.ClusterInfo.tf_config()`, the one reading of the cluster environment.
 """
 
 from __future__ import annotations
@@ -23,48 +23,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from labkit.core.cluster import ClusterInfo, from_env
+
 STRATEGY_KINDS = ("default", "mirrored", "multi_worker_mirrored", "parameter_server")
 
 
 def normalized_tf_config(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """TF_CONFIG as TensorFlow accepts it (`master` -> `chief`, only cluster/task kept), or {}
-    for a single process. Malformed input raises ValueError naming the field."""
-    env = os.environ if env is None else env
-    try:
-        from labkit.cluster import from_env
-    except ImportError:
-        return _parse_tf_config(env)
+    """TF_CONFIG as TensorFlow accepts it (`master` -> `chief`), derived from this process's
+    `ClusterInfo`; {} for a single process. Malformed input raises ValueError naming the field."""
     return from_env(env).tf_config()
-
-
-def _parse_tf_config(env: Mapping[str, str]) -> dict[str, Any]:
-    raw = env.get("TF_CONFIG")
-    if not raw:
-        return {}
-    try:
-        spec = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"TF_CONFIG: not valid JSON ({e})") from e
-    cluster = spec.get("cluster") if isinstance(spec, dict) else None
-    if not isinstance(cluster, dict) or not cluster:
-        raise ValueError("TF_CONFIG.cluster is missing or empty")
-    task = spec.get("task")
-    if not isinstance(task, dict) or not isinstance(task.get("type"), str):
-        raise ValueError("TF_CONFIG.task.type is missing")
-    rename = {"master": "chief"}
-    out_cluster: dict[str, list[str]] = {}
-    for kind, addresses in cluster.items():
-        if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
-            raise ValueError(f"TF_CONFIG.cluster.{kind} must be a list of 'host:port' strings")
-        if kind != "evaluator" and addresses:
-            out_cluster[rename.get(kind, kind)] = list(addresses)
-    task_type = rename.get(task["type"], task["type"])
-    index = task.get("index", 0)
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise ValueError(f"TF_CONFIG.task.index must be a non-negative integer (got {index!r})")
-    if task_type != "evaluator" and index >= len(out_cluster.get(task_type, [])):
-        raise ValueError(f"TF_CONFIG.task: {task_type}[{index}] is not in the cluster")
-    return {"cluster": out_cluster, "task": {"type": task_type, "index": index}}
 
 
 @dataclass(frozen=True)
@@ -131,3 +98,18 @@ def run_server_if_needed(plan: StrategyPlan) -> bool:
                                   task_index=plan.task_index, protocol="grpc", start=True)
     server.join()
     return True
+
+
+def tf_strategy(info: ClusterInfo | None = None):
+    """The tf.distribute strategy for `info`: MultiWorkerMirroredStrategy across nodes (TF_CONFIG
+    rewritten so TensorFlow accepts it), MirroredStrategy for several local GPUs, else the
+    default strategy. Create it before any other TensorFlow op, as TensorFlow requires."""
+    import tensorflow as tf
+
+    info = info or from_env()
+    if info.world_size > 1:
+        os.environ["TF_CONFIG"] = json.dumps(info.tf_config())
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if len(tf.config.list_physical_devices("GPU")) > 1:
+        return tf.distribute.MirroredStrategy()
+    return tf.distribute.get_strategy()

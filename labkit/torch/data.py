@@ -16,13 +16,13 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
+from labkit.core.models import GPTConfig, ModelConfig
 from labkit.data.synthetic import (
     ImageDatasetConfig,
     SyntheticImages,
     SyntheticTokens,
     TokenDatasetConfig,
 )
-from labkit.models import GPTConfig, ModelConfig
 
 
 @dataclass

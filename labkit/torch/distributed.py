@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from labkit.core.cluster import ClusterInfo, from_env
+
 _joined_process_group = False  # set by `init`: this process has been a replica
 
 
@@ -95,3 +97,32 @@ def exit_if_replica(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def init_process_group(info: ClusterInfo | None = None, *, backend: str = "auto",
+                       init_method: str = "env", timeout_s: float = 300.0):
+    """Join torch.distributed for `info` (default: `from_env()`); returns the backend used, or
+    None for a single process. `init_method="env"` uses env:// with the variables set from
+    `info`; `"tcp"` passes ``tcp://MASTER_ADDR:MASTER_PORT`` and the ranks explicitly."""
+    import datetime
+
+    info = info or from_env()
+    if not info.is_training:
+        raise ValueError(f"role: a {info.role} replica is not a training rank")
+    if info.global_world_size == 1:
+        return None
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(info.local_rank)
+    timeout = datetime.timedelta(seconds=timeout_s)
+    rank, world = info.global_rank, info.global_world_size
+    if init_method == "env":
+        os.environ.update(info.torch_env())
+        dist.init_process_group(backend, init_method="env://", timeout=timeout)
+    elif init_method == "tcp":
+        url = f"tcp://{info.master_addr}:{info.master_port}"
+        dist.init_process_group(backend, init_method=url, rank=rank, world_size=world, timeout=timeout)
+    else:
+        raise ValueError(f"init_method must be 'env' or 'tcp' (got {init_method!r})")
+    return backend

@@ -8,7 +8,7 @@ head for GPT, fused AdamW (CUDA), accumulation with
 `no_sync` on all but the last micro-step, clipping, activation checkpointing, LR warm-up and
 world-size scaling, DDP (gloo on CPU, nccl on CUDA). Every step is measured (loss, step and data
 time, throughput, MFU against the measured peak, peak memory) into a `MetricsLog`, TensorBoard
-and a tqdm bar (rank 0); full-state checkpoints go through `labkit.checkpoint` (written in the
+and a tqdm bar (rank 0); full-state checkpoints go through `labkit.core.checkpoint` (written in the
 background once serialised on the host), and a resumed run continues bit for bit on CPU.
 
 Building blocks are public so benchmarks and notebooks reuse exactly what `fit` trains:
@@ -33,17 +33,17 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from labkit.config import ParameterError, resolve_scale
-from labkit.metrics import MetricsLog, StepMetrics
-from labkit.models import GPTConfig, ModelConfig, build_config
+from labkit.core.config import ParameterError, resolve_scale
+from labkit.core.metrics import MetricsLog, StepMetrics
+from labkit.core.models import GPTConfig, ModelConfig, build_config
+from labkit.core.preemption import PreemptionGuard
+from labkit.core.train_config import Preempted, TrainConfig
 from labkit.torch import distributed, fp8, peak, state
 from labkit.torch.agreement import StepAgreement
 from labkit.torch.data import DataPosition, ResumableLoader, make_dataset, to_float_images
 from labkit.torch.models import build_model, count_parameters, flops_per_sample
 from labkit.torch.precision import PrecisionPolicy, apply_matmul_precision
-from labkit.torch.preemption import PreemptionGuard
 from labkit.torch.step_graph import StepGraph
-from labkit.train import Preempted, TrainConfig
 
 StepCallback = Callable[[int, dict[str, Any]], None]
 
@@ -64,11 +64,6 @@ def micro_batch_size(config: TrainConfig, world_size: int) -> int:
                              f"must be divisible by world_size × grad_accum = {world_size} × "
                              f"{config.grad_accum}")
     return config.batch_size // parts
-
-
-def default_num_samples(config: TrainConfig) -> int:
-    # Independent of `steps`, so extending a run keeps the data order of the steps already run.
-    return config.num_samples or max(4096, 64 * config.batch_size)
 
 
 class WarmupThenConstant:
@@ -300,7 +295,7 @@ def with_vertex_dirs(config: TrainConfig, env: dict[str, str] | None = None) -> 
 def fit(config: TrainConfig, *, on_step: StepCallback | None = None,
         read_loss_late: bool | None = None) -> MetricsLog:
     """Train as configured; returns the MetricsLog (also written to `config.metrics_out` by rank
-    0). Raises `labkit.train.Preempted` after checkpointing when SIGTERM arrives (or at
+    0). Raises `labkit.core.train_config.Preempted` after checkpointing when SIGTERM arrives (or at
     `config.preempt_at`). `on_step(step, metrics_dict)` runs on every rank after each step (one
     step late when `read_loss_late`, the default on a single GPU: the loss of a step is read
     once the next step is queued, so the host never stalls the device)."""
@@ -331,7 +326,7 @@ def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
         restored = state.restore(config.checkpoint_dir, c, info)
         if restored is not None:
             start, position = restored
-    dataset = make_dataset(c.model_config, default_num_samples(config), config.seed,
+    dataset = make_dataset(c.model_config, config.num_samples_or_default(), config.seed,
                            config.input_latency_ms / 1000.0)
     loader = ResumableLoader(dataset, micro, world_size=info.world_size, rank=info.rank,
                              seed=config.seed, num_workers=config.num_workers,

@@ -12,10 +12,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from labkit.cluster import free_ports
-from labkit.config import check_int
-from labkit.metrics import MetricsLog
-from labkit.train import PREEMPTED_EXIT_CODE, TrainConfig, finished_replicas_log, to_argv
+from labkit.core.cluster import free_ports
+from labkit.core.config import check_int
+from labkit.core.metrics import MetricsLog
+from labkit.core.train_config import (
+    PREEMPTED_EXIT_CODE,
+    TrainConfig,
+    finished_replicas_log,
+    to_argv,
+)
 
 
 def replica_env(rank: int, nproc: int, port: int, threads: int | None,

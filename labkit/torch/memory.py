@@ -1,16 +1,17 @@
-"""Memory tools: gradients of a (possibly accumulated) step, the largest-batch finder, and a
-memory report. The finder tries a batch, catches out-of-memory, backs off, and bisects."""
+"""Memory tools: gradients of a (possibly accumulated) step, the bytes autograd saves for the
+backward pass, the largest-batch finder, and a memory report. The finder tries a batch, catches out-of-memory, backs off, and bisects."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
+from labkit.core.train_config import TrainConfig
 from labkit.torch import engine
-from labkit.torch.data import to_float_images
+from labkit.torch.data import make_dataset, to_float_images
 from labkit.torch.distributed import DistInfo
 from labkit.torch.engine import Components
 
@@ -119,10 +120,6 @@ def largest_batch(config, *, budget_mib: float | None = None, limit: int = 4096,
     (forward, backward, optimizer) and out-of-memory is caught; with `budget_mib` (required on
     CPU) a try fails when the bytes autograd saves for backward exceed the budget. Tries are
     normal steps even when `config.cuda_graph_step` is set."""
-    from dataclasses import replace
-
-    from labkit.torch.data import make_dataset
-    from labkit.torch.ladder import activation_bytes
 
     device = engine.resolve_device(config.device, DistInfo())
     if budget_mib is None and device.type != "cuda":
@@ -151,55 +148,25 @@ def largest_batch(config, *, budget_mib: float | None = None, limit: int = 4096,
     return find_max_batch(guarded, limit=limit, multiple_of=multiple_of)
 
 
-def accumulation_check(config, micro_steps: int = 4) -> dict[str, float]:
-    """Gradients of one batch vs the same batch as `micro_steps` accumulated micro-batches, from
-    the same weights: the largest absolute and relative difference over all parameters."""
-    from labkit.torch.data import make_dataset
+def activation_bytes(config: TrainConfig, batch_size: int | None = None) -> int:
+    """Bytes autograd keeps for the backward pass during one forward of `config`'s model (what
+    mixed precision halves and activation checkpointing avoids), counted with saved-tensor hooks
+    on any device. Tensors sharing storage are counted once."""
 
-    if config.batch_size % micro_steps:
-        raise ValueError(f"batch_size={config.batch_size} is not divisible by micro_steps={micro_steps}")
-    c = engine.build(config, DistInfo(), engine.resolve_device(config.device, DistInfo()))
-    x, y = make_dataset(c.model_config, config.batch_size, config.seed)[list(range(config.batch_size))]
-    whole = gradients(c, [(x, y)])
-    parts = gradients(c, list(zip(x.chunk(micro_steps), y.chunk(micro_steps), strict=True)))
-    diff = max((whole[k] - parts[k]).abs().max().item() for k in whole)
-    scale = max(whole[k].abs().max().item() for k in whole)
-    return {"max_abs_diff": diff, "max_rel_diff": diff / scale if scale else 0.0,
-            "max_abs_grad": scale, "micro_steps": micro_steps}
+    device = engine.resolve_device(config.device, DistInfo())
+    c = engine.build(replace(config, compile=False), DistInfo(), device)
+    n = batch_size or config.batch_size
+    x, y = make_dataset(c.model_config, n, config.seed)[list(range(n))]
+    x, y = engine.to_device((x, y), c, config.channels_last)
+    seen: dict[int, int] = {}
 
+    def pack(t: torch.Tensor):
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+        return t
 
-def checkpointing_tradeoff(config, steps: int = 4) -> list[dict]:
-    """Train with and without activation checkpointing: step time and memory for each."""
-    from dataclasses import replace
-
-    from labkit.torch.engine import fit
-    from labkit.torch.ladder import activation_bytes
-
-    rows = []
-    for on in (False, True):
-        cfg = replace(config, activation_checkpointing=on, steps=steps, progress=False)
-        log = fit(cfg)
-        s = log.to_dict()["summary"]
-        rows.append({"activation_checkpointing": on, "step_time_ms": 1000 * s["median_step_time_s"],
-                     "activation_mib": activation_bytes(cfg) / 2**20,
-                     "peak_memory_mib": (s["peak_memory_bytes"] / 2**20
-                                         if log.run["device"].startswith("cuda") else None),
-                     "final_loss": s["final_loss"], "device": log.run["device"]})
-    return rows
-
-
-def sharding_table(num_params: int, world_sizes=(1, 2, 4, 8)) -> list[dict]:
-    """Bytes per GPU for model state with mixed-precision Adam (ZeRO paper accounting: 2 bytes
-    bf16 weights + 2 bytes bf16 grads + 12 bytes fp32 master weights, momentum and variance per
-    parameter). A calculation, not a measurement: activations come on top."""
-    rows = []
-    for n in world_sizes:
-        gib = num_params / 2**30
-        rows.append({"gpus": n, "DDP (replicated)": 16 * gib, "ZeRO-1 (optimizer sharded)": (4 + 12 / n) * gib,
-                     "ZeRO-2 (+ gradients)": (2 + 14 / n) * gib, "FSDP / ZeRO-3 (+ weights)": 16 / n * gib})
-    return rows
-
-
-def is_cuda(device: str = "auto") -> bool:
-    """Whether a `TrainConfig.device` choice resolves to a CUDA device here."""
-    return engine.resolve_device(device, DistInfo()).type == "cuda"
+    params = {p.untyped_storage().data_ptr() for p in c.model.parameters()}
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), c.policy.autocast():
+        loss = c.compute_loss(x, y)
+    del loss
+    return sum(nbytes for ptr, nbytes in seen.items() if ptr not in params and ptr != x.untyped_storage().data_ptr())

@@ -1,4 +1,4 @@
-"""Torch models built from the framework-free configs in `labkit.models`.
+"""Torch models built from the framework-free configs in `labkit.core.models`.
 
 CNN (no batch norm, so DDP replicas carry no buffers), a ResNet (torchvision-equivalent
 ResNet-50 at `ResNetConfig.resnet50()`), and a GPT-2-style decoder (nanoGPT layout, fused
@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from labkit.models import CNNConfig, GPTConfig, ModelConfig, ResNetConfig
+from labkit.core.models import CNNConfig, GPTConfig, ModelConfig, ResNetConfig
 from labkit.torch.fp8 import head_cross_entropy
 
 
@@ -192,7 +192,7 @@ class GPT(nn.Module):
 
 
 def build_model(cfg: ModelConfig, *, activation_checkpointing: bool = False) -> nn.Module:
-    """The torch twin of a `labkit.models` config."""
+    """The torch twin of a `labkit.core.models` config."""
     if isinstance(cfg, CNNConfig):
         return CNN(cfg, activation_checkpointing)
     if isinstance(cfg, ResNetConfig):

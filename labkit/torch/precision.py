@@ -3,7 +3,7 @@
 `PrecisionPolicy.for_mode(mode, device)` says what a mode switches on; `apply_matmul_precision`
 sets the TF32 switches (they are process-global in torch, so every run sets them explicitly
 instead of inheriting the previous run's). `ladder()` runs the notebook 04 ladder (implemented in
-`labkit.torch.ladder`).
+`labkit.course.precision_torch`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from labkit.config import check_choice
-from labkit.train import PRECISIONS
+from labkit.core.config import check_choice
+from labkit.core.train_config import PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -58,11 +58,3 @@ def apply_matmul_precision(policy: PrecisionPolicy) -> None:
     torch.backends.cuda.matmul.allow_tf32 = policy.tf32
     torch.backends.cudnn.allow_tf32 = policy.tf32
     torch.set_float32_matmul_precision("high" if policy.tf32 else "highest")
-
-
-def ladder(config=None):
-    """The notebook 04 ladder: one row per precision rung (see `labkit.torch.ladder`)."""
-    from labkit.torch.ladder import LadderConfig
-    from labkit.torch.ladder import ladder as run_ladder
-
-    return run_ladder(config or LadderConfig())

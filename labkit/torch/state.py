@@ -1,4 +1,4 @@
-"""The torch engine's full state as `labkit.checkpoint` blobs.
+"""The torch engine's full state as `labkit.core.checkpoint` blobs.
 
 Rank 0 writes `model.pt` and `train.pt` (optimizer, LR schedule, GradScaler, next step, data
 position); every rank writes its own `rng-rank{r}.pt` (torch CPU/CUDA, NumPy and Python RNG
@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.utils._pytree import tree_map
 
-from labkit import checkpoint
+from labkit.core import checkpoint
 from labkit.torch.data import DataPosition
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 def to_bytes(obj: Any) -> bytes:
     """`torch.save` of `obj`, without the zip format's per-record CRC-32: `torch.load` never checks
-    it, and `labkit.checkpoint` checks every blob against its marker's CRC-32C anyway; computing
+    it, and `labkit.core.checkpoint` checks every blob against its marker's CRC-32C anyway; computing
     it took about a quarter of `torch.save`'s time (benchmarks/RESULTS.md)."""
     buf = io.BytesIO()
     with _ZIP_CRC_OFF_LOCK, _zip_crc_off():

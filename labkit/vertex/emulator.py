@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit.cluster import POOL2_ROLE_ENV, free_ports, from_env
-from labkit.frameworks import has_aiplatform
+from labkit.core.cluster import POOL2_ROLE_ENV, free_ports, from_env
+from labkit.core.frameworks import has_aiplatform
 from labkit.vertex.specs import REDUCTION_SERVER_IMAGE, SETUP_MARKER, validate
 
 SUCCEEDED, FAILED = "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED"

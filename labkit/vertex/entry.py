@@ -19,7 +19,7 @@ from pathlib import Path
 
 
 def output_name(notebook: str, env=None) -> str:
-    from labkit.cluster import from_env
+    from labkit.core.cluster import from_env
 
     info = from_env(env)
     stem = Path(notebook).stem
@@ -29,7 +29,7 @@ def output_name(notebook: str, env=None) -> str:
 def torchrun_argv(nproc_per_node: int, labkit_args: list[str], env=None) -> list[str]:
     """torchrun for this node: node rank and node count from Vertex's variables (RANK and
     WORLD_SIZE count nodes), `nproc_per_node` processes each (one per GPU)."""
-    from labkit.cluster import from_env
+    from labkit.core.cluster import from_env
 
     info = from_env(env)
     args = labkit_args[1:] if labkit_args[:1] == ["--"] else labkit_args
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "torchrun":
         return _torchrun(args.nproc_per_node, args.labkit_args)
 
-    from labkit.notebook import run_notebook
+    from labkit.course.notebook import run_notebook
 
     try:
         params = json.loads(args.parameters)

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import PurePosixPath
 from typing import Any
 
-from labkit.config import ParameterError, check_bool, check_int, check_str
-from labkit.frameworks import has_aiplatform, require
+from labkit.core.config import ParameterError, check_bool, check_int, check_str
+from labkit.core.frameworks import has_aiplatform, require
+from labkit.core.train_config import TrainConfig, to_argv
 
 REDUCTION_SERVER_IMAGE = "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
 REDUCTION_SERVER_MACHINE_TYPE = "n1-highcpu-16"
@@ -241,20 +242,8 @@ def notebook_job(
 
 def train_args(config: Any) -> list[str]:
     """`labkit train` flags for a TrainConfig (or a dict of its fields), defaults left out."""
-    from labkit.train import TrainConfig
-
     cfg = config if isinstance(config, TrainConfig) else TrainConfig(**dict(config))
-    default = TrainConfig()
-    out = []
-    for f in fields(TrainConfig):
-        value, flag = getattr(cfg, f.name), "--" + f.name.replace("_", "-")
-        if value == getattr(default, f.name):
-            continue
-        if isinstance(value, bool):
-            out.append(flag if value else "--no-" + flag[2:])
-        else:
-            out += [flag, str(value)]
-    return out
+    return to_argv(cfg, changed_only=True)
 
 
 def training_job(
@@ -287,7 +276,7 @@ def training_job(
     the ``/gcs/`` mount. Multi-replica jobs restart as a whole when one replica fails (DDP and
     MultiWorkerMirrored cannot lose a member), unless told otherwise.
     """
-    from labkit.train import TrainConfig
+    from labkit.core.train_config import TrainConfig
 
     cfg = config if isinstance(config, TrainConfig) else TrainConfig(**dict(config))
     updates = {}

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labkit import gcp
-from labkit.frameworks import has_aiplatform, missing_reason
+from labkit.core import gcp
+from labkit.core.frameworks import has_aiplatform, missing_reason
 from labkit.vertex.pricing import CostEstimate, estimate_cost
 from labkit.vertex.specs import to_rest_json, validate
 

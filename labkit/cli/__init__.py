@@ -1,5 +1,5 @@
-"""The `labkit` command. Each subcommand lives beside the code it drives; this file only lists
-them, so adding one never touches another."""
+"""The `labkit` command: one module per group of verbs, each only parsing flags and printing what
+the library returns. Nothing in labkit imports this package; it is the top of the layers."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from labkit import __version__
 
 # (module, function that adds the subparser). Imported when the CLI starts; all are framework-free.
 _COMMANDS = (
-    ("labkit.doctor", "add_doctor_command"),
-    ("labkit.notebook", "add_run_command"),
-    ("labkit.course", "add_course_command"),
-    ("labkit.train", "add_train_command"),
-    ("labkit.tf.launch", "add_launch_command"),
-    ("labkit.profiling.cli", "add_profile_command"),
-    ("labkit.data.cli", "add_data_command"),
+    ("labkit.cli.doctor", "add_doctor_command"),
+    ("labkit.cli.notebooks", "add_run_command"),
+    ("labkit.cli.notebooks", "add_course_command"),
+    ("labkit.cli.train", "add_train_command"),
+    ("labkit.cli.train", "add_launch_tf_command"),
+    ("labkit.cli.profile", "add_profile_command"),
+    ("labkit.cli.data", "add_data_command"),
 )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.config import check_int
+from labkit.core.config import check_int
 from labkit.hardware.flops import mlp_training_flops
 
 

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-from labkit.frameworks import has_torch
+from labkit.core.frameworks import has_torch
 
 
 @dataclass(frozen=True)

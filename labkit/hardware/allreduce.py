@@ -6,7 +6,7 @@ megabytes, and reports for each size the median time, the algorithm bandwidth
 (size / time) and the bus bandwidth (algbw x 2(n-1)/n: the traffic a ring all-reduce puts on
 each link, comparable with the link's limit, as in nccl-tests). `plot_bandwidth` draws it.
 
-``python -m labkit.collectives worker ...`` is the per-process entry point.
+``python -m labkit.hardware.allreduce worker ...`` is the per-process entry point.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from labkit.cluster import free_ports
-from labkit.config import ParameterError, check_choice, check_int
+from labkit.core.cluster import free_ports
+from labkit.core.config import ParameterError, check_choice, check_int
 
 KB, MB = 1024, 1024 * 1024
 
@@ -150,14 +150,17 @@ def measure(sizes: list[int], *, min_iters: int, max_iters: int, target_s: float
 
 def _worker(args) -> int:
     import torch
+    import torch.distributed as dist
 
-    from labkit.cluster import from_env, init_process_group
+    from labkit.core.cluster import from_env
 
     info = from_env()
-    backend = init_process_group(info, backend=args.backend) or "none"
-    device = f"cuda:{info.global_rank % torch.cuda.device_count()}" if backend == "nccl" else "cpu"
-    if backend == "none":
+    if info.global_world_size < 2:
         raise SystemExit("the benchmark needs world_size >= 2")
+    backend = args.backend if args.backend != "auto" else ("nccl" if torch.cuda.is_available() else "gloo")
+    os.environ.update(info.torch_env())
+    dist.init_process_group(backend, init_method="env://")
+    device = f"cuda:{info.global_rank % torch.cuda.device_count()}" if backend == "nccl" else "cpu"
     torch.set_num_threads(1)
     results = measure(json.loads(args.sizes), min_iters=args.min_iters, max_iters=args.max_iters,
                       target_s=args.target_s, warmup=args.warmup, device=device)
@@ -165,8 +168,6 @@ def _worker(args) -> int:
         name = torch.cuda.get_device_name(0) if backend == "nccl" else "CPU process"
         report = AllReduceReport(backend, info.global_world_size, name, results)
         Path(args.out).write_text(json.dumps(report.to_dict()))
-    import torch.distributed as dist
-
     dist.barrier()  # tearing gloo down while a peer still talks to it can abort the process
     dist.destroy_process_group()
     return 0
@@ -192,14 +193,14 @@ def allreduce_benchmark(config: AllReduceConfig) -> AllReduceReport:
     with tempfile.TemporaryDirectory(prefix="labkit-allreduce-") as tmp:
         out = Path(tmp) / "report.json"
         procs = []
-        repo = str(Path(__file__).resolve().parents[1])
+        repo = str(Path(__file__).resolve().parents[2])
         for rank in range(config.world_size):
             env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                        WORLD_SIZE=str(config.world_size), RANK=str(rank), OMP_NUM_THREADS="1",
                        PYTHONPATH=os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p))
             for var in ("CLUSTER_SPEC", "TF_CONFIG", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
                 env.pop(var, None)
-            cmd = [sys.executable, "-m", "labkit.collectives", "worker", "--backend", backend,
+            cmd = [sys.executable, "-m", "labkit.hardware.allreduce", "worker", "--backend", backend,
                    "--sizes", json.dumps(config.sizes), "--min-iters", str(config.min_iters),
                    "--max-iters", str(config.max_iters), "--target-s", str(config.target_s),
                    "--warmup", str(config.warmup), "--out", str(out)]
@@ -247,7 +248,7 @@ def plot_bandwidth(report: AllReduceReport, path: str | os.PathLike | None = Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m labkit.collectives")
+    p = argparse.ArgumentParser(prog="python -m labkit.hardware.allreduce")
     sub = p.add_subparsers(dest="command", required=True)
     w = sub.add_parser("worker", help="one rank of the benchmark (env:// variables set)")
     w.add_argument("--backend", default="auto")

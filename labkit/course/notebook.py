@@ -19,8 +19,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from labkit.config import ParameterError
-from labkit.report import KeyFigure, figures_in_notebook
+from labkit.core.config import ParameterError
+from labkit.course.report import KeyFigure, figures_in_notebook
 
 ARTIFACTS_ENV = "LABKIT_ARTIFACTS"
 
@@ -28,7 +28,7 @@ ARTIFACTS_ENV = "LABKIT_ARTIFACTS"
 def find_notebook_dir(start: str | os.PathLike | None = None) -> Path:
     """The course's `notebooks/` folder: under `start` (default: the working directory) or
     beside the installed package (an editable install from the repository)."""
-    candidates = [Path(start or Path.cwd()) / "notebooks", Path(__file__).resolve().parents[1] / "notebooks"]
+    candidates = [Path(start or Path.cwd()) / "notebooks", Path(__file__).resolve().parents[2] / "notebooks"]
     for c in candidates:
         if c.is_dir() and any(c.glob("[0-9][0-9]_*.ipynb")):
             return c
@@ -176,40 +176,3 @@ def _stderr_to(path: Path | None):
         sys.stderr.flush()
         os.dup2(saved, 2)
         os.close(saved)
-
-
-def add_run_command(subparsers) -> None:
-    p = subparsers.add_parser("run", help="execute a notebook headless with papermill",
-                              description="Execute NOTEBOOK with papermill and parameters.")
-    p.add_argument("notebook", help="path to an .ipynb notebook")
-    p.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
-                   metavar=("NAME", "VALUE"), help="set a parameter (repeatable)")
-    p.add_argument("-o", "--output", help="executed notebook path (default runs/<time>/<name>)")
-    p.add_argument("--log-output", action="store_true", help="stream cell output to the terminal")
-    from labkit.vertex.cli import add_vertex_options
-
-    add_vertex_options(p)
-    p.set_defaults(handler=_run_command)
-
-
-def _run_command(args) -> int:
-    params = {name: parse_value(value) for name, value in args.parameter}
-    if getattr(args, "vertex", False):
-        from labkit.vertex.cli import run_on_vertex
-
-        try:
-            return run_on_vertex(args, params)
-        except (ParameterError, ValueError) as e:
-            print(f"labkit run --vertex: {e}")
-            return 2
-    try:
-        result = run_notebook(args.notebook, args.output, params, log_output=args.log_output,
-                              kernel_log=not args.log_output)
-    except (ParameterError, FileNotFoundError) as e:
-        print(f"labkit run: {e}")
-        return 2
-    status = "ok" if result.ok else f"FAILED ({result.error}; kernel log: {result.log})"
-    print(f"{result.notebook.name}: {status} in {result.seconds:.0f}s -> {result.output}")
-    for fig in result.figures:
-        print(f"  {fig.text()}")
-    return 0 if result.ok else 1

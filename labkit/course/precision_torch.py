@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from labkit.config import check_int
-from labkit.precision_ladder import LadderConfig
-from labkit.train import TrainConfig
+from labkit.core.config import check_int
+from labkit.core.train_config import TrainConfig
+from labkit.course.precision import LadderConfig
+from labkit.torch.memory import activation_bytes
 
 
 @dataclass(frozen=True)
@@ -79,33 +80,6 @@ def ladder(config: LadderConfig) -> list[dict[str, Any]]:
     for r in rows:
         r["speedup"] = r["samples_per_s"] / base if base else None
     return rows
-
-
-def activation_bytes(config: TrainConfig, batch_size: int | None = None) -> int:
-    """Bytes autograd keeps for the backward pass during one forward of `config`'s model (what
-    mixed precision halves and activation checkpointing avoids), counted with saved-tensor hooks
-    on any device. Tensors sharing storage are counted once."""
-    from labkit.torch import engine
-    from labkit.torch.data import make_dataset
-    from labkit.torch.distributed import DistInfo
-
-    device = engine.resolve_device(config.device, DistInfo())
-    c = engine.build(replace(config, compile=False), DistInfo(), device)
-    n = batch_size or config.batch_size
-    x, y = make_dataset(c.model_config, n, config.seed)[list(range(n))]
-    x, y = engine.to_device((x, y), c, config.channels_last)
-    seen: dict[int, int] = {}
-
-    def pack(t: torch.Tensor):
-        storage = t.untyped_storage()
-        seen[storage.data_ptr()] = storage.nbytes()
-        return t
-
-    params = {p.untyped_storage().data_ptr() for p in c.model.parameters()}
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), c.policy.autocast():
-        loss = c.compute_loss(x, y)
-    del loss
-    return sum(nbytes for ptr, nbytes in seen.items() if ptr not in params and ptr != x.untyped_storage().data_ptr())
 
 
 def overflow_demo(steps: int = 14, init_scale: float = 2.0**28, model: str = "cnn", batch_size: int = 8,
@@ -207,6 +181,6 @@ def conclusions(rows: list[dict[str, Any]]) -> list[str]:
 
 def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     """A Markdown table of `columns` (numbers rounded for reading)."""
-    from labkit.report import markdown_table
+    from labkit.course.report import markdown_table
 
     return markdown_table(rows, columns)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import platform
 from dataclasses import asdict, dataclass
 from importlib import metadata
 
-from labkit import devices, gcp
-from labkit.frameworks import Frameworks
+from labkit.core import devices, gcp
+from labkit.core.frameworks import Frameworks
 
 _PACKAGES = ("labkit", "torch", "tensorflow", "keras", "tf-keras", "google-cloud-aiplatform",
              "papermill", "numpy")
@@ -99,15 +98,3 @@ def collect() -> DoctorReport:
         devices=devices.detect(),
         cloud=gcp.detect(),
     )
-
-
-def add_doctor_command(subparsers) -> None:
-    p = subparsers.add_parser("doctor", help="check this environment for the course")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.set_defaults(handler=_doctor_command)
-
-
-def _doctor_command(args) -> int:
-    report = collect()
-    print(json.dumps(report.to_dict(), indent=1) if args.json else report.text())
-    return 0

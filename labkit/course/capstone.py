@@ -7,7 +7,7 @@ side by side and priced per epoch.
     result.final    # baseline and optimised, re-measured in alternation
     cost_rows(result, price_for_this_machine(), samples_per_epoch=1_281_167)
 
-Every lever is a change to `labkit.train.TrainConfig`, so the optimised configuration is exactly
+Every lever is a change to `labkit.core.train_config.TrainConfig`, so the optimised configuration is exactly
 what `labkit train` (or a Vertex AI job built by `labkit.vertex.training_job`) runs.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from labkit.config import (
+from labkit.core.config import (
     ParameterError,
     by_scale,
     check_bool,
@@ -26,9 +26,9 @@ from labkit.config import (
     check_int,
     resolve_scale,
 )
-from labkit.models import MODEL_NAMES
-from labkit.precision_ladder import compile_included, default_batch
-from labkit.train import TrainConfig
+from labkit.core.models import MODEL_NAMES
+from labkit.core.train_config import TrainConfig
+from labkit.course.precision import compile_included, default_batch
 
 CONV_MODELS = ("cnn", "resnet")
 # Samples in one epoch of the public dataset each model family stands for, so that "$ per epoch"
@@ -72,7 +72,7 @@ class CapstoneConfig:
         check_int("seed", self.seed, minimum=0)
 
     def resolved_framework(self) -> str:
-        from labkit import frameworks
+        from labkit.core import frameworks
 
         if self.framework != "auto":
             frameworks.require("torch" if self.framework == "torch" else "tensorflow")
@@ -121,7 +121,7 @@ class Hardware:
 
     @classmethod
     def detect(cls, device: str = "auto") -> Hardware:
-        from labkit import devices
+        from labkit.core import devices
 
         info = devices.detect()
         gpu = info.gpus[0] if info.gpus and device != "cpu" else None
@@ -310,7 +310,7 @@ def price_for_this_machine(price_per_hour: float | None = None, spot_price_per_h
     (accelerator plus host VM, on-demand and Spot); None when neither exists (a CPU has no row)."""
     if price_per_hour is not None:
         return Price(price_per_hour, spot_price_per_hour, "price_per_hour parameter")
-    from labkit import devices
+    from labkit.core import devices
     from labkit.hardware.catalog import load_catalog
 
     gpus = devices.detect().gpus

@@ -1,6 +1,6 @@
 """What one run of notebook 04's mixed-precision ladder trains, for either framework.
 
-`labkit.torch.ladder` and `labkit.tf.ladder` climb their own rungs (torch: autocast,
+`labkit.course.precision_torch` and `labkit.course.precision_tf` climb their own rungs (torch: autocast,
 channels_last, torch.compile; TensorFlow: dtype policies, XLA) but take this one config, so the
 two columns of the notebook are sized the same way and read the same parameters.
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from labkit.config import by_scale, check_bool, check_choice, check_int, resolve_scale
-from labkit.models import MODEL_NAMES
+from labkit.core.config import by_scale, check_bool, check_choice, check_int, resolve_scale
+from labkit.core.models import MODEL_NAMES
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from labkit.notebook import NotebookRun, run_notebook
-from labkit.report import key_figure
+from labkit.course.notebook import NotebookRun, run_notebook
+from labkit.course.report import key_figure
 
-HELLO_NOTEBOOK = Path(__file__).parent / "assets" / "hello.ipynb"
+HELLO_NOTEBOOK = Path(__file__).resolve().parents[1] / "assets" / "hello.ipynb"
 
 
 def hello_matmul(size: int = 512, repeats: int = 3) -> float:

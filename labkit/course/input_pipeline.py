@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
-from labkit.config import check_float, check_int
+from labkit.core.config import check_float, check_int
 from labkit.data.latency import StorageLatency
 from labkit.data.reader import ReadConfig
 from labkit.data.shards import ShardConfig, ShardSet, write_image_shards
@@ -186,7 +186,7 @@ def torch_ladder(data: LadderData, step: Callable[[dict], object]) -> Ladder:
 
 
 def _torch_ladder(data: LadderData, step: Callable[[dict], object]) -> Ladder:
-    from labkit import devices
+    from labkit.core import devices
     from labkit.data.torch_loader import LoaderConfig, make_loader
 
     c = data.config

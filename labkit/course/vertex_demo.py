@@ -1,6 +1,6 @@
 """Small, real distributed programs that show what each replica of a Vertex job does.
 
-``python -m labkit.vertex.demo ddp``: PyTorch DDP (gloo on CPU, nccl on GPU) on a linear
+``python -m labkit.course.vertex_demo ddp``: PyTorch DDP (gloo on CPU, nccl on GPU) on a linear
 regression whose data depend only on (seed, step), so a run's losses and weights are exactly
 reproducible. Checkpoints (model, optimizer, losses, next step) go to AIP_CHECKPOINT_DIR with a
 commit marker; on SIGTERM every rank agrees (an all-reduced flag) to stop after the current
@@ -8,8 +8,8 @@ step, the chief checkpoints it and all exit 143, and a restarted job resumes fro
 committed step. The chief writes ``result.json`` (per-step losses, final weights) to
 AIP_MODEL_DIR.
 
-``python -m labkit.vertex.demo tf``: the same regression with TensorFlow's
-MultiWorkerMirroredStrategy built from TF_CONFIG (see `labkit.cluster.tf_strategy`).
+``python -m labkit.course.vertex_demo tf``: the same regression with TensorFlow's
+MultiWorkerMirroredStrategy built from TF_CONFIG (see `labkit.tf.strategy.tf_strategy`).
 
 Each prints ``step N loss X`` lines, which the emulator watches for fault injection.
 """
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from labkit.cluster import from_env, init_process_group, tf_strategy
+from labkit.core.cluster import from_env
 
 PREEMPTED_EXIT_CODE = 143
 FEATURES = 16
@@ -57,6 +57,8 @@ def run_ddp(args) -> int:
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
+
+    from labkit.torch.distributed import init_process_group
 
     info = from_env()
     backend = init_process_group(info)
@@ -122,6 +124,8 @@ def run_ddp(args) -> int:
 def run_tf(args) -> int:
     import tensorflow as tf
 
+    from labkit.tf.strategy import tf_strategy
+
     info = from_env()
     strategy = tf_strategy(info)  # must come before any other TensorFlow op
     workers = max(1, info.world_size)
@@ -163,7 +167,7 @@ def run_tf(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m labkit.vertex.demo")
+    p = argparse.ArgumentParser(prog="python -m labkit.course.vertex_demo")
     p.add_argument("framework", choices=("ddp", "tf"))
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=64, help="global batch per step")
@@ -191,7 +195,7 @@ def demo_job(framework: str = "ddp", *, replica_count: int = 2, steps: int = 20,
 
     if framework not in ("ddp", "tf"):
         raise ValueError(f"framework must be 'ddp' or 'tf' (got {framework!r})")
-    args = ["python", "-m", "labkit.vertex.demo", framework, "--steps", str(steps),
+    args = ["python", "-m", "labkit.course.vertex_demo", framework, "--steps", str(steps),
             "--batch-size", str(batch_size), "--checkpoint-every", str(checkpoint_every),
             "--step-sleep", str(step_sleep)]
     image = PREBUILT_IMAGES["torch" if framework == "ddp" else "tf"]

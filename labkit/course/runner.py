@@ -15,12 +15,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from labkit.notebook import (
+from labkit.course.notebook import (
     ARTIFACTS_ENV,
     NotebookRun,
     course_notebooks,
     notebook_parameters,
-    parse_value,
     run_notebook,
     timestamp,
 )
@@ -64,7 +63,7 @@ def run_course(
 
 
 def _machine_line() -> str:
-    from labkit import devices
+    from labkit.core import devices
 
     info = devices.detect()
     gpus = ", ".join(f"{g.name} ({g.memory_gib:.0f} GiB)" for g in info.gpus) or "no GPU"
@@ -99,22 +98,3 @@ def write_report(runs: list[NotebookRun], out: Path) -> Path:
     }
     (out / "summary.json").write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
     return md
-
-
-def add_course_command(subparsers) -> None:
-    p = subparsers.add_parser("course", help="run every notebook and write a summary report",
-                              description="Execute the whole course with papermill.")
-    p.add_argument("-p", "--parameter", nargs=2, action="append", default=[],
-                   metavar=("NAME", "VALUE"), help="parameter for every notebook that declares it")
-    p.add_argument("-o", "--out", help="output folder (default runs/<timestamp>)")
-    p.add_argument("--only", action="append", help="run only notebooks whose name contains this")
-    p.add_argument("--notebooks", help="folder holding the NN_name.ipynb notebooks")
-    p.set_defaults(handler=_course_command)
-
-
-def _course_command(args) -> int:
-    params = {name: parse_value(value) for name, value in args.parameter}
-    runs, report = run_course(args.out, params, notebook_dir=args.notebooks, only=args.only)
-    print(f"\nexecuted notebooks and report: {report.parent}\nsummary: {report}")
-    print(report.read_text(encoding="utf-8"))
-    return 0 if all(r.ok for r in runs) else 1

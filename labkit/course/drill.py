@@ -11,9 +11,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.config import check_choice, check_float, check_int
-from labkit.metrics import load_metrics
-from labkit.train import TrainConfig
+from labkit.core.config import check_choice, check_float, check_int
+from labkit.core.metrics import load_metrics
+from labkit.core.train_config import TrainConfig
 from labkit.vertex.emulator import Fault, LocalJob, LocalPaths, run_local
 from labkit.vertex.specs import training_job
 
@@ -113,7 +113,7 @@ def _losses(job: LocalJob, metrics: str) -> tuple[list[float], int | None, int]:
 
 
 def _final_weights(job: LocalJob, checkpoints: str) -> dict:
-    from labkit import checkpoint
+    from labkit.core import checkpoint
     from labkit.torch.state import from_bytes
 
     ckpt = checkpoint.load(LocalPaths(job.workdir)(checkpoints))

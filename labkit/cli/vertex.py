@@ -36,7 +36,7 @@ def add_vertex_options(p: argparse.ArgumentParser) -> None:
 
 def run_on_vertex(args: argparse.Namespace, params: dict[str, Any]) -> int:
     from labkit import vertex
-    from labkit.notebook import check_parameters, timestamp
+    from labkit.course.notebook import check_parameters, timestamp
 
     notebook = Path(args.notebook)
     if not notebook.is_file():

@@ -1,6 +1,6 @@
 """The TensorFlow column of notebook 04: the mixed-precision ladder through `labkit.tf.engine`.
 
-`ladder(LadderConfig(...))` mirrors `labkit.torch.ladder.ladder`: one training run per rung,
+`ladder(LadderConfig(...))` mirrors `labkit.course.precision_torch.ladder`: one training run per rung,
 rows with the same keys (so both frameworks fill one table). The rungs are TensorFlow's own:
 
     fp32 → tf32 → bf16 (mixed_bfloat16) → fp16 (mixed_float16 + loss scaling) → bf16 + XLA
@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.config import check_int
-from labkit.precision_ladder import LadderConfig
-from labkit.train import TrainConfig
+from labkit.core.config import check_int
+from labkit.core.train_config import TrainConfig
+from labkit.course.precision import LadderConfig
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def overflow_demo(steps: int = 14, init_scale: float = 2.0**28, model: str = "cn
     runtime.configure(device)
     import tensorflow as tf
 
-    from labkit.models import build_config
+    from labkit.core.models import build_config
     from labkit.tf.data import BatchLayout, load_arrays, make_dataset_fn
     from labkit.tf.engine import build, make_train_step
     from labkit.tf.precision import TFPrecision

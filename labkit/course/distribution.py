@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from labkit import frameworks
-from labkit.metrics import MetricsLog
-from labkit.train import TrainConfig
+from labkit.core import frameworks
+from labkit.core.metrics import MetricsLog
+from labkit.core.train_config import TrainConfig
 
 FRAMEWORK_MODULES = {"torch": "torch", "tf": "tensorflow"}
 LABELS = {"torch": "PyTorch DDP", "tf": "tf.distribute MWMS"}

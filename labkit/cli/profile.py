@@ -14,7 +14,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from labkit.config import ParameterError
+from labkit.core.config import ParameterError
 
 
 def add_profile_command(subparsers) -> None:
@@ -69,7 +69,7 @@ def _profile_command(args) -> int:
         set_cpu_threads(args.cpu_threads)
         pc = ProfileConfig(out_dir=str(out), wait=args.wait, warmup=args.warmup, active=args.active)
         if args.model:
-            from labkit.train import TrainConfig
+            from labkit.core.train_config import TrainConfig
 
             steps = pc.steps_needed
             tc = TrainConfig(model=args.model, batch_size=args.batch_size, steps=steps, num_workers=args.num_workers,
@@ -98,7 +98,7 @@ def _print_result(result, args, out: Path) -> int:
 def _profile_tf(args, out: Path) -> int:
     import json
 
-    from labkit.frameworks import has_tf, missing_reason
+    from labkit.core.frameworks import has_tf, missing_reason
     from labkit.profiling.analysis import step_breakdown
     from labkit.profiling.tf_profiler import TFWorkloadConfig, run_tf_workload, tf_profile
     from labkit.profiling.verdict import diagnose

@@ -2,7 +2,7 @@
 
 Vertex AI (Spot preemption, maintenance) sends SIGTERM and allows about 15 s. The handler only
 sets a flag; the engine checks it at the end of the step, checkpoints, calls the handler that was
-installed before ours (chaining), and raises `labkit.train.Preempted` (the CLI exits 143).
+installed before ours (chaining), and raises `labkit.core.train_config.Preempted` (the CLI exits 143).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from labkit.train import TrainConfig
+from labkit.core.train_config import TrainConfig
 
 
 def _local_bytes(tensors) -> int:
@@ -36,11 +36,11 @@ def _worker(config: TrainConfig, mode: str, out: str) -> None:
     from torch.distributed.fsdp import fully_shard
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from labkit.config import resolve_scale
-    from labkit.models import build_config
+    from labkit.core.config import resolve_scale
+    from labkit.core.models import build_config
     from labkit.torch import distributed
     from labkit.torch.data import ResumableLoader, make_dataset, to_float_images
-    from labkit.torch.engine import default_num_samples, loss_fn, micro_batch_size, resolve_device
+    from labkit.torch.engine import loss_fn, micro_batch_size, resolve_device
     from labkit.torch.models import build_model
 
     info = distributed.info_from_env()
@@ -58,7 +58,7 @@ def _worker(config: TrainConfig, mode: str, out: str) -> None:
         net = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr)
     micro = micro_batch_size(config, info.world_size)
-    loader = ResumableLoader(make_dataset(model_cfg, default_num_samples(config), config.seed), micro,
+    loader = ResumableLoader(make_dataset(model_cfg, config.num_samples_or_default(), config.seed), micro,
                              world_size=info.world_size, rank=info.rank, seed=config.seed)
     losses = []
     for _ in range(config.steps):
@@ -88,7 +88,7 @@ def _worker(config: TrainConfig, mode: str, out: str) -> None:
 def compare_sharding(config: TrainConfig, nproc: int = 2, *, timeout_s: float = 240) -> list[dict[str, Any]]:
     """Rows (one per mode): per-rank MiB of parameters, gradients, optimizer state, and losses.
     The model must have `.blocks` (GPT, ResNet, CNN all do)."""
-    from labkit.cluster import free_ports
+    from labkit.core.cluster import free_ports
     from labkit.torch.launch import replica_env
 
     rows = []
@@ -98,7 +98,7 @@ def compare_sharding(config: TrainConfig, nproc: int = 2, *, timeout_s: float = 
         procs = []
         for rank in range(nproc):
             out = tmp / f"{mode}-{rank}.json"
-            cmd = [sys.executable, "-m", "labkit.torch.fsdp", "--mode", mode, "--out", str(out),
+            cmd = [sys.executable, "-m", "labkit.course.sharding", "--mode", mode, "--out", str(out),
                    "--config", json.dumps(asdict(config))]
             procs.append(subprocess.Popen(cmd, env=replica_env(rank, nproc, port, 1),
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
@@ -122,7 +122,7 @@ def compare_sharding(config: TrainConfig, nproc: int = 2, *, timeout_s: float = 
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description="one replica of labkit.torch.fsdp.compare_sharding")
+    p = argparse.ArgumentParser(description="one replica of labkit.course.sharding.compare_sharding")
     p.add_argument("--mode", choices=("ddp", "fsdp"), required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--config", required=True, help="TrainConfig fields as JSON")

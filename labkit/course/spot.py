@@ -15,7 +15,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
-from labkit.config import check_bool, check_float
+from labkit.core.config import check_bool, check_float
 
 SIGTERM_NOTICE_S = 15.0  # what to assume for acting on SIGTERM before the VM stops
 
@@ -102,7 +102,7 @@ def rows_as_dicts(rows: list[TradeoffRow]) -> list[dict]:
 def time_checkpoint_write(checkpoint_dir: str) -> tuple[float, int]:
     """Seconds and bytes to write the newest committed checkpoint of `checkpoint_dir` again
     (to a temporary folder, with its commit marker): the measured cost of one checkpoint."""
-    from labkit import checkpoint
+    from labkit.core import checkpoint
 
     ckpt = checkpoint.load(checkpoint_dir)
     if ckpt is None:

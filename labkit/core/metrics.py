@@ -1,0 +1,103 @@
+"""The per-step metrics schema shared by the PyTorch and TensorFlow engines.
+
+A metrics file is JSON: `{"run": {...}, "steps": [{"step": i, "loss": x, ...}, ...],
+"summary": {...}}`. `steps` lists only the steps the writing process ran (a resumed run's file
+starts at its first resumed step). Engines fill `StepMetrics`; notebooks and tests read the file
+back with `load_metrics`, so both frameworks are compared through the same code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class StepMetrics:
+    """What happened in one optimizer step. Times are wall-clock seconds on this process."""
+
+    step: int
+    loss: float
+    step_time_s: float | None = None
+    data_time_s: float | None = None
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    mfu: float | None = None
+    peak_memory_bytes: int | None = None
+    lr: float | None = None
+    skipped: bool = False  # fp16 overflow: the optimizer step was skipped
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in asdict(self).items() if k != "extra" and v is not None}
+        d.update(self.extra)
+        return d
+
+
+def summarize(steps: list[dict[str, Any]], *, warmup: int = 1) -> dict[str, Any]:
+    """Medians over the steps after `warmup` (compilation and allocator warm-up excluded)."""
+    timed = steps[warmup:] if len(steps) > warmup else steps
+    out: dict[str, Any] = {"num_steps": len(steps)}
+    if steps:
+        out["first_loss"] = steps[0]["loss"]
+        out["final_loss"] = steps[-1]["loss"]
+    for key in ("step_time_s", "data_time_s", "samples_per_s", "tokens_per_s", "mfu"):
+        values = [s[key] for s in timed if s.get(key) is not None]
+        if values:
+            out[f"median_{key}"] = statistics.median(values)
+    peaks = [s["peak_memory_bytes"] for s in steps if s.get("peak_memory_bytes") is not None]
+    if peaks:
+        out["peak_memory_bytes"] = max(peaks)
+    return out
+
+
+class MetricsLog:
+    """Collects StepMetrics and writes the JSON file atomically (a reader never sees half a file)."""
+
+    def __init__(self, run: dict[str, Any] | None = None):
+        self.run: dict[str, Any] = dict(run or {})
+        self.steps: list[dict[str, Any]] = []
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> MetricsLog:
+        """A log back from its file (e.g. rank 0's, after a multi-process run)."""
+        data = load_metrics(path)
+        log = cls(data.get("run"))
+        log.steps = list(data["steps"])
+        return log
+
+    def append(self, metrics: StepMetrics) -> None:
+        self.steps.append(metrics.to_dict())
+
+    @property
+    def losses(self) -> list[float]:
+        return [s["loss"] for s in self.steps]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run": self.run, "steps": self.steps, "summary": summarize(self.steps)}
+
+    def write(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=1)
+        os.replace(tmp, path)
+        return path
+
+
+def load_metrics(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a metrics file; raises ValueError naming the file when it is not one."""
+    with open(path, encoding="utf-8") as f:
+        try:
+            data = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not a metrics JSON file ({e})") from e
+    if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
+        raise ValueError(f"{path}: a metrics file needs a 'steps' list")
+    return data

@@ -1,0 +1,239 @@
+"""`TrainConfig`: everything one training run needs, and its one command-line form.
+
+Both engines (`labkit.torch.engine.fit`, `labkit.tf.engine.fit`) take this config and write the
+same metrics schema (`labkit.core.metrics`), so a notebook compares frameworks through one API.
+
+Each field carries its help text (and its choices, where it has them) beside its default, so the
+`labkit train` flags are generated from the dataclass: a new field gets a flag, a help line and
+its validation at once. `to_argv(config)` and `from_argv(argv)` are the one round trip between a
+config and flags, used by local replicas and by Vertex job specs alike; `None` is written as
+``none`` for fields whose default is not None (``--grad-clip none``) and left out otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import typing
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from labkit.core.config import (
+    SCALES,
+    ParameterError,
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+)
+from labkit.core.models import MODEL_NAMES
+
+FRAMEWORKS = ("torch", "tf")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+DEVICES = ("auto", "cpu", "cuda")
+# torch.compile's modes, and "tuned": CUDA graphs plus coordinate-descent tuning of the generated
+# Triton kernels, without max-autotune's matmul search (which takes minutes and rarely beats cuBLAS).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune", "tuned")
+PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM, what a process killed by SIGTERM reports
+
+
+class Preempted(Exception):
+    """Raised by an engine after it checkpointed in response to SIGTERM (or `preempt_at`)."""
+
+    def __init__(self, step: int):
+        self.step = step
+        super().__init__(f"preempted during step {step}; state checkpointed")
+
+
+def finished_replicas_log(metrics_out: str, exit_codes: list[int]):
+    """Rank 0's MetricsLog after every replica of a local multi-process run has exited 0 or 143;
+    raises `Preempted` at the last recorded step when they checkpointed and exited 143."""
+    from labkit.core.metrics import MetricsLog
+
+    log = MetricsLog.read(metrics_out)
+    if PREEMPTED_EXIT_CODE in exit_codes:
+        raise Preempted(log.steps[-1]["step"] if log.steps else -1)
+    return log
+
+
+def _opt(default: Any, help: str, choices: tuple[Any, ...] | None = None) -> Any:
+    """A field with its help text (and choices) kept beside its default."""
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
+@dataclass
+class TrainConfig:
+    """Everything one run needs. `batch_size` is the GLOBAL batch of one optimizer step: summed
+    over all replicas and all gradient-accumulation micro-steps (per-replica micro-batch =
+    batch_size / (world_size * grad_accum)), so changing the replica count keeps the maths."""
+
+    framework: str = _opt("torch", "training engine", FRAMEWORKS)
+    model: str = _opt("cnn", "model family; sizes come from --scale", MODEL_NAMES)
+    scale: str = _opt("smoke", "model/data sizes: smoke (CPU, seconds), full (GPU: ResNet-50, "
+                      "GPT-2 small); auto picks", SCALES)
+    steps: int = _opt(20, "total optimizer steps of the run (a resumed run finishes the remaining ones)")
+    batch_size: int = _opt(32, "GLOBAL batch per optimizer step, over all replicas and accumulation "
+                           "micro-steps")
+    grad_accum: int = _opt(1, "micro-steps per optimizer step (gradients all-reduced on the last one only)")
+    lr: float = _opt(1e-3, "peak learning rate (AdamW)")
+    warmup_steps: int = _opt(0, "linear LR warm-up steps")
+    scale_lr_with_world_size: bool = _opt(False, "multiply the LR by the number of replicas "
+                                          "(linear scaling rule)")
+    precision: str = _opt("fp32", "fp32, tf32 (fp32 maths on TF32 tensor cores), bf16 autocast, "
+                          "fp16 autocast + GradScaler", PRECISIONS)
+    channels_last: bool = _opt(False, "NHWC memory format for conv nets (tensor-core friendly)")
+    compile: bool = _opt(False, "torch.compile the model (TensorFlow: XLA jit_compile)")
+    compile_mode: str = _opt("default", "torch.compile mode with --compile (torch): default, "
+                             "reduce-overhead (CUDA graphs), max-autotune(-no-cudagraphs), tuned "
+                             "(CUDA graphs + Triton kernel tuning)", COMPILE_MODES)
+    # GPT with bf16 on an fp8 GPU (Hopper, Ada): the output projection and the loss run as one
+    # function whose three matmuls use fp8 tensor cores (labkit.torch.fp8).
+    fp8_head: bool = _opt(False, "GPT + bf16: output projection and loss with fp8 matmuls (fastest "
+                          "on Hopper/Ada; torch only)")
+    # After a few normal steps, the whole optimizer step (every micro-step's forward and backward,
+    # clipping, AdamW) is captured as one CUDA graph and replayed (labkit.torch.step_graph).
+    cuda_graph_step: bool = _opt(False, "CUDA, one process: replay the whole step (forward, backward, "
+                                 "optimizer) as one CUDA graph after 3 normal steps (torch only; not "
+                                 "with fp16)")
+    activation_checkpointing: bool = _opt(False, "recompute block activations in the backward pass "
+                                          "(less memory, more time)")
+    grad_clip: float | None = _opt(1.0, "clip the global gradient norm to this value (none or 0: no "
+                                   "clipping)")
+    seed: int = _opt(0, "seed of weights and data order")
+    num_samples: int | None = _opt(None, "synthetic dataset size (default: max(4096, 64 x batch))")
+    # Input pipeline knobs: loader worker processes, pinned host memory, and an injected per-batch
+    # input latency (remote storage / decode cost) for building input-bound runs.
+    num_workers: int = _opt(0, "DataLoader worker processes")
+    pin_memory: bool = _opt(False, "page-locked host batches for faster host-to-device copies (CUDA)")
+    input_latency_ms: float = _opt(0.0, "injected delay per batch in the input pipeline (emulates "
+                                   "slow storage)")
+    checkpoint_dir: str | None = _opt(None, "full-state checkpoints here (local path, gs://, /gcs/); "
+                                      "resumes from the newest committed step (defaults to "
+                                      "$AIP_CHECKPOINT_DIR on Vertex AI)")
+    checkpoint_every: int = _opt(0, "checkpoint every K steps (0: only at the end and on SIGTERM)")
+    metrics_out: str | None = _opt(None, "per-step metrics JSON file written by rank 0")
+    tensorboard_dir: str | None = _opt(None, "TensorBoard event files, rank 0 (defaults to "
+                                       "$AIP_TENSORBOARD_LOG_DIR on Vertex AI)")
+    preempt_at: int | None = _opt(None, "preemption drill: SIGTERM to itself during this step, "
+                                  "checkpoint, exit 143")
+    device: str = _opt("auto", "auto: CUDA when available, else CPU", DEVICES)
+    progress: bool = _opt(True, "progress bar on rank 0")
+
+    def __post_init__(self) -> None:
+        check_choice("framework", self.framework, FRAMEWORKS)
+        check_choice("model", self.model, MODEL_NAMES)
+        check_choice("scale", self.scale, SCALES)
+        check_int("steps", self.steps, minimum=1)
+        check_int("batch_size", self.batch_size, minimum=1)
+        check_int("grad_accum", self.grad_accum, minimum=1)
+        check_float("lr", self.lr, minimum=0.0)
+        check_int("warmup_steps", self.warmup_steps, minimum=0)
+        check_bool("scale_lr_with_world_size", self.scale_lr_with_world_size)
+        check_choice("precision", self.precision, PRECISIONS)
+        check_bool("channels_last", self.channels_last)
+        check_bool("compile", self.compile)
+        check_choice("compile_mode", self.compile_mode, COMPILE_MODES)
+        check_bool("fp8_head", self.fp8_head)
+        if self.fp8_head and (self.model != "gpt" or self.precision != "bf16"):
+            raise ParameterError("fp8_head", self.fp8_head,
+                                 f"needs model='gpt' and precision='bf16' (got model={self.model!r}, "
+                                 f"precision={self.precision!r})")
+        check_bool("cuda_graph_step", self.cuda_graph_step)
+        if self.cuda_graph_step and self.precision == "fp16":
+            raise ParameterError("cuda_graph_step", self.cuda_graph_step,
+                                 "needs a precision without a loss scaler (fp32, tf32 or bf16): fp16's "
+                                 "GradScaler reads its overflow flag on the host every step")
+        check_bool("activation_checkpointing", self.activation_checkpointing)
+        check_float("grad_clip", self.grad_clip, minimum=0.0, allow_none=True)
+        check_int("seed", self.seed, minimum=0)
+        check_int("num_samples", self.num_samples, minimum=1, allow_none=True)
+        check_int("num_workers", self.num_workers, minimum=0)
+        check_bool("pin_memory", self.pin_memory)
+        check_float("input_latency_ms", self.input_latency_ms, minimum=0.0)
+        check_int("checkpoint_every", self.checkpoint_every, minimum=0)
+        check_int("preempt_at", self.preempt_at, minimum=0, allow_none=True)
+        check_choice("device", self.device, DEVICES)
+        check_bool("progress", self.progress)
+
+    def check_world_size(self, world_size: int) -> None:
+        """Refuse settings that need a single process, for a run of `world_size` replicas (the
+        launcher checks before starting any; the engine checks again in each replica)."""
+        if self.cuda_graph_step and world_size > 1:
+            raise ParameterError("cuda_graph_step", True,
+                                 f"needs a single process (got {world_size}): DDP's gradient all-reduce "
+                                 f"is driven from the host, outside any graph")
+
+    def num_samples_or_default(self) -> int:
+        """The synthetic dataset size: independent of `steps`, so extending a run keeps the data
+        order of the steps already run (both engines use this rule)."""
+        return self.num_samples or max(4096, 64 * self.batch_size)
+
+
+# ---------------------------------------------------------------- the command-line form
+
+def flag(name: str) -> str:
+    """`grad_clip` -> `--grad-clip`."""
+    return "--" + name.replace("_", "-")
+
+
+def _field_types() -> dict[str, tuple[type, bool]]:
+    """Field name -> (value type, whether None is allowed), from the annotations."""
+    out = {}
+    for name, hint in typing.get_type_hints(TrainConfig).items():
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        out[name] = (args[0], True) if args else (hint, False)
+    return out
+
+
+def _none_or(kind: type):
+    """An argparse type that reads `none` as None (for fields whose default is not None)."""
+    def parse(text: str):
+        return None if text.strip().lower() == "none" else kind(text)
+
+    parse.__name__ = kind.__name__  # argparse names the type in its error messages
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per TrainConfig field, with its help, default and choices."""
+    types = _field_types()
+    for f in fields(TrainConfig):
+        kind, optional = types[f.name]
+        help_text, choices = f.metadata["help"], f.metadata["choices"]
+        if kind is bool:
+            parser.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, default=f.default,
+                                help=help_text)
+            continue
+        parse = _none_or(kind) if optional and f.default is not None and kind is not str else kind
+        shown = f" (default: {f.default})" if f.default is not None else ""
+        parser.add_argument(flag(f.name), type=parse, default=f.default, choices=choices,
+                            help=help_text + shown)
+
+
+def from_namespace(args: argparse.Namespace) -> TrainConfig:
+    """The TrainConfig of parsed `add_arguments` flags (validated: ParameterError names a field)."""
+    return TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
+
+
+def from_argv(argv: list[str]) -> TrainConfig:
+    """`to_argv`'s inverse: the TrainConfig that `labkit train argv...` runs."""
+    parser = argparse.ArgumentParser(prog="labkit train", exit_on_error=False)
+    add_arguments(parser)
+    return from_namespace(parser.parse_args(argv))
+
+
+def to_argv(config: TrainConfig, *, changed_only: bool = False) -> list[str]:
+    """The `labkit train` flags that rebuild `config` exactly (`from_argv(to_argv(c)) == c`);
+    `changed_only` leaves out fields at their default (shorter job specs)."""
+    argv: list[str] = []
+    for f in fields(TrainConfig):
+        value = getattr(config, f.name)
+        if changed_only and value == f.default:
+            continue
+        if isinstance(value, bool):
+            argv.append(flag(f.name) if value else "--no-" + flag(f.name)[2:])
+        elif value is None:
+            if f.default is not None:
+                argv += [flag(f.name), "none"]
+        else:
+            argv += [flag(f.name), repr(value) if isinstance(value, float) else str(value)]
+    return argv
