@@ -7,6 +7,7 @@
 - `checkpoint`: named blobs committed by a marker written last, through fsspec
 - `metrics`: the per-step metrics schema both engines write
 - `preemption`: the one SIGTERM guard
+- `stats`: repeated measurements, their spread, and verdicts that say "no measurable difference"
 - `devices`, `frameworks`, `gcp`, `doctor`: what this machine and cloud configuration offer
 
 Nothing here imports torch or TensorFlow at module level, and nothing imports upward.
