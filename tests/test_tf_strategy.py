@@ -75,3 +75,39 @@ def test_batch_layout_global_semantics():
     two = np.concatenate([replica_indices(3, r, layout, 256, seed=0).ravel() for r in range(2)])
     assert len(set(two)) == 32
     assert sorted(one) == sorted(two)
+
+
+def _cluster_spec(task_type: str, index: int, pool2_image: str | None = None) -> dict[str, str]:
+    pools = {"workerpool0": ["c:1"], "workerpool1": ["w:1", "w:2"]}
+    job = {"workerPoolSpecs": [{}, {}]}
+    if pool2_image:
+        pools["workerpool2"] = ["r:1"]
+        job["workerPoolSpecs"].append({"containerSpec": {"imageUri": pool2_image}})
+    spec = {"cluster": pools, "task": {"type": task_type, "index": index}, "job": job}
+    return {"CLUSTER_SPEC": json.dumps(spec)}
+
+
+def test_plan_is_a_view_of_the_cluster_info():
+    from labkit.core.cluster import REDUCTION_SERVER_IMAGE, from_env
+    from labkit.tf.strategy import plan_for
+
+    env = _cluster_spec("workerpool1", 1)
+    plan = plan_strategy(env)
+    info = from_env(env)
+    assert plan == plan_for(info)
+    assert (plan.kind, plan.num_workers, plan.task_type, plan.task_index, plan.is_chief) == \
+        ("multi_worker_mirrored", 3, "worker", 1, False)
+    assert plan.tf_config == info.tf_config()
+    # A Reduction Server in pool 2 is not a parameter server: the job stays synchronous.
+    rs = plan_strategy(_cluster_spec("workerpool0", 0, REDUCTION_SERVER_IMAGE))
+    assert rs.kind == "multi_worker_mirrored" and "ps" not in rs.tf_config["cluster"]
+    ps = plan_strategy(_cluster_spec("workerpool0", 0, "gcr.io/p/trainer"))
+    assert ps.kind == "parameter_server" and ps.tf_config["cluster"]["ps"] == ["r:1"]
+
+
+def test_plan_refuses_nodes_described_only_by_torch_variables():
+    with pytest.raises(ValueError, match="TF_CONFIG"):
+        plan_strategy({"MASTER_ADDR": "h", "WORLD_SIZE": "2", "RANK": "1"})
+    # One node with two local processes is a single TensorFlow worker.
+    assert plan_strategy({"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1",
+                          "LOCAL_WORLD_SIZE": "2"}).kind == "default"

@@ -33,6 +33,33 @@ def test_dist_info_from_env():
         distributed.info_from_env({"WORLD_SIZE": "two"})
 
 
+def test_dist_info_is_the_process_level_view_of_the_cluster():
+    import json
+
+    two_nodes = {"cluster": {"workerpool0": ["a:1"], "workerpool1": ["b:1"]},
+                 "task": {"type": "workerpool1", "index": 0}}
+    env = {"CLUSTER_SPEC": json.dumps(two_nodes)}
+    assert distributed.info_from_env(env) == distributed.DistInfo(1, 2, 0)
+    torchrun = {"WORLD_SIZE": "8", "RANK": "5", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"}
+    assert distributed.info_from_env(env | torchrun) == distributed.DistInfo(5, 8, 1)
+    with pytest.raises(ValueError, match="CLUSTER_SPEC"):  # the two sources disagree
+        distributed.info_from_env(env | {"WORLD_SIZE": "8", "RANK": "5"})
+    ps = dict(two_nodes, cluster={**two_nodes["cluster"], "workerpool2": ["c:1"]},
+              task={"type": "workerpool2", "index": 0})
+    with pytest.raises(ValueError, match="role"):
+        distributed.info_from_env({"CLUSTER_SPEC": json.dumps(ps)})
+
+
+def test_local_replicas_read_back_as_their_ranks():
+    from labkit.torch.launch import local_replica_envs
+
+    envs = local_replica_envs(2, port=1234)
+    infos = [distributed.info_from_env(e) for e in envs]
+    assert [(i.rank, i.world_size, i.local_rank, i.is_main) for i in infos] == \
+        [(0, 2, 0, True), (1, 2, 1, False)]
+    assert [e["LABKIT_NO_PROGRESS"] for e in envs] == ["", "1"] and envs[1]["OMP_NUM_THREADS"] == "1"
+
+
 def test_a_replica_leaves_with_its_code_and_output_but_without_finalizing():
     """A process that was a DDP replica ends through `exit_if_replica` (the gloo threads torch
     keeps can abort a finalizing interpreter); any other process is left alone."""

@@ -3,7 +3,9 @@
 - `config`: parameter checks whose errors name the parameter, and `scale` resolution
 - `train_config`: `TrainConfig` (help beside each field) and its one argv round trip
 - `models`: model configurations both engines build their twins from
-- `cluster`: where this process sits in a (Vertex AI) cluster: `ClusterInfo`, `from_env`
+- `cluster`: where this process sits in a (Vertex AI) cluster: `ClusterInfo`, `from_env` (the
+  one reader of CLUSTER_SPEC, TF_CONFIG and the torch variables)
+- `launcher`: the one process launcher: start, watch, stop local processes (`run_group`)
 - `checkpoint`: named blobs committed by a marker written last, through fsspec
 - `metrics`: the per-step metrics schema both engines write
 - `preemption`: the one SIGTERM guard

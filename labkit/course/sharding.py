@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, replace
@@ -79,39 +77,22 @@ def _worker(config: TrainConfig, mode: str, out: str) -> None:
               "optimizer_bytes": state}
     Path(out).write_text(json.dumps(record))
     dist.barrier()
-    # Leave without tearing the process group down: FSDP's gloo teardown can abort the process
-    # ("terminate called without an active exception") after all the work is done.
-    sys.stdout.flush()
-    os._exit(0)
+    distributed.exit_if_replica(0)  # FSDP's gloo teardown can abort a finalizing process
 
 
 def compare_sharding(config: TrainConfig, nproc: int = 2, *, timeout_s: float = 240) -> list[dict[str, Any]]:
     """Rows (one per mode): per-rank MiB of parameters, gradients, optimizer state, and losses.
     The model must have `.blocks` (GPT, ResNet, CNN all do)."""
-    from labkit.core.cluster import free_ports
-    from labkit.torch.launch import replica_env
+    from labkit.torch.launch import launch_replicas
 
     rows = []
     tmp = Path(tempfile.mkdtemp(prefix="labkit-fsdp-"))
     for mode in ("ddp", "fsdp"):
-        (port,) = free_ports(1)
-        procs = []
-        for rank in range(nproc):
-            out = tmp / f"{mode}-{rank}.json"
-            cmd = [sys.executable, "-m", "labkit.course.sharding", "--mode", mode, "--out", str(out),
-                   "--config", json.dumps(asdict(config))]
-            procs.append(subprocess.Popen(cmd, env=replica_env(rank, nproc, port, 1),
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        try:
-            for rank, p in enumerate(procs):
-                text, _ = p.communicate(timeout=timeout_s)
-                if p.returncode:
-                    raise RuntimeError(f"{mode} replica rank {rank} failed (exit {p.returncode}):\n{text[-3000:]}")
-        finally:
-            for p in procs:  # a replica left waiting in a collective would hang forever
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+        def cmd(rank: int, mode: str = mode) -> list[str]:
+            return [sys.executable, "-m", "labkit.course.sharding", "--mode", mode, "--out",
+                    str(tmp / f"{mode}-{rank}.json"), "--config", json.dumps(asdict(config))]
+
+        launch_replicas(cmd, nproc, timeout_s=timeout_s, what=f"{mode} replica")
         r0 = json.loads((tmp / f"{mode}-0.json").read_text())
         mib = 2**20
         rows.append({"mode": mode, "processes": nproc, "param_mib": r0["param_bytes"] / mib,

@@ -15,15 +15,15 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from labkit.core.cluster import free_ports
+from labkit.core.cluster import free_ports, local_processes
 from labkit.core.config import ParameterError, check_choice, check_int
+from labkit.core.launcher import GroupConfig, ProcessSpec, child_env, run_group
 
 KB, MB = 1024, 1024 * 1024
 
@@ -192,29 +192,17 @@ def allreduce_benchmark(config: AllReduceConfig) -> AllReduceReport:
     (port,) = free_ports(1)
     with tempfile.TemporaryDirectory(prefix="labkit-allreduce-") as tmp:
         out = Path(tmp) / "report.json"
-        procs = []
-        repo = str(Path(__file__).resolve().parents[2])
-        for rank in range(config.world_size):
-            env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                       WORLD_SIZE=str(config.world_size), RANK=str(rank), OMP_NUM_THREADS="1",
-                       PYTHONPATH=os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH")) if p))
-            for var in ("CLUSTER_SPEC", "TF_CONFIG", "LOCAL_RANK", "LOCAL_WORLD_SIZE"):
-                env.pop(var, None)
-            cmd = [sys.executable, "-m", "labkit.hardware.allreduce", "worker", "--backend", backend,
-                   "--sizes", json.dumps(config.sizes), "--min-iters", str(config.min_iters),
-                   "--max-iters", str(config.max_iters), "--target-s", str(config.target_s),
-                   "--warmup", str(config.warmup), "--out", str(out)]
-            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-        logs = []
-        for p in procs:
-            try:
-                logs.append(p.communicate(timeout=config.timeout_s)[0].decode(errors="replace"))
-            except subprocess.TimeoutExpired:
-                for q in procs:
-                    q.kill()
-                raise TimeoutError(f"all-reduce benchmark exceeded {config.timeout_s}s") from None
-        if any(p.returncode for p in procs) or not out.exists():
-            raise RuntimeError("all-reduce benchmark failed:\n" + "\n".join(logs)[-4000:])
+        cmd = [sys.executable, "-m", "labkit.hardware.allreduce", "worker", "--backend", backend,
+               "--sizes", json.dumps(config.sizes), "--min-iters", str(config.min_iters),
+               "--max-iters", str(config.max_iters), "--target-s", str(config.target_s),
+               "--warmup", str(config.warmup), "--out", str(out)]
+        specs = [ProcessSpec(f"rank {info.global_rank}", cmd,
+                             child_env({**info.torch_env(), "OMP_NUM_THREADS": "1"}))
+                 for info in local_processes(config.world_size, port)]
+        # A LaunchTimeout is a TimeoutError, a LaunchError a RuntimeError.
+        run_group(specs, GroupConfig(timeout_s=config.timeout_s)).check("all-reduce benchmark process")
+        if not out.exists():
+            raise RuntimeError("all-reduce benchmark: rank 0 wrote no report")
         data = json.loads(out.read_text())
     data["results"] = [AllReduceResult(**r) for r in data["results"]]
     return AllReduceReport(**data)

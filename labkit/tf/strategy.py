@@ -2,17 +2,18 @@
 
 | environment                                   | strategy                        |
 |-----------------------------------------------|---------------------------------|
-| no TF_CONFIG, at most one GPU                 | default (one device)            |
-| no TF_CONFIG, several local GPUs              | MirroredStrategy                |
-| TF_CONFIG with chief/worker tasks only        | MultiWorkerMirroredStrategy     |
-| TF_CONFIG with `ps` tasks                     | ParameterServerStrategy         |
+| a single node, at most one GPU                | default (one device)            |
+| a single node, several local GPUs             | MirroredStrategy                |
+| a cluster with chief/worker tasks only        | MultiWorkerMirroredStrategy     |
+| a cluster with `ps` tasks                     | ParameterServerStrategy         |
 
 With ParameterServerStrategy the chief coordinates (`labkit.tf.ps`), and the `worker` and `ps`
 tasks only run a TF server (`run_server_if_needed`) until the job ends.
 
-Vertex writes the primary replica as `master` in TF_CONFIG, which TensorFlow rejects; the
-TF_CONFIG handed to TensorFlow always says `chief`: `normalized_tf_config` is
-`labkit.core.cluster.ClusterInfo.tf_config()`, the one reading of the cluster environment.
+The plan is a view of `labkit.core.cluster.ClusterInfo` (`from_env` reads CLUSTER_SPEC,
+TF_CONFIG and the torch variables). Vertex writes the primary replica as `master` in TF_CONFIG,
+which TensorFlow rejects: the TF_CONFIG handed to TensorFlow is `ClusterInfo.tf_config()`, which
+always says `chief`.
 """
 
 from __future__ import annotations
@@ -53,16 +54,22 @@ class StrategyPlan:
             "chief" not in self.tf_config.get("cluster", {})
 
 
-def plan_strategy(env: Mapping[str, str] | None = None, *, local_gpus: int = 0) -> StrategyPlan:
-    """Decide from TF_CONFIG (Vertex-style allowed) and the local GPU count."""
-    tf_config = normalized_tf_config(env)
+def plan_for(info: ClusterInfo, *, local_gpus: int = 0) -> StrategyPlan:
+    """The strategy for `info` and this node's GPU count."""
+    tf_config = info.tf_config()
     if tf_config:
-        cluster = tf_config["cluster"]
-        task = tf_config["task"]
-        workers = len(cluster.get("chief", [])) + len(cluster.get("worker", []))
-        kind = "parameter_server" if cluster.get("ps") else "multi_worker_mirrored"
-        return StrategyPlan(kind, tf_config, workers, task["type"], task["index"])
+        kind = "parameter_server" if tf_config["cluster"].get("ps") else "multi_worker_mirrored"
+        return StrategyPlan(kind, tf_config, info.world_size, info.role, info.index)
+    if info.world_size > 1:
+        raise ValueError(f"{info.source}: {info.world_size} training nodes, but TensorFlow needs "
+                         "TF_CONFIG or CLUSTER_SPEC to find them (WORLD_SIZE / RANK are torch's)")
     return StrategyPlan("mirrored" if local_gpus > 1 else "default")
+
+
+def plan_strategy(env: Mapping[str, str] | None = None, *, local_gpus: int = 0) -> StrategyPlan:
+    """The plan for this process's environment (`env`, default `os.environ`; Vertex-style
+    CLUSTER_SPEC or TF_CONFIG allowed) and the local GPU count."""
+    return plan_for(from_env(env), local_gpus=local_gpus)
 
 
 def make_strategy(plan: StrategyPlan):
@@ -101,15 +108,9 @@ def run_server_if_needed(plan: StrategyPlan) -> bool:
 
 
 def tf_strategy(info: ClusterInfo | None = None):
-    """The tf.distribute strategy for `info`: MultiWorkerMirroredStrategy across nodes (TF_CONFIG
-    rewritten so TensorFlow accepts it), MirroredStrategy for several local GPUs, else the
-    default strategy. Create it before any other TensorFlow op, as TensorFlow requires."""
+    """The tf.distribute strategy for `info` (default: `from_env()`), as `plan_for` decides with
+    this machine's GPUs. Create it before any other TensorFlow op, as TensorFlow requires."""
     import tensorflow as tf
 
     info = info or from_env()
-    if info.world_size > 1:
-        os.environ["TF_CONFIG"] = json.dumps(info.tf_config())
-        return tf.distribute.MultiWorkerMirroredStrategy()
-    if len(tf.config.list_physical_devices("GPU")) > 1:
-        return tf.distribute.MirroredStrategy()
-    return tf.distribute.get_strategy()
+    return make_strategy(plan_for(info, local_gpus=len(tf.config.list_physical_devices("GPU"))))

@@ -11,7 +11,8 @@ Vertex's restart rules are applied: a replica that exits non-zero is restarted o
 preempted replica (an injected SIGTERM) restarts the whole job (up to 6 times). The job succeeds
 when the primary replica (workerpool0) exits 0. `Fault` injects SIGTERM or SIGKILL into a chosen
 replica once the job reports a chosen step (a ``step N`` line or a tqdm ``N/M`` counter in
-any replica's output). Each replica's output goes to its own log file.
+any replica's output). Each replica is a `labkit.core.launcher.Process`: a session of its
+own (a kill reaches all it started), its output in its own log file.
 
 Reduction Server replicas run Google's image, which cannot run here: they are emulated by an
 idle process so the pool layout and environment stay those of the real job.
@@ -23,24 +24,22 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from labkit.core.cluster import POOL2_ROLE_ENV, free_ports, from_env
+from labkit.core.cluster import free_ports, from_env, is_reduction_server_image
 from labkit.core.frameworks import has_aiplatform
-from labkit.vertex.specs import REDUCTION_SERVER_IMAGE, SETUP_MARKER, validate
+from labkit.core.launcher import Process, ProcessSpec, child_env
+from labkit.vertex.specs import SETUP_MARKER, validate
 
 SUCCEEDED, FAILED = "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED"
 MAX_WORKER_RESTARTS = 5  # a replica that exits non-zero is restarted on its VM up to 5 times
 MAX_PREEMPTION_RESTARTS = 6  # a preempted Spot job is restarted up to six times
-_REPO = Path(__file__).resolve().parents[2]
 _STEP_PATTERNS = (re.compile(r"\bstep[\s=:#]*(\d+)", re.I), re.compile(r"(\d+)/\d+\s*\["))
 _IDLE = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\nwhile True: time.sleep(0.2)"
 
@@ -152,7 +151,7 @@ class LocalPaths:
 def local_argv(container: Mapping[str, Any], paths: LocalPaths, where: str) -> list[str]:
     """The command a container would run, as a local command line."""
     command, args = list(container.get("command") or []), list(container.get("args") or [])
-    if container.get("image_uri") == REDUCTION_SERVER_IMAGE:
+    if is_reduction_server_image(container.get("image_uri")):
         return [sys.executable, "-c", _IDLE]
     if len(command) == 4 and command[:2] == ["bash", "-c"] and command[3] == SETUP_MARKER:
         command = []  # the setup wrapper only pip-installs what this environment already has
@@ -175,26 +174,22 @@ def replica_envs(spec: Mapping[str, Any], paths: LocalPaths, trial: str = "") ->
     master_port = next(ports)
     cluster = {f"workerpool{i}": [f"127.0.0.1:{next(ports)}" for _ in range(n)]
                for i, n in enumerate(counts) if n}
-    reduction = len(pools) > 2 and pools[2] and \
-        (pools[2].get("container_spec") or {}).get("image_uri") == REDUCTION_SERVER_IMAGE
-    world = counts[0] + (counts[1] if len(counts) > 1 else 0)
-    job_json = json.dumps(dict(spec))
     base = (spec.get("base_output_directory") or {}).get("output_uri_prefix")
     out = {}
     for pool, n in enumerate(counts):
         container = (pools[pool].get("container_spec") or {}) if n else {}
         for index in range(n):
+            # As Vertex documents it, CLUSTER_SPEC.job is the CustomJobSpec as an object; the
+            # role of pool 2 (parameter servers or Reduction Server) is read from it.
             cs = {"cluster": cluster, "environment": "cloud",
-                  "task": {"type": f"workerpool{pool}", "index": index, "trial": trial}, "job": job_json}
+                  "task": {"type": f"workerpool{pool}", "index": index, "trial": trial},
+                  "job": dict(spec)}
             env = {"CLUSTER_SPEC": json.dumps(cs)}
-            if reduction:
-                env[POOL2_ROLE_ENV] = "reduction_server"
             info = from_env(env)
             if sum(counts) > 1 and info.role != "reduction_server":
                 env["TF_CONFIG"] = json.dumps({**info.tf_config(), "environment": "cloud"})
-            if info.is_training:
-                env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port),
-                        "WORLD_SIZE": str(world), "RANK": str(info.rank)}
+            if info.is_training:  # one process per node: WORLD_SIZE and RANK count nodes
+                env |= replace(info, master_addr="127.0.0.1", master_port=master_port).torch_env()
             if base:
                 env |= {"AIP_MODEL_DIR": paths(base.rstrip("/") + "/model") + "/",
                         "AIP_CHECKPOINT_DIR": paths(base.rstrip("/") + "/checkpoints") + "/",
@@ -245,82 +240,41 @@ class _FaultTrigger:
                                f"{target.run.name} at step {step}")
 
 
-class _Process:
-    """A running replica: its process, a thread that tees output to the log and tracks steps."""
+def _step_of(line: str) -> int | None:
+    for pattern in _STEP_PATTERNS:
+        m = pattern.search(line)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+class _Replica:
+    """A running replica: its `labkit.core.launcher.Process` (own session, output teed to the
+    run's log) and its `ReplicaRun`, whose last step is tracked from the output."""
 
     def __init__(self, run: ReplicaRun, env: dict[str, str], on_step):
         self.run, self.on_step = run, on_step
-        self.start = time.monotonic()
-        run.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.proc = subprocess.Popen(run.argv, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-        self.killer: threading.Timer | None = None
-        self.thread = threading.Thread(target=self._pump, daemon=True)
-        self.thread.start()
-
-    def _pump(self) -> None:
-        buf = b""
-        with open(self.run.log_path, "wb") as log:
-            for chunk in iter(lambda: self.proc.stdout.read1(65536), b""):
-                log.write(chunk)
-                log.flush()
-                buf += chunk
-                *lines, buf = re.split(rb"[\r\n]", buf)
-                for line in lines:
-                    self._saw(line.decode("utf-8", "replace"))
+        self.process = Process(ProcessSpec(run.name, run.argv, env, log_path=run.log_path,
+                                           on_line=self._saw))
 
     def _saw(self, line: str) -> None:
-        for pattern in _STEP_PATTERNS:
-            m = pattern.search(line)
-            if m:
-                self.run.last_step = int(m.group(1))
-                self.on_step(self.run.last_step)
-                break
+        step = _step_of(line)
+        if step is not None:
+            self.run.last_step = step
+            self.on_step(step)
 
-    def send(self, name: str, grace_s: float = 15.0) -> None:
+    def send(self, name: str, grace_s: float) -> None:
+        """`name` to the replica's process; after SIGTERM, SIGKILL of its group `grace_s`
+        later, like a Spot VM's shutdown."""
         self.run.signal_sent = self.run.signal_sent or name
-        try:
-            self.proc.send_signal(getattr(signal, name))
-        except ProcessLookupError:
-            return
-        if name == "SIGTERM":
-            self.killer = threading.Timer(grace_s, self.kill)
-            self.killer.daemon = True
-            self.killer.start()
+        self.process.send_signal(name, kill_after_s=grace_s if name == "SIGTERM" else None)
 
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-    def finish(self) -> int:
-        code = self.proc.wait()
-        self.thread.join(timeout=5)
-        if self.killer:
-            self.killer.cancel()
+    def finish(self, code: int | None = None) -> int:
+        code = self.process.wait() if code is None else code
         self.run.exit_code = code
-        self.run.seconds = time.monotonic() - self.start
+        self.run.seconds = self.process.seconds
+        self.process.close()
         return code
-
-    def stop(self, grace_s: float = 5.0, settle_s: float = 2.0) -> None:
-        """Terminate (then kill) a replica the job no longer needs, after `settle_s` seconds
-        in which it may finish on its own (peers of a replica that stopped usually do)."""
-        try:
-            self.proc.wait(timeout=settle_s)
-        except subprocess.TimeoutExpired:
-            pass
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.finish()
 
 
 def run_local(
@@ -352,13 +306,8 @@ def run_local(
     pools = spec["worker_pool_specs"]
     argvs = {i: local_argv(p["container_spec"], paths, f"worker_pool_specs[{i}]")
              for i, p in enumerate(pools) if p}
-    base_env = dict(os.environ)
-    base_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO), base_env.get("PYTHONPATH")) if p)
-    base_env |= {"PYTHONUNBUFFERED": "1", "LABKIT_EMULATED_VERTEX": "1"}
+    base_env = child_env({"PYTHONUNBUFFERED": "1", "LABKIT_EMULATED_VERTEX": "1"})
     base_env.setdefault("OMP_NUM_THREADS", "1")  # replicas share this machine's cores
-    for name in ("CLUSTER_SPEC", "TF_CONFIG", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                 "LOCAL_RANK", "LOCAL_WORLD_SIZE", POOL2_ROLE_ENV):
-        base_env.pop(name, None)
     base_env |= dict(env or {})
 
     runs: list[ReplicaRun] = []
@@ -369,7 +318,7 @@ def run_local(
     attempt = 0
     while True:
         envs = replica_envs(spec, paths, trial="")
-        live: dict[tuple[int, int], _Process] = {}
+        live: dict[tuple[int, int], _Replica] = {}
         restarts = dict.fromkeys(envs, 0)
         trigger = _FaultTrigger(fault, attempt, live, events)
 
@@ -379,7 +328,7 @@ def run_local(
             log = workdir / "logs" / f"attempt{_attempt}" / f"workerpool{pool}-{index}.restart{restart}.log"
             run = ReplicaRun(pool, index, _attempt, restart, argvs[pool], log)
             runs.append(run)
-            _live[key] = _Process(run, base_env | _envs[key], trigger)
+            _live[key] = _Replica(run, base_env | _envs[key], trigger)
 
         for key in envs:
             launch(key)
@@ -398,12 +347,12 @@ def run_local(
                     not any(k[0] == 1 for k in live) or time.monotonic() - chief_done_at > worker_grace_s):
                 outcome = "succeeded"
                 break
-            for key, proc in list(live.items()):
-                if proc.proc.poll() is None:
+            for key, replica in list(live.items()):
+                if replica.process.poll() is None:
                     continue
-                code = proc.finish()
+                code = replica.finish()
                 del live[key]
-                name = proc.run.name
+                name = replica.run.name
                 if code == 0:
                     events.append(f"attempt {attempt}: {name} exited 0")
                     if key == (0, 0):
@@ -434,8 +383,10 @@ def run_local(
                 worker_restarts += 1
                 events.append(f"attempt {attempt}: restarting {name} (restart {restarts[key]})")
                 launch(key, restarts[key])
-        for proc in live.values():
-            proc.stop()
+        # The job no longer needs the rest: they may end on their own for 2 s (peers of a
+        # replica that left usually do), then get SIGTERM, and SIGKILL 5 s later.
+        for replica in live.values():
+            replica.finish(replica.process.stop(grace_s=5.0, settle_s=2.0))
         snapshots[attempt] = _snapshot(snapshot, paths, workdir / "snapshots" / f"attempt{attempt}")
         if outcome == "restart_job":
             job_restarts += 1

@@ -13,15 +13,15 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import PurePosixPath
 from typing import Any
 
+from labkit.core.cluster import POOL2_ROLE_ENV, REDUCTION_SERVER_IMAGE, is_reduction_server_image
 from labkit.core.config import ParameterError, check_bool, check_int, check_str
 from labkit.core.frameworks import has_aiplatform, require
 from labkit.core.train_config import TrainConfig, to_argv
 
-REDUCTION_SERVER_IMAGE = "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
 REDUCTION_SERVER_MACHINE_TYPE = "n1-highcpu-16"
 # Vertex AI prebuilt training containers (Artifact Registry, us-docker.pkg.dev/vertex-ai/training).
 # The GPU builds also run on CPU-only machines. Pin a newer tag when one is listed.
@@ -131,6 +131,12 @@ def custom_job_spec(
     check_bool("spot", spot)
     check_bool("restart_job_on_worker_restart", restart_job_on_worker_restart)
     check_int("timeout_s", timeout_s, minimum=1, allow_none=True)
+    if pool2 is not None and is_reduction_server_image(pool2.image_uri):
+        # A replica cannot tell from CLUSTER_SPEC.cluster alone that pool 2 reduces rather than
+        # serves parameters: say so to every pool that runs the training code.
+        role = {POOL2_ROLE_ENV: "reduction_server"}
+        primary, workers, evaluators = (p and replace(p, env={**p.env, **role})
+                                        for p in (primary, workers, evaluators))
     pools = [primary, workers, pool2, evaluators]
     while pools[-1] is None:
         pools.pop()
