@@ -19,6 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from labkit.course.hardware_plots import allreduce_title, plot_allreduce_bandwidth
+from labkit.course.tables import table
 from labkit.hardware import allreduce as c
 
 
@@ -39,12 +41,12 @@ def main() -> None:
                             world_size=world, backend=args.backend, target_s=args.target_s)
     report = c.allreduce_benchmark(cfg)
     print(f"{datetime.date.today()} {platform.node()} {platform.processor() or platform.machine()}")
-    print(report.table())
+    print(table(report.results, title=allreduce_title(report)))
     print(f"peak bus bandwidth: {report.peak_busbw_gbps:.2f} GB/s")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "allreduce.json").write_text(json.dumps(report.to_dict(), indent=1))
-    c.plot_bandwidth(report, out / "allreduce.png")
+    plot_allreduce_bandwidth(report, out / "allreduce.png")
 
 
 if __name__ == "__main__":

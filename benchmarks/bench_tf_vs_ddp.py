@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from labkit.core.train_config import TrainConfig  # noqa: E402
 from labkit.course import distribution as dist
+from labkit.course.tables import table
 
 
 def main() -> None:
@@ -55,7 +56,7 @@ def main() -> None:
                              "vs 1 process": ratio,
                              "efficiency": (1 / ratio if mode == "weak" else 1 / ratio / n)})
     print(f"{datetime.date.today()} {platform.node()} {platform.processor() or platform.machine()}")
-    print(dist.table(rows))
+    print(table(rows))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench_tf_vs_ddp.json").write_text(json.dumps(rows, indent=1))

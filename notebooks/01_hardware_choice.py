@@ -28,9 +28,9 @@ catalog_path = ""
 # %%
 from labkit.core import config
 from labkit.hardware import BenchConfig, CostAssumptions, Roofline, SpotModel, Workload, flops
-from labkit.course import hardware_display as display
 from labkit.hardware import estimate_costs, load_catalog, matmul_intensity, measure_ceilings
 from labkit.course.report import key_figure
+from labkit.course.tables import table
 
 scale = config.resolve_scale(scale)
 config.check_int("cpu_threads", cpu_threads, minimum=0)
@@ -47,7 +47,7 @@ print(f"scale {scale!r}: matmul {bench.matmul_size}³, copy {bench.copy_mb} MiB"
 # %%
 ceilings = measure_ceilings(bench)
 print(f"device: {ceilings.device_name}")
-print(display.format_table(ceilings.rows()))
+print(table(ceilings.rows()))
 print("\n".join(ceilings.notes))
 best_dtype = max(ceilings.matmul_tflops, key=ceilings.matmul_tflops.get)
 key_figure(f"best matmul ({best_dtype}) on this {ceilings.device}", ceilings.best_tflops, "TFLOP/s")
@@ -61,7 +61,7 @@ key_figure(f"memory copy bandwidth on this {ceilings.device}", ceilings.copy_gbs
 
 # %%
 from labkit.hardware.catalog import catalog_rows, find
-from labkit.hardware.roofline import plot_rooflines
+from labkit.course.hardware_plots import plot_rooflines
 
 catalog = load_catalog(catalog_path or None)
 here = Roofline(f"this {ceilings.device} (measured)", ceilings.best_tflops, ceilings.copy_gbs)
@@ -78,7 +78,7 @@ print(f"ridge point here: {here.ridge_flops_per_byte:.0f} FLOP/byte; H100: {ref.
 # price are kept, and the estimator below skips them and says why.
 
 # %%
-print(display.format_table(catalog_rows(catalog)))
+print(table(catalog_rows(catalog)))
 for e in catalog:
     print(f"{e.name}: price read {e.price_read_on} from {e.price_source}" + (f"  [note: {e.note}]" if not e.has_price else ""))
 
@@ -92,7 +92,7 @@ for e in catalog:
 
 # %%
 from labkit.core import frameworks
-from labkit.course.hardware_choice import measure_mlp_throughput
+from labkit.course.mlp_throughput import measure_mlp_throughput
 
 if frameworks.has_torch():
     measured = measure_mlp_throughput(width=config.by_scale(scale, smoke=256, full=4096), depth=4,
@@ -109,19 +109,21 @@ per_sample = flops_per_sample or flops.model_flops_per_sample(model)
 workload = Workload(flops_per_step=per_sample * samples_per_step, samples_per_step=samples_per_step,
                     samples_per_epoch=samples_per_epoch, epochs=epochs)
 spot = SpotModel(preemptions_per_hour, checkpoint_every_min, restart_min)
-table = estimate_costs(workload, catalog, CostAssumptions(mfu=mfu, spot=spot))
+estimates = estimate_costs(workload, catalog, CostAssumptions(mfu=mfu, spot=spot))
 print(f"{per_sample / 1e9:.1f} GFLOP per sample, {workload.steps_per_epoch:,} steps per epoch, "
       f"Spot overhead {100 * spot.overhead:.1f}% expected from preemptions")
-print(display.format_table(table.rows()))
-print(table.skipped_text())
+print(table(estimates.rows()))
+print(estimates.skipped_text())
 
 # %%
-display.plot_time_cost(table, title=f"{epochs:g} epoch(s) of {samples_per_epoch:,} samples at MFU {mfu:.0%}")
-fast, cheap, cheap_spot = table.fastest(), table.cheapest(), table.cheapest(spot=True)
+from labkit.course.hardware_plots import plot_time_cost
+
+plot_time_cost(estimates, title=f"{epochs:g} epoch(s) of {samples_per_epoch:,} samples at MFU {mfu:.0%}")
+fast, cheap, cheap_spot = estimates.fastest(), estimates.cheapest(), estimates.cheapest(spot=True)
 key_figure("fastest option", f"{fast.name}: {fast.hours_per_run:.2f} h, ${fast.on_demand_per_run:,.2f}")
 key_figure("cheapest on-demand", f"{cheap.name}: ${cheap.on_demand_per_run:,.2f}, {cheap.hours_per_run:.2f} h")
 key_figure("cheapest on Spot", f"{cheap_spot.name}: ${cheap_spot.spot_per_run:,.2f}, {cheap_spot.spot_hours_per_run:.2f} h")
-print("Pareto front (fastest first):", "; ".join(f"{n} {k} {h:.2f} h ${c:,.2f}" for n, k, h, c in table.pareto()))
+print("Pareto front (fastest first):", "; ".join(f"{n} {k} {h:.2f} h ${c:,.2f}" for n, k, h, c in estimates.pareto()))
 
 # %% [markdown]
 # ## 5. When would a TPU pay off?
@@ -132,8 +134,8 @@ print("Pareto front (fastest first):", "; ".join(f"{n} {k} {h:.2f} h ${c:,.2f}" 
 # %%
 from labkit.hardware.cost import tpu_break_even
 
-rows = tpu_break_even(table, catalog, mfu)
-print(display.format_table(rows))
+rows = tpu_break_even(estimates, catalog, mfu)
+print(table(rows))
 for r in rows:
     print(f"{r['tpu']}: ${r['TPU $/run at same MFU']:,.2f} per run at {100 * mfu:.0f}% MFU vs "
           f"${r['GPU $/run']:,.2f} on {r['cheapest GPU']}; it is the cheaper choice once it reaches "

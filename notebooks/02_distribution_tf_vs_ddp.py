@@ -35,9 +35,9 @@ device = "cpu"
 from dataclasses import replace
 
 from labkit.core import config, frameworks
-from labkit.course import notebook
+from labkit.course import distribution as dist, notebook
 from labkit.course.report import key_figure
-from labkit.course import distribution as dist
+from labkit.course.tables import table
 from labkit.core.train_config import TrainConfig
 
 scale = config.resolve_scale(scale)
@@ -61,7 +61,7 @@ print(f"scale={scale}: {model}, {steps} steps, global batch {global_batch}, up t
 
 # %%
 rows = dist.batch_semantics(global_batch, (1, processes, 8), grad_accum=1)
-print(dist.table(rows))
+print(table(rows))
 
 # %% [markdown]
 # ## The same job, 1 and 2 processes, both frameworks
@@ -75,7 +75,7 @@ comp = dist.compare(job, processes=tuple(sorted({1, processes})))
 for reason in comp.skipped.values():
     print(reason)
 fig = dist.plot_losses(comp, out_dir / "loss_curves.png")
-print(dist.table(dist.scaling_rows(comp)))
+print(table(dist.scaling_rows(comp)))
 
 # %% [markdown]
 # Within a framework, the N-process curve must sit on the 1-process one (differences are
@@ -109,7 +109,7 @@ for r in rows:
         key_figure(f"{r['run']} scaling efficiency", 100 * r["efficiency"], "%",
                    note=f"speed-up {r['speed-up vs 1']:.2f}x on this machine")
 print("Reference figures for hardware this notebook does not have:")
-print(dist.table(list(dist.REFERENCES)))
+print(table(list(dist.REFERENCES)))
 
 # %% [markdown]
 # ## Gradient accumulation
@@ -121,7 +121,7 @@ print(dist.table(list(dist.REFERENCES)))
 # without accumulation:
 
 # %%
-gaps = dist.accumulation_check(replace(job, steps=min(steps, 4)), grad_accum)
+gaps = dist.accumulation_loss_gap(replace(job, steps=min(steps, 4)), grad_accum)
 for fw, gap in gaps.items():
     key_figure(f"{dist.LABELS[fw].split()[0]}: loss gap, accumulation x{grad_accum} vs none", gap,
                note="0 up to float summation order")
@@ -136,7 +136,7 @@ for fw, gap in gaps.items():
 # case the LR should not change at all.
 
 # %%
-print(dist.table(dist.lr_scaling_rows(lr, global_batch, (1, 2, 8, 32))))
+print(table(dist.lr_scaling_rows(lr, global_batch, (1, 2, 8, 32))))
 if (("torch", processes) in comp.runs) and frameworks.has_torch():
     scaled = dist.run_job(replace(job, steps=2, scale_lr_with_world_size=True), "torch", processes)
     key_figure(f"LR logged by DDP x{processes} with scale_lr_with_world_size", scaled.log.steps[-1]["lr"],

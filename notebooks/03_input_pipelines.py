@@ -28,17 +28,18 @@ seed = 0
 
 # %%
 from labkit.core import config, frameworks
-from labkit.course import input_pipeline as ladder, notebook, step_probe
+from labkit.course import crc_demo, input_conclusions, input_ladder as ladder, notebook, read_rates, step_probe
 from labkit.course.report import key_figure
+from labkit.course.tables import table
 from labkit.data import read_records, decode_example
 
 # %%
 scale = config.resolve_scale(scale)
 samples = num_samples or config.by_scale(scale, smoke=256, full=8192)
 mb = config.by_scale(scale, smoke=64, full=1024)  # MB of bench_record_kb records for the ceiling run
-cfg = ladder.LadderConfig(num_samples=samples, image_size=image_size, records_per_shard=records_per_shard,
-                          batch_size=batch_size, num_workers=num_workers, prefetch=prefetch,
-                          open_latency_ms=open_latency_ms, bandwidth_mb_s=bandwidth_mb_s, repeats=repeats, seed=seed)
+cfg = ladder.InputLadderConfig(num_samples=samples, image_size=image_size, records_per_shard=records_per_shard,
+                               batch_size=batch_size, num_workers=num_workers, prefetch=prefetch,
+                               open_latency_ms=open_latency_ms, bandwidth_mb_s=bandwidth_mb_s, repeats=repeats, seed=seed)
 out = notebook.artifacts_dir("03_input_pipelines")
 has_torch, has_tf = frameworks.has_torch(), frameworks.has_tf()
 print(f"scale={scale}: {samples} images of {image_size}², shards of {records_per_shard}; torch={has_torch} tf={has_tf}")
@@ -62,7 +63,7 @@ print("features of record 0:", {k: (v if k != "image" else f"<{len(v[0])} bytes>
 # and the byte offset, never silently wrong training data.
 
 # %%
-print(ladder.corruption_demo(data.shards.paths[0], str(out / "corrupted.tfrecord")))
+print(crc_demo.corruption_demo(data.shards.paths[0], str(out / "corrupted.tfrecord")))
 
 # %% [markdown]
 # ## 2. Which reading mechanism for PyTorch?
@@ -75,12 +76,10 @@ print(ladder.corruption_demo(data.shards.paths[0], str(out / "corrupted.tfrecord
 # labkit should use here; the ladder below then shows the DataLoader knobs under latency.
 
 # %%
-mechanisms = ladder.compare_mechanisms(data) if has_torch else None
-for name, value in (mechanisms or {}).items():
-    print(f"{name:32s} {value:12,.0f} samples/s")
-mechanism = ladder.best_torch_mechanism(mechanisms) if mechanisms else None
-if mechanism:
-    key_figure("fastest torch reading mechanism here", mechanism)
+mechanisms = read_rates.compare_mechanisms(data) if has_torch else None
+if mechanisms:
+    print(table(mechanisms, ["mechanism", "samples/s"]))
+    key_figure("fastest torch reading mechanism here", read_rates.best_torch_mechanism(mechanisms))
 
 # %% [markdown]
 # ## 3. The ceiling: how fast can one core read and verify?
@@ -91,13 +90,12 @@ if mechanism:
 # shards, which saves the copy a read makes, then copies each payload once into its batch.)
 
 # %%
-bench = ladder.write_bench_shards(out / "bench", record_kb=bench_record_kb, total_mb=mb)
-raw = ladder.page_cache_rates(bench.paths, kind="raw", batch_size=64, repeats=repeats, with_torch=has_torch,
-                              with_tf=has_tf)
-for name, value in raw.gb_per_s.items():
-    print(f"{name:32s} {value:6.2f} GB/s")
-fig_rates = ladder.plot_rates(raw, out / "page_cache_rates.png")
-torch_gb, tf_gb = raw.gb_per_s.get("torch, mechanism=batch"), raw.gb_per_s.get("tf.data, 2 parallel reads")
+bench = read_rates.write_bench_shards(out / "bench", record_kb=bench_record_kb, total_mb=mb)
+raw = read_rates.page_cache_rates(bench.paths, kind="raw", batch_size=64, repeats=repeats, with_torch=has_torch,
+                                  with_tf=has_tf)
+print(table(raw.rows()))
+fig_rates = read_rates.plot_rates(raw, out / "page_cache_rates.png")
+torch_gb, tf_gb = raw.gb_per_s.get("torch_batch"), raw.gb_per_s.get("tf_data")
 
 # %%
 if torch_gb:
@@ -122,7 +120,7 @@ for module in [m for m in ("torch", "tensorflow") if not frameworks.is_installed
 torch_ladder = None
 if has_torch:
     torch_ladder = ladder.torch_ladder(data, step_probe.torch_image_step(cfg.num_classes, seed=seed))
-    print(torch_ladder.table())
+    print(table(torch_ladder.rows(), title=torch_ladder.engine))
 else:
     print(frameworks.missing_reason("torch"))
 
@@ -135,7 +133,7 @@ else:
 tf_ladder = None
 if has_tf:
     tf_ladder = ladder.tf_ladder(data, step_probe.tf_image_step(cfg.num_classes, seed=seed))
-    print(tf_ladder.table())
+    print(table(tf_ladder.rows(), title=tf_ladder.engine))
 else:
     print(frameworks.missing_reason("tensorflow"))
 
@@ -151,7 +149,7 @@ for lad in measured:
 # ## 6. What this run says
 
 # %%
-print(ladder.conclusions(measured, mechanisms, raw, cfg))
+print(input_conclusions.conclusions(measured, mechanisms, raw, cfg))
 
 # %% [markdown]
 # ## 7. Does it feed a GPU?
@@ -165,11 +163,11 @@ print(ladder.conclusions(measured, mechanisms, raw, cfg))
 
 # %%
 if torch_gb:
-    appetite = 1.5 * ladder.REFERENCE_RESNET50_IMAGES_PER_S
-    need = ladder.workers_to_feed(images_per_s=appetite, image_bytes=224 * 224 * 3, gb_per_s=torch_gb)
+    appetite = 1.5 * read_rates.REFERENCE_RESNET50_IMAGES_PER_S
+    need = read_rates.workers_to_feed(images_per_s=appetite, image_bytes=224 * 224 * 3, gb_per_s=torch_gb)
     print(f"one loader process here reads {torch_gb:.2f} GB/s of {bench_record_kb} KB records: "
           f"about {need} worker(s) would feed 1.5× the H100's best ResNet-50 rate (decoding not included)")
     key_figure("loader workers to feed 1.5× H100 ResNet-50 (estimate from this machine)", need,
-               note=ladder.REFERENCE_SOURCE)
+               note=read_rates.REFERENCE_SOURCE)
 else:
     print(frameworks.missing_reason("torch"))

@@ -23,7 +23,9 @@ overflow_init_scale = 268435456.0
 # %%
 from IPython.display import Markdown, display
 from labkit.core import config, frameworks
+from labkit.course import loss_scaling, precision, tensor_cores
 from labkit.course.report import key_figure
+from labkit.course.tables import table
 
 scale = config.resolve_scale(scale)
 config.check_choice("model", model, ("cnn", "resnet", "gpt"))
@@ -39,16 +41,11 @@ print(f"scale={scale!r}, model={model!r}" + ("" if has_torch else "; " + framewo
 # `include_compile=None` compiles only at full scale: compiling takes minutes on a small CPU.
 
 # %%
-rows = []
-if has_torch:
-    from labkit.course import precision_torch as torch_ladder
-
-    cfg = torch_ladder.LadderConfig(model=model, scale=scale, steps=steps, batch_size=batch_size,
-                                    include_compile=include_compile, device=device)
-    rows = torch_ladder.ladder(cfg)
-    columns = ["framework", "rung", "samples_per_s", "speedup", "step_time_ms", "activation_mib",
-               "peak_memory_mib", "final_loss", "device"]
-    display(Markdown(torch_ladder.table(rows, columns)))
+ladder_cfg = precision.PrecisionLadderConfig(model=model, scale=scale, steps=steps, batch_size=batch_size,
+                                             include_compile=include_compile, device=device)
+rows = precision.run_ladder(ladder_cfg, "torch") if has_torch else []
+if rows:
+    display(Markdown(table(rows, precision.COLUMNS["torch"], markdown=True)))
 
 # %% [markdown]
 # ## What this run shows
@@ -56,8 +53,8 @@ if has_torch:
 
 # %%
 if rows:
-    print("\n".join(torch_ladder.conclusions(rows)))
-    bf16 = next(r for r in rows if r["rung"] == "bf16 autocast")
+    print("\n".join(precision.conclusions(rows)))
+    bf16 = precision.find(rows, "bf16")
     best = max(rows, key=lambda r: r["samples_per_s"])
     key_figure("bf16 autocast speed-up over fp32 (torch)", bf16["speedup"], "×", bf16["device"])
     key_figure("best ladder rung (torch)", best["rung"], note=f"{best['speedup']:.2f}× fp32")
@@ -72,8 +69,8 @@ if rows:
 
 # %%
 if rows and not rows[0]["device"].startswith("cuda"):
-    print("Reference, not measured by this run:", torch_ladder.REFERENCE_SOURCE)
-    display(Markdown(torch_ladder.table(list(torch_ladder.REFERENCE_H100_RESNET50), ["rung", "samples_per_s"])))
+    print("Reference, not measured by this run:", precision.REFERENCE_SOURCE)
+    display(Markdown(table(precision.REFERENCE_H100_RESNET50, ["rung", "samples_per_s"], markdown=True)))
 
 # %% [markdown]
 # ## fp16 needs a loss scale: the overflow demo
@@ -85,8 +82,8 @@ if rows and not rows[0]["device"].startswith("cuda"):
 
 # %%
 if has_torch:
-    demo = torch_ladder.overflow_demo(steps=overflow_steps, init_scale=overflow_init_scale, device=device)
-    display(Markdown(torch_ladder.table(demo, ["step", "loss_scale", "skipped", "loss"])))
+    demo = loss_scaling.overflow_demo("torch", steps=overflow_steps, init_scale=overflow_init_scale, device=device)
+    display(Markdown(table(demo, ["step", "loss_scale", "skipped", "loss"], markdown=True)))
     skipped = sum(r["skipped"] for r in demo)
     print(f"{skipped} of {len(demo)} steps skipped; scale went from {demo[0]['loss_scale']:.3g} "
           f"to {demo[-1]['loss_scale']:.3g}")
@@ -101,8 +98,8 @@ if has_torch:
 
 # %%
 if has_torch:
-    aligned = torch_ladder.alignment_demo(device=device)
-    display(Markdown(torch_ladder.table(aligned, ["shape", "multiple_of_64", "tflops", "ms", "dtype"])))
+    aligned = tensor_cores.alignment_demo(device=device)
+    display(Markdown(table(aligned, ["shape", "multiple_of_64", "tflops", "ms", "dtype"], markdown=True)))
     vocab = {r["n"]: r for r in aligned if r["k"] == 768}
     gain = vocab[50304]["tflops"] / vocab[50257]["tflops"]
     print(f"vocab padded to 50304 runs at {gain:.2f}× the FLOP rate of 50257 here")
@@ -122,15 +119,9 @@ if has_torch:
 
 # %%
 has_tf = frameworks.has_tf()
-tf_rows = []
+tf_rows = precision.run_ladder(ladder_cfg, "tf") if has_tf else []
 if has_tf:
-    from labkit.course import precision_tf as tf_ladder
-    from labkit.course.distribution import table as text_table
-
-    tf_cfg = tf_ladder.LadderConfig(model=model, scale=scale, steps=steps, batch_size=batch_size,
-                                    include_compile=include_compile, device=device)
-    tf_rows = tf_ladder.ladder(tf_cfg)
-    print(text_table([{k: r[k] for k in tf_ladder.COLUMNS} for r in tf_rows]))
+    print(table(tf_rows, precision.COLUMNS["tf"]))
 else:
     print(frameworks.missing_reason("tensorflow"))
 
@@ -140,10 +131,10 @@ else:
 
 # %%
 if tf_rows:
-    tf_bf16 = next(r for r in tf_rows if r["precision"] == "bf16")
+    tf_bf16 = precision.find(tf_rows, "bf16")
     key_figure("bf16 (mixed_bfloat16) speed-up over fp32 (tf)", tf_bf16["speedup"], "×", tf_bf16["device"])
     if rows:
-        torch_bf16 = next(r for r in rows if r["rung"] == "bf16 autocast")
+        torch_bf16 = precision.find(rows, "bf16")
         print(f"bf16 over fp32 here: torch {torch_bf16['speedup']:.2f}×, TensorFlow {tf_bf16['speedup']:.2f}×; "
               f"final loss fp32→bf16: torch {rows[0]['final_loss']:.4f}→{torch_bf16['final_loss']:.4f}, "
               f"TensorFlow {tf_rows[0]['final_loss']:.4f}→{tf_bf16['final_loss']:.4f}")
@@ -154,8 +145,8 @@ if tf_rows:
 
 # %%
 if has_tf:
-    tf_demo = tf_ladder.overflow_demo(steps=overflow_steps, init_scale=overflow_init_scale, device=device)
-    print(text_table(tf_demo))
+    tf_demo = loss_scaling.overflow_demo("tf", steps=overflow_steps, init_scale=overflow_init_scale, device=device)
+    print(table(tf_demo))
     tf_skipped = sum(r["skipped"] for r in tf_demo)
     key_figure("fp16 steps skipped by Keras' LossScaleOptimizer (overflow demo)", tf_skipped,
                note=f"of {len(tf_demo)}")

@@ -34,7 +34,7 @@ profile_tf = True
 from labkit.core import config, frameworks
 from labkit.course.notebook import artifacts_dir
 from labkit.profiling import ProfileConfig, WorkloadConfig, profile_workload
-from labkit.course.profiling_display import compare, nvtx_ranges, plot_breakdowns
+from labkit.course.profile_results import compare, nvtx_ranges, plot_breakdowns
 from labkit.profiling.run import profile_training, set_cpu_threads
 from labkit.course.report import key_figure
 from labkit.core.train_config import TrainConfig

@@ -35,7 +35,9 @@ submit = False
 from labkit import vertex
 from labkit.core import config, devices, frameworks, metrics
 from labkit.course import notebook
+from labkit.course.hardware_plots import allreduce_title, plot_allreduce_bandwidth
 from labkit.course.report import key_figure
+from labkit.course.tables import table
 from labkit.hardware import allreduce as collectives
 from labkit.vertex.emulator import describe_environments, replica_envs, LocalPaths, run_local
 
@@ -131,8 +133,8 @@ if fw.torch:
     gpus = len(devices.detect().gpus)
     sizes = collectives.size_ladder(4 * collectives.KB, allreduce_max_mb * collectives.MB)
     ar = collectives.allreduce_benchmark(collectives.AllReduceConfig(sizes=sizes, world_size=max(2, gpus)))
-    print(ar.table())
-    collectives.plot_bandwidth(ar, workdir / "allreduce.png")
+    print(table(ar.results, title=allreduce_title(ar)))
+    plot_allreduce_bandwidth(ar, workdir / "allreduce.png")
     key_figure("peak all-reduce bus bandwidth", ar.peak_busbw_gbps, "GB/s",
                note=f"{ar.world_size} × {ar.device}, {ar.backend}")
 

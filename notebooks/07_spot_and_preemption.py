@@ -29,12 +29,11 @@ checkpoint_gb = 1.5
 output_uri = "gs://YOUR_BUCKET/labkit/07_spot"
 
 # %%
-import json
-
 from labkit import vertex
 from labkit.core import config, frameworks
 from labkit.course import drill, notebook, spot
 from labkit.course.report import key_figure
+from labkit.course.tables import table
 from labkit.vertex import pricing
 
 scale = config.resolve_scale(scale)
@@ -50,6 +49,8 @@ print(f"scale {scale}: {steps} steps, checkpoint every {checkpoint_every}, {sign
 # it, validated against `google.cloud.aiplatform_v1`.
 
 # %%
+import json
+
 spot_spec = vertex.training_job(dict(model="cnn", steps=steps, checkpoint_every=checkpoint_every),
                                 output_uri=output_uri, replica_count=replicas, spot=True)
 print("scheduling:", json.dumps(spot_spec["scheduling"]))
@@ -124,22 +125,26 @@ if frameworks.has_torch():
     key_figure("checkpoint write bandwidth (local disk)", bandwidth / 1e9, "GB/s")
 
 # %%
+from labkit.hardware.spot import SpotModel, young_daly_interval
+
 if frameworks.has_torch():
-    scenario = spot.SpotScenario(job_hours, big_write_s, preemptions_per_hour, price.on_demand,
-                                 price.spot, restart_overhead_s, checkpoint_on_sigterm=False)
-    best = spot.young_daly_interval(big_write_s, preemptions_per_hour)
+    hard_kills = SpotModel(preemptions_per_hour, restart_min=restart_overhead_s / 60, checkpoint_write_s=big_write_s)
+    scenario = spot.SpotScenario(job_hours, price.on_demand, price.spot, hard_kills)
+    best = young_daly_interval(big_write_s, preemptions_per_hour)
     intervals = sorted({60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, round(best)})
     rows = spot.tradeoff(scenario, intervals)
-    print("without a SIGTERM checkpoint (hard kills):\n" + spot.table(rows))
+    print("without a SIGTERM checkpoint (hard kills):\n" + table(spot.table_rows(rows)))
     cheapest = min(rows, key=lambda r: r.spot_cost)
     spot.plot_tradeoff(rows, workdir / "tradeoff.png")
     key_figure("cheapest checkpoint interval (hard kills)", cheapest.interval_s / 60, "min",
                note=f"Young/Daly sqrt(2CM) = {best / 60:.1f} min")
 
 # %%
+from dataclasses import replace
+
 if frameworks.has_torch():
-    with_sigterm = spot.row(spot.SpotScenario(job_hours, big_write_s, preemptions_per_hour, price.on_demand,
-                                              price.spot, restart_overhead_s, True), cheapest.interval_s)
+    with_sigterm = spot.row(replace(scenario, spot=replace(hard_kills, checkpoint_on_sigterm=True)),
+                            cheapest.interval_s)
     print(f"{job_hours:.0f} h job on one {accelerator_type}: on-demand ${with_sigterm.on_demand_cost:,.0f}; "
           f"Spot ${cheapest.spot_cost:,.0f} with hard kills, ${with_sigterm.spot_cost:,.0f} with SIGTERM checkpoints")
     key_figure("Spot saving with SIGTERM checkpoints", with_sigterm.saving * 100, "%",

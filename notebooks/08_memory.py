@@ -29,6 +29,7 @@ sharding_steps = 3
 from IPython.display import Markdown, display
 from labkit.core import config, frameworks
 from labkit.course.report import key_figure
+from labkit.course.tables import table
 from labkit.core.train_config import TrainConfig
 
 scale = config.resolve_scale(scale)
@@ -47,7 +48,6 @@ print(f"scale={scale!r}, model={model!r}" + ("" if has_torch else "; " + framewo
 # %%
 if has_torch:
     from labkit.course import memory
-    from labkit.course import precision_torch as ladder
     from labkit.torch.memory import largest_batch
 
     on_gpu = memory.is_cuda(device)
@@ -68,7 +68,7 @@ if has_torch:
     checks = [{"model": m, **memory.accumulation_gradient_gap(TrainConfig(model=m, scale=scale, device=device,
                                                                    batch_size=tradeoff_batch), micro_steps)}
               for m in accumulation_models]
-    display(Markdown(ladder.table(checks, ["model", "micro_steps", "max_abs_grad", "max_abs_diff", "max_rel_diff"])))
+    display(Markdown(table(checks, ["model", "micro_steps", "max_abs_grad", "max_abs_diff", "max_rel_diff"], markdown=True)))
     for c in checks:
         print(f"{c['model']}: {'same gradients (float rounding only)' if c['max_rel_diff'] < 1e-4 else 'different gradients'}"
               f", largest relative difference {c['max_rel_diff']:.1e}")
@@ -81,7 +81,7 @@ if has_torch:
 # %%
 if has_torch:
     trade = memory.checkpointing_tradeoff(base, steps=tradeoff_steps)
-    display(Markdown(ladder.table(trade, list(trade[0]))))
+    display(Markdown(table(trade, markdown=True)))
     off, on = trade
     mem, time_ = on["activation_mib"] / off["activation_mib"], on["step_time_ms"] / off["step_time_ms"]
     print(f"checkpointing kept {mem:.2f}× the activations for {time_:.2f}× the step time on {off['device']}")
@@ -102,9 +102,10 @@ if has_torch:
     shard_cfg = TrainConfig(model=model, scale=scale, device=device, steps=sharding_steps,
                             batch_size=sharding_processes * 4, progress=False)
     shard = fsdp.compare_sharding(shard_cfg, sharding_processes)
-    display(Markdown(ladder.table(shard, ["mode", "processes", "param_mib", "grad_mib", "optimizer_mib", "state_mib", "final_loss"])))
+    display(Markdown(table(shard, ["mode", "processes", "param_mib", "grad_mib", "optimizer_mib", "state_mib", "final_loss"],
+                           markdown=True)))
     ratio = shard[1]["state_mib"] / shard[0]["state_mib"]
     same = max(abs(a - b) for a, b in zip(shard[0]["losses"], shard[1]["losses"], strict=True))
     key_figure("FSDP state per process vs DDP", ratio, "×", f"{sharding_processes} processes, loss gap {same:.1e}")
-    display(Markdown("Calculated for GPT-2 small (124M), GiB per GPU:\n\n"
-                     + ladder.table(memory.sharding_table(124_000_000), list(memory.sharding_table(1)[0]))))
+    display(Markdown(table(memory.sharding_table(124_000_000), markdown=True,
+                           title="Calculated for GPT-2 small (124M), GiB per GPU:")))

@@ -29,10 +29,10 @@ target = "H100 80GB"
 output_uri = "gs://YOUR_BUCKET/labkit/09_capstone"
 
 # %%
-from IPython.display import Markdown, display
 from labkit.course import capstone
 from labkit.core import config, frameworks
-from labkit.course.report import key_figure, markdown_table
+from labkit.course.report import key_figure
+from labkit.course.tables import table
 
 cfg = capstone.CapstoneConfig(framework=framework, model=model, scale=scale, steps=steps, batch_size=batch_size,
                               include_compile=include_compile, min_gain=min_gain)
@@ -50,10 +50,12 @@ print("\n".join(frameworks.missing_reason(name) for name, present in
 # reason.
 
 # %%
+from IPython.display import Markdown, display
+
 hardware = capstone.Hardware.detect()
 tried, not_here = capstone.levers(baseline.framework, model, hardware, cfg.compile_included())
-display(Markdown(markdown_table([{"lever": lv.name, "sets": dict(lv.changes), "taught in": lv.lesson} for lv in tried])))
-print("Not tried here:", "; ".join(f"{name}: {why}" for name, why in not_here) or "none")
+display(Markdown(table(capstone.lever_rows(tried), markdown=True)))
+print("Not tried here:", "; ".join(f"{s.label}: {s.why}" for s in not_here) or "none")
 
 # %% [markdown]
 # ## The climb
@@ -62,7 +64,7 @@ print("Not tried here:", "; ".join(f"{name}: {why}" for name, why in not_here) o
 
 # %%
 result = capstone.optimise(cfg, hardware=hardware)
-display(Markdown(markdown_table(result.trials, ["lever", "before_samples_per_s", "samples_per_s", "gain", "kept"])))
+display(Markdown(table(result.trials, ["lever", "before_samples_per_s", "samples_per_s", "gain", "kept"], markdown=True)))
 print("Optimised configuration (changes from the baseline):", result.changes() or "none")
 
 # %% [markdown]
@@ -71,10 +73,10 @@ print("Optimised configuration (changes from the baseline):", result.changes() o
 # the faster run still learns the same thing from the same data.
 
 # %%
-display(Markdown(markdown_table(result.final, ["run", "samples_per_s", "step_time_ms", "data_fraction",
-                                               "peak_memory_mib", "final_loss", "device"])))
+display(Markdown(table(result.final, ["run", "samples_per_s", "step_time_ms", "data_fraction",
+                                       "peak_memory_mib", "final_loss", "device"], markdown=True)))
 key_figure("capstone speed-up, optimised over baseline", result.speedup, "×", result.final[1]["device"])
-key_figure("capstone levers kept", ", ".join(result.kept) or "none")
+key_figure("capstone levers kept", ", ".join(result.kept_labels) or "none")
 
 # %% [markdown]
 # ## What an epoch costs
@@ -86,16 +88,17 @@ key_figure("capstone levers kept", ", ".join(result.kept) or "none")
 # shows how to choose them).
 
 # %%
-from labkit.hardware.cost import SpotModel
+from labkit.hardware.machines import price_for_this_machine
+from labkit.hardware.spot import SpotModel
 
 epoch = samples_per_epoch or capstone.EPOCH_SAMPLES[model]
-price = capstone.price_for_this_machine(price_per_hour, spot_price_per_hour)
+price = price_for_this_machine(price_per_hour, spot_price_per_hour)
 spot = SpotModel()
 costs = capstone.cost_rows(result, price, epoch, spot.overhead)
 print(f"one epoch = {epoch:,} samples" + ("" if samples_per_epoch else f" ({capstone.EPOCH_SOURCES[model]})"))
 print(f"price: ${price.on_demand:.2f}/h on-demand" + (f", ${price.spot:.2f}/h Spot" if price.spot is not None else "")
       + f"; {price.source}" if price else "price: none for this machine (no GPU catalog row, no price_per_hour)")
-display(Markdown(markdown_table(costs)))
+display(Markdown(table(costs, markdown=True)))
 key_figure("capstone cost per epoch, optimised / baseline", costs[1]["h/epoch"] / costs[0]["h/epoch"], "×")
 
 # %% [markdown]
@@ -115,8 +118,9 @@ print("\n".join(capstone.conclusions(result, costs)))
 
 # %%
 from labkit import vertex
+from labkit.hardware.machines import target_machine
 
-machine = capstone.target_machine(target)
+machine = target_machine(target)
 job = capstone.epoch_job(result, epoch, checkpoint_every_min=spot.checkpoint_every_min, output_uri=output_uri,
                          machine_type=machine.machine_type, accelerator_type=machine.accelerator_type,
                          accelerator_count=machine.accelerator_count, spot=True)

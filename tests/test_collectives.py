@@ -25,7 +25,7 @@ def test_config_rejects_bad_values():
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_two_process_gloo_allreduce(tmp_path):
+def test_two_process_gloo_allreduce():
     pytest.importorskip("torch")
     sizes = [4 * c.KB, 256 * c.KB, 1 * c.MB]
     report = c.allreduce_benchmark(c.AllReduceConfig(sizes=sizes, world_size=2, backend="gloo",
@@ -36,9 +36,6 @@ def test_two_process_gloo_allreduce(tmp_path):
         assert r.time_s > 0 and 3 <= r.iters <= 10
         assert r.algbw_gbps == pytest.approx(r.size_bytes / r.time_s / 1e9)
         assert r.busbw_gbps == pytest.approx(r.algbw_gbps)  # 2(n-1)/n = 1 for two ranks
-    fig = c.plot_bandwidth(report, tmp_path / "bw.png")
-    assert (tmp_path / "bw.png").stat().st_size > 0 and fig.axes[0].get_xscale() == "log"
-    assert "busbw" in report.table()
 
 
 def test_nccl_needs_a_gpu_per_process():

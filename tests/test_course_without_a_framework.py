@@ -44,3 +44,19 @@ def test_notebook_runs_without(path, hidden, hide_frameworks, tmp_path):
     text = _outputs_text(out)
     if USES[hidden].search(path.with_suffix(".py").read_text()):
         assert SAYS_MISSING[hidden] in text, f"{path.name} skipped {hidden} without saying why"
+
+
+# Course modules that are about one framework only and import it at once.
+TORCH_ONLY = {"memory"}
+
+
+def test_course_modules_import_without_either_framework(hide_frameworks):
+    """Framework-specific work in the course layer is imported when it runs, so a notebook can
+    import its modules on an image with one framework, or none, and say what it skips."""
+    code = ("import importlib, pkgutil, labkit.course as c\n"
+            f"for m in sorted(set(n.name for n in pkgutil.iter_modules(c.__path__)) - {TORCH_ONLY!r}):\n"
+            "    importlib.import_module('labkit.course.' + m)\n"
+            "print('ok')")
+    r = subprocess.run([sys.executable, "-c", code], env=hide_frameworks("torch", "tensorflow"),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]

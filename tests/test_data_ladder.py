@@ -1,27 +1,30 @@
-"""The notebook-03 ladder helpers: data written twice, conclusions computed from measurements,
-the in-memory cache, and a tiny end-to-end ladder on each framework."""
+"""Notebook 03's helpers: data written twice, conclusions computed from measurements, the
+in-memory cache, the reading rates, and a tiny end-to-end ladder on each framework."""
 
 from __future__ import annotations
 
 import pytest
 
-from labkit.course.input_pipeline import (
-    RUNGS,
+from labkit.course.crc_demo import corruption_demo
+from labkit.course.input_conclusions import conclusions
+from labkit.course.input_ladder import (
+    INPUT_RUNGS,
     CachedBatches,
-    Ladder,
-    LadderConfig,
-    ReadRates,
-    Rung,
-    best_torch_mechanism,
-    conclusions,
-    corruption_demo,
-    workers_to_feed,
-    write_bench_shards,
+    InputLadder,
+    InputLadderConfig,
+    InputRung,
     write_ladder_data,
 )
+from labkit.course.read_rates import (
+    ReadRates,
+    best_torch_mechanism,
+    workers_to_feed,
+    write_bench_shards,
+)
+from labkit.course.tables import table
 from labkit.data import read_records
 
-TINY = LadderConfig(num_samples=12, image_size=8, records_per_shard=4, batch_size=4, num_workers=2,
+TINY = InputLadderConfig(num_samples=12, image_size=8, records_per_shard=4, batch_size=4, num_workers=2,
                     prefetch=2, open_latency_ms=1.0, bandwidth_mb_s=100.0, repeats=1)
 
 
@@ -54,22 +57,25 @@ def test_cached_batches_replay_without_the_source():
 
 
 def _ladder(engine, rates):
-    return Ladder(engine, [Rung(engine, name, 100, 100 / r, f) for name, r, f in
-                           zip(RUNGS, rates, [0.9, 0.5, 0.4, 0.2, 0.05], strict=True)])
+    return InputLadder(engine, [InputRung(engine, key, 100, 100 / r, f) for key, r, f in
+                                zip(INPUT_RUNGS, rates, [0.9, 0.5, 0.4, 0.2, 0.05], strict=True)])
 
 
 def test_conclusions_are_computed_from_the_numbers():
     lad = _ladder("torch", [10, 50, 40, 100, 150])
-    assert lad.best.name == "cache" and lad.speedup() == pytest.approx(15)
+    assert lad.best.key == "cache" and lad.speedup() == pytest.approx(15)
     mech = {"sample + collate": 100.0, "batch, background thread": 400.0}
     assert best_torch_mechanism(mech) == "batch, background thread"
-    raw = ReadRates({"raw read": 6.0, "crc32c": 6.0, "ceiling 1/(1/raw+1/crc)": 3.0,
-                     "torch, mechanism=batch": 2.4, "tf.data, 2 parallel reads": 1.2}, {})
+    raw = ReadRates({"raw": 6.0, "crc32c": 6.0, "torch_batch": 2.4, "tf_data": 1.2}, {})
+    assert raw.ceiling == pytest.approx(3.0)
     text = conclusions([lad], mech, raw, TINY)
     assert "5.0× faster" in text and "15.0× the naive rung" in text
     assert "started afresh" in text  # parallel reads (40) slower than shards (50)
     assert "batch, background thread delivered the most (400 samples/s), 4.0× sample + collate" in text
     assert "80% of the single-core ceiling 3.00 GB/s" in text and "2.00× tf.data" in text
+    rows = table(lad.rows(), title="torch").splitlines()
+    assert rows[0] == "torch" and rows[1].startswith("rung") and "15" in rows[-1]
+    assert "ceiling 1/(1/raw+1/crc)" in table(raw.rows())
 
 
 def test_workers_to_feed():
@@ -87,11 +93,11 @@ def test_bench_shards(tmp_path):
 @pytest.mark.timeout(180)
 def test_tiny_torch_ladder(tmp_path):
     pytest.importorskip("torch")
-    from labkit.course.input_pipeline import torch_ladder
+    from labkit.course.input_ladder import torch_ladder
     from labkit.course.step_probe import torch_image_step
 
     lad = torch_ladder(write_ladder_data(tmp_path, TINY), torch_image_step(10, width=4, device="cpu"))
-    assert [r.name for r in lad.rungs] == list(RUNGS)
+    assert [r.key for r in lad.rungs] == list(INPUT_RUNGS)
     assert all(r.samples == 12 and 0 <= r.data_fraction <= 1 for r in lad.rungs)
 
 
@@ -99,7 +105,7 @@ def test_tiny_torch_ladder(tmp_path):
 @pytest.mark.timeout(180)
 def test_tiny_mechanism_comparison(tmp_path):
     pytest.importorskip("torch")
-    from labkit.course.input_pipeline import compare_mechanisms
+    from labkit.course.read_rates import compare_mechanisms
 
     mech = compare_mechanisms(write_ladder_data(tmp_path, TINY), repeats=1)
     assert len(mech) == 4 and all(v > 0 for v in mech.values())
@@ -109,9 +115,9 @@ def test_tiny_mechanism_comparison(tmp_path):
 @pytest.mark.timeout(180)
 def test_tiny_tf_ladder(tmp_path):
     pytest.importorskip("tensorflow")
-    from labkit.course.input_pipeline import tf_ladder
+    from labkit.course.input_ladder import tf_ladder
     from labkit.course.step_probe import tf_image_step
 
     lad = tf_ladder(write_ladder_data(tmp_path, TINY), tf_image_step(10, width=4))
-    assert [r.name for r in lad.rungs] == list(RUNGS)
+    assert [r.key for r in lad.rungs] == list(INPUT_RUNGS)
     assert all(r.samples == 12 for r in lad.rungs)

@@ -62,13 +62,15 @@ def test_partial_last_step_counts_as_a_step_and_count_multiplies_peak():
 
 def test_spot_overhead_formula_and_effect():
     spot = SpotModel(preemptions_per_hour=0.2, checkpoint_every_min=30, restart_min=6)
-    assert spot.overhead == pytest.approx(0.2 * (15 + 6) / 60)  # 0.07
+    # 0.07 of each hour is lost (half-intervals and restarts), and lost time is preempted too
+    factor = 1 / (1 - 0.2 * (15 + 6) / 60)
+    assert 1 + spot.overhead == pytest.approx(factor)
     w = Workload(flops_per_step=3.6e15, samples_per_step=1, samples_per_epoch=1)
     t = estimate_costs(w, [entry("X", 1000, 10.0, 3.0)], CostAssumptions(mfu=1.0, spot=spot))
     e = t.estimates[0]
     assert e.hours_per_run == pytest.approx(1 / 1000)
-    assert e.spot_hours_per_run == pytest.approx(1.07 / 1000)
-    assert e.spot_per_run == pytest.approx(1.07 / 1000 * 3.0)
+    assert e.spot_hours_per_run == pytest.approx(factor / 1000)
+    assert e.spot_per_run == pytest.approx(factor / 1000 * 3.0)
 
 
 def test_measured_step_time_overrides_datasheet():

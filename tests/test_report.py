@@ -28,10 +28,3 @@ def test_key_figure_text_and_notebook_roundtrip(capsys):
     nb.cells = [cell, nbformat.v4.new_markdown_cell("x")]
     assert figures_in_notebook(nb) == [KeyFigure("a", 1.5, "s", "")]
 
-
-def test_markdown_table_rounds_and_marks_missing_values():
-    from labkit.course.report import markdown_table
-
-    text = markdown_table([{"a": 1234.5, "b": 0.012345, "c": None}, {"a": 2, "b": "x"}])
-    assert text.splitlines() == ["| a | b | c |", "|---|---|---|", "| 1,234 | 0.0123 | – |", "| 2 | x | – |"]
-    assert markdown_table([]) == "(no rows)"

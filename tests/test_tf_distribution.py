@@ -9,6 +9,7 @@ import pytest
 
 from labkit.core.metrics import MetricsLog, StepMetrics
 from labkit.course import distribution as dist
+from labkit.course.tables import table
 
 
 def test_batch_semantics_cut_the_global_batch():
@@ -31,8 +32,8 @@ def test_curve_gap_and_table():
         a.append(StepMetrics(step=i, loss=x))
         b.append(StepMetrics(step=i, loss=y))
     assert dist.curve_gap(a, b) == pytest.approx(0.25)
-    text = dist.table([{"run": "x", "v": 1.23456}])
-    assert "1.235" in text and text.splitlines()[0].startswith("run")
+    text = table([{"run": "x", "v": 1.23456}])
+    assert "1.23" in text and text.splitlines()[0].startswith("run")
 
 
 def test_missing_tensorflow_is_skipped_with_its_reason(hide_frameworks):

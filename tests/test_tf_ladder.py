@@ -6,17 +6,18 @@ import pytest
 
 pytest.importorskip("tensorflow")
 from labkit.core.config import ParameterError  # noqa: E402
-from labkit.course import precision_tf as ladder
+from labkit.course import loss_scaling, precision  # noqa: E402
 
 
 @pytest.mark.slow
 def test_ladder_rows_match_the_torch_table_keys():
-    rows = ladder.ladder(ladder.LadderConfig(model="cnn", scale="smoke", steps=2, batch_size=8,
-                                             include_compile=True, device="cpu"))
-    assert [r["rung"] for r in rows] == [r.name for r in ladder.TF_LADDER]
+    rows = precision.run_ladder(precision.PrecisionLadderConfig(model="cnn", scale="smoke", steps=2, batch_size=8,
+                                                                include_compile=True, device="cpu"), "tf")
+    assert [r["key"] for r in rows] == [r.key for r in precision.RUNGS["tf"]]
+    assert [r["rung"] for r in rows] == [r.label for r in precision.RUNGS["tf"]]
     assert rows[0]["speedup"] == 1.0
     for r in rows:
-        assert set(ladder.COLUMNS) <= set(r)
+        assert set(precision.COLUMNS["tf"]) <= set(r)
         assert r["framework"] == "tf" and r["samples_per_s"] > 0
         assert r["final_loss"] == pytest.approx(rows[0]["final_loss"], abs=0.05)
     assert rows[-1]["compile"] is True
@@ -24,7 +25,7 @@ def test_ladder_rows_match_the_torch_table_keys():
 
 @pytest.mark.slow
 def test_overflow_demo_skips_and_halves_until_the_scale_fits():
-    rows = ladder.overflow_demo(steps=12, init_scale=2.0**28, device="cpu")
+    rows = loss_scaling.overflow_demo("tf", steps=12, init_scale=2.0**28, device="cpu")
     assert rows[0]["skipped"] and not rows[-1]["skipped"]
     for a, b in zip(rows[:-1], rows[1:], strict=True):
         if a["skipped"]:
@@ -35,5 +36,7 @@ def test_overflow_demo_skips_and_halves_until_the_scale_fits():
 
 def test_ladder_config_names_bad_parameters():
     with pytest.raises(ParameterError, match="steps"):
-        ladder.LadderConfig(steps=1)
-    assert [r.xla for r in ladder.rungs(False)] == [False] * 4
+        precision.PrecisionLadderConfig(steps=1)
+    with pytest.raises(ParameterError, match="framework"):
+        precision.rungs("jax", False)
+    assert [r.compile for r in precision.rungs("tf", False)] == [False] * 4

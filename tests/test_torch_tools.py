@@ -7,8 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from labkit.core.train_config import TrainConfig  # noqa: E402
+from labkit.course import loss_scaling, precision  # noqa: E402
 from labkit.course import memory as course_memory  # noqa: E402
-from labkit.course import precision_torch as ladder  # noqa: E402
 from labkit.torch import distributed, memory  # noqa: E402
 from labkit.torch.precision import PrecisionPolicy  # noqa: E402
 
@@ -102,7 +102,7 @@ def test_largest_batch_against_a_cpu_budget_is_monotonic():
     assert memory.activation_bytes(TrainConfig(model="cnn", batch_size=large, device="cpu")) <= 16 * 2**20
 
 
-def test_accumulation_check_exact_without_batch_norm_not_with_it():
+def test_accumulation_gradient_gap_exact_without_batch_norm_not_with_it():
     cnn = course_memory.accumulation_gradient_gap(TrainConfig(model="cnn", batch_size=16, device="cpu"), 4)
     resnet = course_memory.accumulation_gradient_gap(TrainConfig(model="resnet", batch_size=16, device="cpu"), 4)
     assert cnn["max_rel_diff"] < 1e-5
@@ -118,7 +118,7 @@ def test_bf16_and_checkpointing_shrink_saved_activations():
 
 
 def test_overflow_demo_skips_then_recovers():
-    rows = ladder.overflow_demo(steps=14, init_scale=2.0**28, device="cpu")
+    rows = loss_scaling.overflow_demo("torch", steps=14, init_scale=2.0**28, device="cpu")
     assert rows[0]["skipped"] and not rows[-1]["skipped"]
     for a, b in zip(rows, rows[1:], strict=False):
         if a["skipped"]:
@@ -126,13 +126,13 @@ def test_overflow_demo_skips_then_recovers():
 
 
 def test_ladder_rows_and_conclusions():
-    rows = ladder.ladder(ladder.LadderConfig(model="cnn", scale="smoke", steps=2, batch_size=8,
-                                             include_compile=False, device="cpu"))
-    assert [r["rung"] for r in rows] == [r.name for r in ladder.TORCH_LADDER if not r.compile]
+    rows = precision.run_ladder(precision.PrecisionLadderConfig(model="cnn", scale="smoke", steps=2, batch_size=8,
+                                                                include_compile=False, device="cpu"))
+    assert [r["key"] for r in rows] == [r.key for r in precision.RUNGS["torch"] if not r.compile]
     assert rows[0]["speedup"] == 1.0 and all(r["samples_per_s"] > 0 for r in rows)
-    text = "\n".join(ladder.conclusions(rows))
-    assert "Fastest here" in text and "fp16 + GradScaler" in text
-    assert "| rung |" in ladder.table(rows, ["rung", "speedup"])
+    text = "\n".join(precision.conclusions(rows))
+    assert "Fastest here" in text and "fp16 + GradScaler" in text and "activations" in text
+    assert precision.find(rows, "bf16")["rung"] == "bf16 autocast"
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""Checkpoint interval vs lost work vs cost on Spot."""
+"""Spot: the preemption model (`labkit.hardware.spot`) and notebook 07's checkpoint interval vs
+lost work vs cost (`labkit.course.spot`), which prices each interval with that model."""
 
 from __future__ import annotations
 
@@ -9,13 +10,17 @@ import pytest
 from labkit.core import checkpoint
 from labkit.core.config import ParameterError
 from labkit.course import spot
+from labkit.course.tables import table
+from labkit.hardware.spot import SpotModel, young_daly_interval
+
+
+def model(**kw):
+    base = dict(preemptions_per_hour=0.1, restart_min=5.0, checkpoint_write_s=60.0, checkpoint_on_sigterm=False)
+    return SpotModel(**(base | kw))
 
 
 def scenario(**kw):
-    base = dict(work_hours=10.0, checkpoint_write_s=60.0, preemptions_per_hour=0.1,
-                on_demand_usd_hr=10.0, spot_usd_hr=3.0, restart_overhead_s=300.0,
-                checkpoint_on_sigterm=False)
-    return spot.SpotScenario(**(base | kw))
+    return spot.SpotScenario(work_hours=10.0, on_demand_usd_hr=10.0, spot_usd_hr=3.0, spot=model(**kw))
 
 
 def test_row_arithmetic():
@@ -23,31 +28,41 @@ def test_row_arithmetic():
     assert r.checkpoint_overhead == pytest.approx(0.05)
     assert r.lost_per_preemption_s == 600.0
     busy = 10 * 1.05
-    wall = busy / (1 - 0.1 * 900 / 3600)
+    wall = busy / (1 - 0.1 * 900 / 3600)  # preemptions strike during the wall time they lengthen
     assert r.wall_hours == pytest.approx(wall)
     assert r.spot_cost == pytest.approx(wall * 3.0) and r.on_demand_cost == pytest.approx(busy * 10.0)
     assert r.expected_preemptions == pytest.approx(0.1 * wall)
     assert 0 < r.saving < 1
 
 
+def test_overhead_is_the_one_model_the_estimator_uses():
+    m = SpotModel(preemptions_per_hour=0.2, checkpoint_every_min=30, restart_min=6)
+    lost_per_hour = 0.2 * (15 + 6) / 60
+    assert m.overhead == pytest.approx(lost_per_hour / (1 - lost_per_hour))
+    assert m.wall_hours(10.0) == pytest.approx(10.0 / (1 - lost_per_hour))
+    assert SpotModel(preemptions_per_hour=10.0, checkpoint_every_min=60).overhead == math.inf
+
+
 def test_cheapest_interval_is_near_young_daly():
-    s = scenario()
-    best = spot.young_daly_interval(60.0, 0.1)
+    best = young_daly_interval(60.0, 0.1)
     assert best == pytest.approx(math.sqrt(2 * 60 * 36000))
-    rows = spot.tradeoff(s, [best / 8, best / 2, best, best * 2, best * 8])
+    rows = spot.tradeoff(scenario(), [best / 8, best / 2, best, best * 2, best * 8])
     assert min(rows, key=lambda r: r.spot_cost).interval_s == best
 
 
 def test_sigterm_checkpoint_removes_lost_work_only_when_it_fits_the_notice():
-    assert spot.lost_work_s(scenario(checkpoint_on_sigterm=True, checkpoint_write_s=10), 600) == 0.0
-    assert spot.lost_work_s(scenario(checkpoint_on_sigterm=True, checkpoint_write_s=40), 600) == 300
-    assert spot.young_daly_interval(60, 0) == math.inf
-    assert "saving" in spot.table(spot.tradeoff(scenario(), [600, 1200]))
+    assert model(checkpoint_on_sigterm=True, checkpoint_write_s=10).lost_per_preemption_s == 0.0
+    assert model(checkpoint_on_sigterm=True, checkpoint_write_s=40, checkpoint_every_min=10).lost_per_preemption_s == 300
+    assert young_daly_interval(60, 0) == math.inf
+    text = table(spot.table_rows(spot.tradeoff(scenario(), [600, 1200])))
+    assert "saving (%)" in text.splitlines()[0] and len(text.splitlines()) == 4
 
 
-def test_bad_scenario_names_parameter():
+def test_bad_model_names_parameter():
     with pytest.raises(ParameterError, match="preemptions_per_hour"):
-        scenario(preemptions_per_hour=-1)
+        model(preemptions_per_hour=-1)
+    with pytest.raises(ParameterError, match="work_hours"):
+        spot.SpotScenario(-1.0, 1.0, 1.0, model())
 
 
 def test_time_checkpoint_write(tmp_path):

@@ -7,15 +7,17 @@ side by side and priced per epoch.
     result.final    # baseline and optimised, re-measured in alternation
     cost_rows(result, price_for_this_machine(), samples_per_epoch=1_281_167)
 
-Every lever is a change to `labkit.core.train_config.TrainConfig`, so the optimised configuration is exactly
-what `labkit train` (or a Vertex AI job built by `labkit.vertex.training_job`) runs.
+Levers are found by key (`Lever.key`, the `key` of each trial row); labels are for display.
+Every lever is a change to `labkit.core.train_config.TrainConfig`, so the optimised
+configuration is exactly what `labkit train` (or a Vertex AI job built by
+`labkit.vertex.training_job`) runs. The price comes from `labkit.hardware.machines`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from labkit.core.config import (
     ParameterError,
@@ -29,6 +31,7 @@ from labkit.core.config import (
 from labkit.core.models import MODEL_NAMES
 from labkit.core.train_config import TrainConfig
 from labkit.course.precision import compile_included, default_batch
+from labkit.hardware.machines import Price
 
 CONV_MODELS = ("cnn", "resnet")
 # Samples in one epoch of the public dataset each model family stands for, so that "$ per epoch"
@@ -101,14 +104,24 @@ class CapstoneConfig:
 
 @dataclass(frozen=True)
 class Lever:
-    """One switch of the course. `changes` are the TrainConfig fields it sets; `needs` are fields
-    the configuration must already have (a lever built on another one that was dropped is not
-    tried); `lesson` names where the course teaches it."""
+    """One switch of the course. `key` is what code finds it by, `label` what a reader sees;
+    `changes` are the TrainConfig fields it sets; `needs` are fields the configuration must
+    already have (a lever built on another one that was dropped is not tried); `lesson` names
+    where the course teaches it."""
 
-    name: str
+    key: str
+    label: str
     changes: Mapping[str, Any]
     lesson: str
     needs: Mapping[str, Any] = field(default_factory=dict)
+
+
+class SkippedLever(NamedTuple):
+    """A lever not tried, or not finished, on this machine, and why."""
+
+    key: str
+    label: str
+    why: str
 
 
 @dataclass(frozen=True)
@@ -129,51 +142,65 @@ class Hardware:
         return cls("cuda" if gpu else "cpu", fp8, devices.usable_cpu_count())
 
 
-STEP_GRAPH = "whole step as one CUDA graph"
+# Lever key -> label, per framework (the loader lever's label depends on the machine).
+LABELS = {
+    "torch": {"bf16": "bf16 autocast", "channels_last": "channels_last", "compile": "torch.compile",
+              "cuda_graphs": "CUDA graphs + kernel tuning", "step_graph": "whole step as one CUDA graph",
+              "fp8_head": "fp8 output head"},
+    "tf": {"bf16": "bf16 (mixed_bfloat16)", "compile": "XLA (jit_compile)"},
+}
+OFF_AT_SMOKE = "off at smoke scale (include_compile=True to try it)"
 
 
-def levers(framework: str, model: str, hw: Hardware, include_compile: bool) -> tuple[list[Lever], list[tuple[str, str]]]:
-    """(the levers to try, in order; [(lever, why it does not apply here)]). Input first, so
-    later levers are not hidden behind a starved device; then precision, layout, compiler."""
+def levers(framework: str, model: str, hw: Hardware, include_compile: bool) -> tuple[list[Lever], list[SkippedLever]]:
+    """(the levers to try, in order; the levers that do not apply here, with why). Input first,
+    so later levers are not hidden behind a starved device; then precision, layout, compiler."""
+    label = LABELS[framework]
     tried: list[Lever] = []
-    skipped: list[tuple[str, str]] = []
+    skipped: list[SkippedLever] = []
     if framework == "tf":
-        tried.append(Lever("bf16 (mixed_bfloat16)", {"precision": "bf16"}, "04 mixed precision"))
+        tried.append(Lever("bf16", label["bf16"], {"precision": "bf16"}, "04 mixed precision"))
         if include_compile:
-            tried.append(Lever("XLA (jit_compile)", {"compile": True}, "04 mixed precision"))
+            tried.append(Lever("compile", label["compile"], {"compile": True}, "04 mixed precision"))
         else:
-            skipped.append(("XLA (jit_compile)", "off at smoke scale (include_compile=True to try it)"))
+            skipped.append(SkippedLever("compile", label["compile"], OFF_AT_SMOKE))
         return tried, skipped
     workers = max(1, min(8, hw.cpu_count // 2))
-    tried.append(Lever(f"{workers} loader worker{'s' if workers > 1 else ''}"
+    tried.append(Lever("loader_workers", f"{workers} loader worker{'s' if workers > 1 else ''}"
                        + (" + pinned memory" if hw.device_type == "cuda" else ""),
                        {"num_workers": workers, "pin_memory": hw.device_type == "cuda"}, "03 input pipelines"))
-    tried.append(Lever("bf16 autocast", {"precision": "bf16"}, "04 mixed precision"))
+    tried.append(Lever("bf16", label["bf16"], {"precision": "bf16"}, "04 mixed precision"))
     if model in CONV_MODELS:
-        tried.append(Lever("channels_last", {"channels_last": True}, "04 mixed precision"))
+        tried.append(Lever("channels_last", label["channels_last"], {"channels_last": True}, "04 mixed precision"))
     else:
-        skipped.append(("channels_last", "GPT has no convolutions"))
+        skipped.append(SkippedLever("channels_last", label["channels_last"], "GPT has no convolutions"))
     if not include_compile:
-        skipped.append(("torch.compile", "off at smoke scale (include_compile=True to try it)"))
+        skipped.append(SkippedLever("compile", label["compile"], OFF_AT_SMOKE))
     else:
-        tried.append(Lever("torch.compile", {"compile": True}, "04 mixed precision, 05 profiling"))
+        tried.append(Lever("compile", label["compile"], {"compile": True}, "04 mixed precision, 05 profiling"))
         if hw.device_type == "cuda":
-            tried.append(Lever("CUDA graphs + kernel tuning", {"compile_mode": "tuned"}, "05 profiling",
+            tried.append(Lever("cuda_graphs", label["cuda_graphs"], {"compile_mode": "tuned"}, "05 profiling",
                                needs={"compile": True}))
         else:
-            skipped.append(("CUDA graphs + kernel tuning", "needs a CUDA GPU"))
+            skipped.append(SkippedLever("cuda_graphs", label["cuda_graphs"], "needs a CUDA GPU"))
     if hw.device_type == "cuda":
         # With or without torch.compile: it also removes an eager step's launch gaps.
-        tried.append(Lever(STEP_GRAPH, {"cuda_graph_step": True}, "05 profiling"))
+        tried.append(Lever("step_graph", label["step_graph"], {"cuda_graph_step": True}, "05 profiling"))
     else:
-        skipped.append((STEP_GRAPH, "needs a CUDA GPU"))
+        skipped.append(SkippedLever("step_graph", label["step_graph"], "needs a CUDA GPU"))
     if model == "gpt":
         if hw.fp8:
-            tried.append(Lever("fp8 output head", {"fp8_head": True}, "benchmarks/RESULTS.md",
+            tried.append(Lever("fp8_head", label["fp8_head"], {"fp8_head": True}, "benchmarks/RESULTS.md",
                                needs={"precision": "bf16"}))
         else:
-            skipped.append(("fp8 output head", "needs fp8 tensor cores (compute capability 8.9+: L4, H100, H200)"))
+            skipped.append(SkippedLever("fp8_head", label["fp8_head"],
+                                        "needs fp8 tensor cores (compute capability 8.9+: L4, H100, H200)"))
     return tried, skipped
+
+
+def lever_rows(tried: list[Lever]) -> list[dict[str, Any]]:
+    """The levers as table rows: what each sets and where the course teaches it."""
+    return [{"lever": lv.label, "sets": dict(lv.changes), "taught in": lv.lesson} for lv in tried]
 
 
 def measure(config: TrainConfig) -> dict[str, Any]:
@@ -196,7 +223,7 @@ class CapstoneResult:
     baseline: TrainConfig
     optimised: TrainConfig
     trials: list[dict[str, Any]]
-    skipped: list[tuple[str, str]]
+    skipped: list[SkippedLever]
     final: list[dict[str, Any]]
     min_gain: float = 0.0
 
@@ -206,6 +233,11 @@ class CapstoneResult:
 
     @property
     def kept(self) -> list[str]:
+        """The keys of the levers kept, in order."""
+        return [t["key"] for t in self.trials if t["kept"]]
+
+    @property
+    def kept_labels(self) -> list[str]:
         return [t["lever"] for t in self.trials if t["kept"]]
 
     def changes(self) -> dict[str, Any]:
@@ -228,20 +260,20 @@ def optimise(config: CapstoneConfig, *, hardware: Hardware | None = None,
     for lever in tried:
         missing = {k: v for k, v in lever.needs.items() if getattr(current, k) != v}
         if missing:
-            skipped.append((lever.name, "needs " + ", ".join(f"{k}={v!r}" for k, v in missing.items())
-                            + ", which did not pay off here"))
+            skipped.append(SkippedLever(lever.key, lever.label, "needs " + ", ".join(
+                f"{k}={v!r}" for k, v in missing.items()) + ", which did not pay off here"))
             continue
         candidate = replace(current, **lever.changes)
         try:
             before, after = _alternate(current, candidate, repeats, measure_fn)
         except Exception as e:  # noqa: BLE001 - one lever failing on this machine must not lose the climb
-            skipped.append((lever.name, f"failed here: {_first_line(e)}"))
+            skipped.append(SkippedLever(lever.key, lever.label, f"failed here: {_first_line(e)}"))
             continue
         gain = after["samples_per_s"] / before["samples_per_s"]
         kept = gain >= 1.0 + config.min_gain
-        trials.append({"lever": lever.name, "lesson": lever.lesson, "before_samples_per_s": before["samples_per_s"],
-                       "samples_per_s": after["samples_per_s"], "gain": gain, "kept": kept,
-                       "final_loss": after["final_loss"]})
+        trials.append({"key": lever.key, "lever": lever.label, "lesson": lever.lesson,
+                       "before_samples_per_s": before["samples_per_s"], "samples_per_s": after["samples_per_s"],
+                       "gain": gain, "kept": kept, "final_loss": after["final_loss"]})
         if kept:
             current = candidate
     baseline_run, optimised_run = _alternate(base, current, repeats, measure_fn)
@@ -268,66 +300,10 @@ def _alternate(a: TrainConfig, b: TrainConfig, repeats: int,
 # ---------------------------------------------------------------- cost
 
 
-@dataclass(frozen=True)
-class Price:
-    """USD per hour of the machine the runs were measured on, with where the figure comes from."""
-
-    on_demand: float
-    spot: float | None
-    source: str
-
-    def __post_init__(self) -> None:
-        check_float("price_per_hour", self.on_demand, minimum=0.0)
-        check_float("spot_price_per_hour", self.spot, minimum=0.0, allow_none=True)
-
-
-def match_gpu(entries, gpu_name: str):
-    """The single-accelerator catalog row for a GPU name such as "NVIDIA H100 80GB HBM3", or
-    None. Every word of the row's name must be a word of the GPU's name ("L4" does not match
-    "L40S"; "A100 80GB" needs "80GB")."""
-    words = set("".join(c if c.isalnum() else " " for c in gpu_name.upper()).split())
-    for e in entries:
-        if e.accelerator_count == 1 and not e.is_tpu and set(e.name.upper().split()) <= words:
-            return e
-    return None
-
-
-def target_machine(name: str, catalog_path: str | None = None):
-    """The catalog row named `name` (e.g. "H100 80GB"): the machine a Vertex job would ask for."""
-    from labkit.hardware.catalog import find, load_catalog
-
-    entries = load_catalog(catalog_path)
-    try:
-        return find(entries, name)
-    except KeyError:
-        raise ParameterError("target", name, "is not a catalog row; one of: "
-                             + ", ".join(e.name for e in entries)) from None
-
-
-def price_for_this_machine(price_per_hour: float | None = None, spot_price_per_hour: float | None = None,
-                           catalog_path: str | None = None) -> Price | None:
-    """The reader's own price when given; else the Vertex catalog row of this machine's GPU
-    (accelerator plus host VM, on-demand and Spot); None when neither exists (a CPU has no row)."""
-    if price_per_hour is not None:
-        return Price(price_per_hour, spot_price_per_hour, "price_per_hour parameter")
-    from labkit.core import devices
-    from labkit.hardware.catalog import load_catalog
-
-    gpus = devices.detect().gpus
-    if not gpus:
-        return None
-    entry = match_gpu(load_catalog(catalog_path), gpus[0].name)
-    if entry is None or not entry.has_price:
-        return None
-    return Price(entry.hourly(), entry.hourly(spot=True),
-                 f"catalog row {entry.name} ({entry.machine_type}, {entry.region}), read "
-                 f"{entry.price_read_on} from {entry.price_source}")
-
-
 def cost_rows(result: CapstoneResult, price: Price | None, samples_per_epoch: int,
               spot_overhead: float = 0.0) -> list[dict[str, Any]]:
     """Machine-hours and dollars per epoch of baseline and optimised. Spot takes
-    `spot_overhead` more time (lost work and restarts, `labkit.hardware.cost.SpotModel`)."""
+    `spot_overhead` more time (lost work and restarts, `labkit.hardware.spot.SpotModel.overhead`)."""
     check_int("samples_per_epoch", samples_per_epoch, minimum=1)
     check_float("spot_overhead", spot_overhead, minimum=0.0)
     rows = []

@@ -18,6 +18,7 @@ from typing import Any
 from labkit.core import frameworks
 from labkit.core.metrics import MetricsLog
 from labkit.core.train_config import TrainConfig
+from labkit.course.plots import finish, new_figure
 
 FRAMEWORK_MODULES = {"torch": "torch", "tf": "tensorflow"}
 LABELS = {"torch": "PyTorch DDP", "tf": "tf.distribute MWMS"}
@@ -148,9 +149,10 @@ def lr_scaling_rows(base_lr: float, base_batch: int, world_sizes: tuple[int, ...
              "sqrt rule lr": base_lr * math.sqrt(w)} for w in world_sizes]
 
 
-def accumulation_check(config: TrainConfig, grad_accum: int) -> dict[str, float]:
+def accumulation_loss_gap(config: TrainConfig, grad_accum: int) -> dict[str, float]:
     """Train in this process with and without accumulation at the same global batch, per
-    installed framework; returns the largest loss-curve gap (0 up to float summation order)."""
+    installed framework; returns the largest loss-curve gap (0 up to float summation order).
+    (`labkit.course.memory.accumulation_gradient_gap` compares the gradients themselves.)"""
     gaps = {}
     for fw in ("torch", "tf"):
         if not available(fw):
@@ -168,9 +170,7 @@ def accumulation_check(config: TrainConfig, grad_accum: int) -> dict[str, float]
 
 def plot_losses(comp: Comparison, path: str | Path | None = None):
     """All loss curves on one axis (solid: 1 process, dashed: more); saved when `path` given."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = new_figure((7, 4))
     for (_, n), run in sorted(comp.runs.items()):
         steps = [s["step"] for s in run.log.steps]
         ax.plot(steps, run.log.losses, "-" if n == 1 else "--", marker=".", label=run.label)
@@ -178,25 +178,4 @@ def plot_losses(comp: Comparison, path: str | Path | None = None):
     ax.set_ylabel("training loss (global batch mean)")
     ax.set_title("Same model, data and global batch: DDP vs tf.distribute")
     ax.legend()
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=120)
-    return fig
-
-
-def table(rows: list[dict[str, Any]]) -> str:
-    """Plain-text table for notebook output (no pandas dependency)."""
-    if not rows:
-        return "(no rows)"
-    cols = list(rows[0])
-
-    def fmt(v: Any) -> str:
-        if isinstance(v, float):
-            return f"{v:.4g}" if math.isfinite(v) else "n/a"
-        return str(v)
-
-    cells = [[fmt(r.get(c)) for c in cols] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
-    return "\n".join(lines)
+    return finish(fig, path)

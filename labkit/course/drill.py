@@ -14,6 +14,7 @@ from pathlib import Path
 from labkit.core.config import check_choice, check_float, check_int
 from labkit.core.metrics import load_metrics
 from labkit.core.train_config import TrainConfig
+from labkit.course.plots import finish, new_figure
 from labkit.vertex.emulator import Fault, LocalJob, LocalPaths, run_local
 from labkit.vertex.specs import training_job
 
@@ -138,15 +139,7 @@ def preemption_drill(config: DrillConfig, workdir: str | os.PathLike) -> DrillRe
 
 def plot_losses(result: DrillResult, path: str | os.PathLike | None = None):
     """Per-step loss of both jobs; the resume point is marked."""
-    import sys
-
-    import matplotlib
-
-    if path is not None and "ipykernel" not in sys.modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig, ax = new_figure((7, 3.5))
     ax.plot(result.clean_losses, "o-", label="uninterrupted")
     ax.plot(result.preempted_losses, "x--", label="preempted + resumed")
     if result.resumed_at_step is not None:
@@ -154,7 +147,4 @@ def plot_losses(result: DrillResult, path: str | os.PathLike | None = None):
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.legend()
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=100)
-    return fig
+    return finish(fig, path)

@@ -41,25 +41,6 @@ def format_value(value: Any) -> str:
     return f"{value:.3g}"
 
 
-def markdown_table(rows: list[dict[str, Any]], columns: list[str] | None = None) -> str:
-    """A Markdown table of `columns` (default: the first row's keys), numbers rounded for
-    reading, missing values as "–"."""
-    if not rows:
-        return "(no rows)"
-    columns = columns or list(rows[0])
-
-    def fmt(v: Any) -> str:
-        if v is None:
-            return "–"
-        if isinstance(v, float):
-            return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
-        return str(v)
-
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def key_figure(name: str, value: float | int | str, unit: str = "", note: str = "") -> None:
     """Show a measured figure in the notebook and record it for the course report. Returns None
     so a cell ending in `key_figure(...)` does not echo it twice."""

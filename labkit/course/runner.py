@@ -23,6 +23,7 @@ from labkit.course.notebook import (
     run_notebook,
     timestamp,
 )
+from labkit.course.tables import table
 
 
 def run_course(
@@ -74,18 +75,16 @@ def write_report(runs: list[NotebookRun], out: Path) -> Path:
     """summary.md (for people) and summary.json (for code) beside the executed notebooks."""
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = _machine_line()
+    rows = [{"notebook": f"[{r.notebook.stem}]({r.output.name})",
+             "status": "ok" if r.ok else f"failed: {r.error[:120]}", "time": f"{r.seconds:.0f}s",
+             "key figures measured in this run": "<br>".join(f.text() for f in r.figures) or "—"} for r in runs]
     lines = [
         "# Course run summary", "",
         f"- when: {when}", f"- machine: {machine}",
         f"- notebooks: {sum(r.ok for r in runs)} of {len(runs)} succeeded, "
         f"{sum(r.seconds for r in runs) / 60:.1f} minutes in all", "",
-        "| notebook | status | time | key figures measured in this run |",
-        "|---|---|---|---|",
+        table(rows, markdown=True),
     ]
-    for r in runs:
-        status = "ok" if r.ok else f"failed: {r.error[:120]}".replace("|", "/")
-        figs = "<br>".join(f.text().replace("|", "/") for f in r.figures) or "—"
-        lines.append(f"| [{r.notebook.stem}]({r.output.name}) | {status} | {r.seconds:.0f}s | {figs} |")
     md = out / "summary.md"
     md.write_text("\n".join(lines) + "\n", encoding="utf-8")
     data = {

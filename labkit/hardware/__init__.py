@@ -1,5 +1,7 @@
-"""Hardware: this machine's measured ceilings, the Vertex accelerator catalog, the roofline, and
-the time-and-cost estimator. Framework-free at import; torch is used lazily by the benchmarks."""
+"""Hardware: this machine's measured ceilings, the Vertex accelerator catalog and the machine
+prices read from it, the roofline, the Spot preemption model and the time-and-cost estimator.
+Framework-free at import; torch is used lazily by the benchmarks. These modules return data;
+the course layer (`labkit.course`) draws and tabulates it."""
 
 from labkit.hardware.bench import BenchConfig, Ceilings, measure_ceilings
 from labkit.hardware.catalog import CATALOG_PATH, CatalogEntry, CatalogError, load_catalog
@@ -7,16 +9,18 @@ from labkit.hardware.cost import (
     CostAssumptions,
     Estimate,
     EstimateTable,
-    SpotModel,
     Workload,
     estimate_costs,
     mfu_from_measurement,
     pareto_front,
 )
+from labkit.hardware.machines import Price, match_gpu, price_for_this_machine, target_machine
 from labkit.hardware.roofline import Roofline, matmul_intensity
+from labkit.hardware.spot import SpotModel, young_daly_interval
 
 __all__ = [
     "BenchConfig", "Ceilings", "measure_ceilings", "CATALOG_PATH", "CatalogEntry", "CatalogError",
     "load_catalog", "CostAssumptions", "Estimate", "EstimateTable", "SpotModel", "Workload",
     "estimate_costs", "mfu_from_measurement", "pareto_front", "Roofline", "matmul_intensity",
+    "Price", "match_gpu", "price_for_this_machine", "target_machine", "young_daly_interval",
 ]

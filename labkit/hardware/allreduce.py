@@ -81,14 +81,6 @@ class AllReduceReport:
     device: str
     results: list[AllReduceResult]
 
-    def table(self) -> str:
-        lines = [f"all-reduce, {self.world_size} x {self.device}, backend {self.backend}",
-                 f"{'size':>10} {'iters':>5} {'time':>11} {'algbw GB/s':>11} {'busbw GB/s':>11}"]
-        for r in self.results:
-            lines.append(f"{_human(r.size_bytes):>10} {r.iters:>5} {r.time_s * 1e3:>9.3f}ms "
-                         f"{r.algbw_gbps:>11.3f} {r.busbw_gbps:>11.3f}")
-        return "\n".join(lines)
-
     @property
     def peak_busbw_gbps(self) -> float:
         return max(r.busbw_gbps for r in self.results)
@@ -206,33 +198,6 @@ def allreduce_benchmark(config: AllReduceConfig) -> AllReduceReport:
         data = json.loads(out.read_text())
     data["results"] = [AllReduceResult(**r) for r in data["results"]]
     return AllReduceReport(**data)
-
-
-def plot_bandwidth(report: AllReduceReport, path: str | os.PathLike | None = None,
-                   link_limit_gbps: float | None = None):
-    """Algorithm and bus bandwidth against message size (log scale); saved when `path` given."""
-    import matplotlib
-
-    if path is not None and "ipykernel" not in sys.modules:
-        matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    sizes = [r.size_bytes for r in report.results]
-    ax.plot(sizes, [r.busbw_gbps for r in report.results], "o-", label="bus bandwidth")
-    ax.plot(sizes, [r.algbw_gbps for r in report.results], "s--", label="algorithm bandwidth")
-    if link_limit_gbps:
-        ax.axhline(link_limit_gbps, color="grey", linestyle=":", label="link limit")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("message size (bytes)")
-    ax.set_ylabel("GB/s")
-    ax.set_title(f"all-reduce, {report.world_size} x {report.device} ({report.backend})")
-    ax.legend()
-    ax.grid(True, which="both", alpha=0.3)
-    fig.tight_layout()
-    if path is not None:
-        fig.savefig(path, dpi=100)
-    return fig
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,8 @@ The model is deliberately simple so you can check it by hand:
     $/epoch     = hours/epoch × price per hour
     Spot        = same work, × (1 + expected preemption overhead), at the Spot price
 
+The preemption overhead is `labkit.hardware.spot.SpotModel`'s (lost work and restarts).
+
 FLOPs per step come from the model (e.g. 6·N·tokens for a transformer, or measured with a FLOP
 counter); utilisation (MFU) is the fraction of the datasheet peak a run reaches. Measure it on
 your hardware (`mfu_from_measurement`) and reuse it, or override the step time of an option you
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 
 from labkit.core.config import check_choice, check_float, check_int
 from labkit.hardware.catalog import CatalogEntry
+from labkit.hardware.spot import SpotModel
 
 
 @dataclass
@@ -41,26 +44,6 @@ class Workload:
     @property
     def steps_per_epoch(self) -> int:
         return math.ceil(self.samples_per_epoch / self.samples_per_step)
-
-
-@dataclass
-class SpotModel:
-    """Expected extra time on Spot: each preemption loses on average half a checkpoint interval
-    of work plus the restart time, so overhead = preemptions/hour × (interval/2 + restart)."""
-
-    preemptions_per_hour: float = 0.05
-    checkpoint_every_min: float = 30.0
-    restart_min: float = 5.0
-
-    def __post_init__(self) -> None:
-        check_float("preemptions_per_hour", self.preemptions_per_hour, minimum=0.0)
-        check_float("checkpoint_every_min", self.checkpoint_every_min, minimum=0.0)
-        check_float("restart_min", self.restart_min, minimum=0.0)
-
-    @property
-    def overhead(self) -> float:
-        """Fraction of extra wall-clock time (0.1 = 10% longer)."""
-        return self.preemptions_per_hour * (self.checkpoint_every_min / 2 + self.restart_min) / 60.0
 
 
 @dataclass

@@ -42,24 +42,3 @@ def elementwise_intensity(flops_per_element: float, bytes_per_element: int, oper
     """An elementwise op (e.g. c = a + b: 1 FLOP, 3 operands moved) barely computes per byte."""
     return flops_per_element / (operands * bytes_per_element)
 
-
-def plot_rooflines(rooflines: list[Roofline], points: list[tuple[str, float, float]] = (), ax=None):
-    """Log-log plot of each roofline, with measured points (label, intensity, TFLOP/s)."""
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7, 4.5))
-    xs = np.logspace(-2, 4, 200)
-    for r in rooflines:
-        ax.plot(xs, [r.attainable_tflops(x) for x in xs], label=f"{r.name} (ridge {r.ridge_flops_per_byte:.0f} FLOP/B)")
-    for label, x, y in points:
-        ax.scatter([x], [y], zorder=3)
-        ax.annotate(label, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOP / byte)")
-    ax.set_ylabel("attainable TFLOP/s")
-    ax.legend(fontsize=8)
-    ax.grid(True, which="both", alpha=0.3)
-    return ax

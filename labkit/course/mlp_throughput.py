@@ -1,4 +1,5 @@
-"""Measured training throughput on this machine, turned into achieved TFLOP/s and MFU.
+"""Notebook 01's measured training throughput: an MLP timed on this machine, turned into
+achieved TFLOP/s and model FLOPs utilisation (MFU).
 
 The profiling workload's MLP is timed unprofiled (after warm-up steps) and its FLOPs are known
 exactly (matmuls: 6 × weights × batch), so achieved FLOP/s over the measured matmul ceiling is

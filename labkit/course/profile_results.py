@@ -1,7 +1,12 @@
-"""Display functions for notebook 05: stacked step breakdowns and a before/after comparison."""
+"""Notebook 05's reading of `labkit.profiling` results: two runs side by side, one stacked bar
+of the step breakdown per run, and the labkit phase ranges a trace holds."""
 
 from __future__ import annotations
 
+import json
+import os
+
+from labkit.course.plots import finish, new_figure
 from labkit.profiling.phases import CATEGORIES
 from labkit.profiling.run import ProfileResult
 
@@ -15,12 +20,10 @@ def compare(before: ProfileResult, after: ProfileResult) -> str:
             f"speed-up: {after.speedup_over(before):.2f}× samples/s")
 
 
-def plot_breakdowns(results: list[ProfileResult], ax=None, title: str = "where each step's time goes"):
+def plot_breakdowns(results: list[ProfileResult], title: str = "where each step's time goes",
+                    path: str | os.PathLike | None = None):
     """One stacked bar per run: the fraction of the step in each category."""
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7, 0.8 + 0.7 * len(results)))
+    fig, ax = new_figure((7, 0.8 + 0.7 * len(results)))
     labels = [f"{r.label}\n({r.verdict.kind})" for r in results]
     left = [0.0] * len(results)
     for cat in CATEGORIES:
@@ -31,13 +34,11 @@ def plot_breakdowns(results: list[ProfileResult], ax=None, title: str = "where e
     ax.set_xlabel("fraction of step time")
     ax.set_title(title)
     ax.legend(ncol=len(CATEGORIES), fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.08))
-    return ax
+    return finish(fig, path)
 
 
 def nvtx_ranges(result: ProfileResult) -> dict[str, int]:
     """How many labkit phase ranges the trace holds (the same names go to NVTX on CUDA)."""
-    import json
-
     if result.trace_path is None:
         return {}
     counts: dict[str, int] = {}

@@ -1,0 +1,251 @@
+"""Notebook 03's input-pipeline ladder: naive → shards → parallel reads → prefetch → cache, for
+the torch DataLoader and for tf.data, each rung measured as a real training epoch behind
+injected Cloud-Storage-like latency: samples/s and the share of step time spent waiting for data.
+
+    data = write_ladder_data(out_dir, InputLadderConfig())
+    ladder = torch_ladder(data, step)       # or tf_ladder(data, step)
+    ladder.rung("shards").samples_per_s     # rungs are found by key; labels are for display
+
+The page-cache reading rates and the ceilings are `labkit.course.read_rates`; the sentences
+computed from both, `labkit.course.input_conclusions`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from labkit.core.config import check_float, check_int
+from labkit.course.plots import finish, new_figure
+from labkit.data.latency import StorageLatency
+from labkit.data.reader import ReadConfig
+from labkit.data.shards import ShardConfig, ShardSet, write_image_shards
+from labkit.data.synthetic import ImageDatasetConfig, SyntheticImages
+from labkit.data.throughput import DataTime, batch_size_of
+
+# The rungs in climbing order: key -> label.
+INPUT_RUNGS = {"naive": "naive: one file per sample", "shards": "shards", "parallel_reads": "parallel reads",
+               "prefetch": "prefetch", "cache": "cache"}
+
+
+@dataclass(frozen=True)
+class InputLadderConfig:
+    """Sizes and knobs of the ladder: the dataset, the shard size, the batch, the readers'
+    parallelism, and the injected storage latency."""
+
+    num_samples: int = 256
+    image_size: int = 32
+    num_classes: int = 10
+    records_per_shard: int = 32
+    batch_size: int = 32
+    num_workers: int = 4
+    prefetch: int = 4
+    open_latency_ms: float = 20.0
+    bandwidth_mb_s: float = 50.0
+    repeats: int = 3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_int("num_samples", self.num_samples, minimum=1)
+        check_int("image_size", self.image_size, minimum=4)
+        check_int("num_classes", self.num_classes, minimum=2)
+        check_int("records_per_shard", self.records_per_shard, minimum=1)
+        check_int("batch_size", self.batch_size, minimum=1)
+        check_int("num_workers", self.num_workers, minimum=1)
+        check_int("prefetch", self.prefetch, minimum=1)
+        check_float("open_latency_ms", self.open_latency_ms, minimum=0.0)
+        check_float("bandwidth_mb_s", self.bandwidth_mb_s, minimum=1e-3)
+        check_int("repeats", self.repeats, minimum=1)
+
+    @property
+    def latency(self) -> StorageLatency:
+        return StorageLatency(self.open_latency_ms, self.bandwidth_mb_s)
+
+
+@dataclass(frozen=True)
+class LadderData:
+    """The same dataset written twice: one file per sample, and in shards."""
+
+    small_files: ShardSet
+    shards: ShardSet
+    config: InputLadderConfig
+
+
+def write_ladder_data(out_dir: str | os.PathLike, config: InputLadderConfig) -> LadderData:
+    ds = SyntheticImages(ImageDatasetConfig(num_samples=config.num_samples, image_size=config.image_size,
+                                            num_classes=config.num_classes, seed=config.seed))
+    out = os.fspath(out_dir)
+    small = write_image_shards(os.path.join(out, "small-files"), ds,
+                               ShardConfig(records_per_shard=1, prefix="sample"))
+    shards = write_image_shards(os.path.join(out, "shards"), ds,
+                                ShardConfig(records_per_shard=config.records_per_shard, prefix="train"))
+    return LadderData(small, shards, config)
+
+
+@dataclass(frozen=True)
+class InputRung:
+    """One measured epoch: training samples/s and the fraction of step time waiting for data."""
+
+    engine: str
+    key: str
+    samples: int
+    seconds: float
+    data_fraction: float
+
+    @property
+    def label(self) -> str:
+        return INPUT_RUNGS[self.key]
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.seconds if self.seconds else float("inf")
+
+
+@dataclass
+class InputLadder:
+    engine: str
+    rungs: list[InputRung] = field(default_factory=list)
+
+    @property
+    def best(self) -> InputRung:
+        return max(self.rungs, key=lambda r: r.samples_per_s)
+
+    def rung(self, key: str) -> InputRung:
+        for r in self.rungs:
+            if r.key == key:
+                return r
+        raise KeyError(f"{self.engine} ladder has no rung {key!r} (rungs: {', '.join(r.key for r in self.rungs)})")
+
+    def speedup(self) -> float:
+        """Best rung over the naive one."""
+        return self.best.samples_per_s / self.rungs[0].samples_per_s
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Samples/s, ratio to the first rung, and data wait, one row per rung."""
+        base = self.rungs[0].samples_per_s
+        return [{"rung": r.label, "samples/s": r.samples_per_s, "vs naive": r.samples_per_s / base,
+                 "data wait (%)": round(100 * r.data_fraction)} for r in self.rungs]
+
+
+def best_epoch(engine: str, key: str, batches: Iterable, step: Callable[[object], object],
+               repeats: int) -> InputRung:
+    """The fastest of `repeats` epochs (a shared machine's hiccups only ever slow a run down)."""
+    return min((timed_epoch(engine, key, batches, step) for _ in range(repeats)), key=lambda r: r.seconds)
+
+
+def timed_epoch(engine: str, key: str, batches: Iterable, step: Callable[[object], object]) -> InputRung:
+    """One epoch of `step` over `batches`, timing the waits for data apart from the steps."""
+    t0 = time.perf_counter()
+    data = compute = 0.0
+    samples = 0
+    it = iter(batches)
+    while True:  # until the iterator is exhausted
+        t1 = time.perf_counter()
+        try:
+            batch = next(it)
+        except StopIteration:
+            break
+        t2 = time.perf_counter()
+        step(batch)
+        compute += time.perf_counter() - t2
+        data += t2 - t1
+        samples += batch_size_of(batch)
+    total = time.perf_counter() - t0
+    return InputRung(engine, key, samples, total, DataTime(1, data, compute).fraction)
+
+
+class CachedBatches:
+    """The torch counterpart of `tf.data.Dataset.cache()`: the first pass keeps every batch in
+    memory, later passes replay them without touching storage."""
+
+    def __init__(self, source: Iterable):
+        self.source = source
+        self._cache: list | None = None
+
+    def __iter__(self):
+        if self._cache is not None:
+            yield from self._cache
+            return
+        kept = []
+        for b in self.source:
+            kept.append(b)
+            yield b
+        self._cache = kept
+
+
+def torch_ladder(data: LadderData, step: Callable[[dict], object]) -> InputLadder:
+    """The ladder for the torch DataLoader (mechanism "batch"), every rung behind the latency.
+    More workers than cores is deliberate here: they mostly wait on (injected) storage."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*worker processes in total.*")
+        return _torch_ladder(data, step)
+
+
+def _torch_ladder(data: LadderData, step: Callable[[dict], object]) -> InputLadder:
+    from labkit.core import devices
+    from labkit.data.torch_loader import LoaderConfig, make_loader
+
+    c = data.config
+    opener = c.latency.opener()
+    read = ReadConfig(kind="images", batch_size=c.batch_size)
+    ladder = InputLadder("torch")
+    small = make_loader(data.small_files.paths, read, LoaderConfig(), opener=opener)
+    ladder.rungs.append(timed_epoch("torch", "naive", small, step))  # slow by design: once
+    shards = make_loader(data.shards.paths, read, LoaderConfig(), opener=opener)
+    ladder.rungs.append(best_epoch("torch", "shards", shards, step, c.repeats))
+    par = make_loader(data.shards.paths, read, LoaderConfig(num_workers=c.num_workers), opener=opener)
+    ladder.rungs.append(best_epoch("torch", "parallel_reads", par, step, c.repeats))
+    pre_cfg = LoaderConfig(num_workers=c.num_workers, prefetch_factor=c.prefetch, persistent_workers=True,
+                           pin_memory=devices.cuda_available())
+    pre = make_loader(data.shards.paths, read, pre_cfg, opener=opener)
+    for _ in pre:  # start the persistent workers; the measured epoch is the second
+        pass
+    ladder.rungs.append(best_epoch("torch", "prefetch", pre, step, c.repeats))
+    cached = CachedBatches(pre)
+    for _ in cached:
+        pass
+    ladder.rungs.append(best_epoch("torch", "cache", cached, step, c.repeats))
+    return ladder
+
+
+def tf_ladder(data: LadderData, step: Callable[[dict], object]) -> InputLadder:
+    """The same ladder with tf.data: sequential reads, shards, interleave + parallel parse,
+    prefetch (AUTOTUNE), cache."""
+    from labkit.data.tf_pipeline import AUTOTUNE, TFPipelineConfig, make_tf_dataset
+
+    c = data.config
+    lat = c.latency
+    base = TFPipelineConfig(kind="images", batch_size=c.batch_size)
+    par = replace(base, num_parallel_reads=c.num_workers, parallel_calls=AUTOTUNE)
+    ladder = InputLadder("tf")
+    configs = [("naive", data.small_files, base), ("shards", data.shards, base),
+               ("parallel_reads", data.shards, par), ("prefetch", data.shards, replace(par, prefetch=AUTOTUNE))]
+    for key, files, cfg in configs:
+        ds = make_tf_dataset(files.paths, cfg, latency=lat)
+        repeats = 1 if files is data.small_files else c.repeats
+        ladder.rungs.append(best_epoch("tf", key, ds, step, repeats))
+    cached = make_tf_dataset(data.shards.paths, replace(par, prefetch=AUTOTUNE, cache=True), latency=lat)
+    for _ in cached:  # the first epoch fills the cache
+        pass
+    ladder.rungs.append(best_epoch("tf", "cache", cached, step, c.repeats))
+    return ladder
+
+
+def plot_ladders(ladders: list[InputLadder], path: str | os.PathLike | None = None):
+    """Bars of training samples/s per rung (log scale), one group per engine."""
+    fig, ax = new_figure((8, 3.5))
+    width = 0.8 / max(1, len(ladders))
+    for i, lad in enumerate(ladders):
+        xs = [j + i * width for j in range(len(lad.rungs))]
+        ax.bar(xs, [r.samples_per_s for r in lad.rungs], width, label=lad.engine)
+    ax.set_xticks([j + width * (len(ladders) - 1) / 2 for j in range(len(INPUT_RUNGS))])
+    ax.set_xticklabels([label.split(":")[0] for label in INPUT_RUNGS.values()])
+    ax.set_yscale("log")
+    ax.set_ylabel("training samples/s")
+    ax.set_title("input-pipeline ladder under injected storage latency")
+    ax.legend()
+    return finish(fig, path)

@@ -1,0 +1,53 @@
+"""Notebook 04's tensor-core alignment demo: matmuls whose sizes are, or are not, multiples of the
+tile tensor cores work on. Needs torch (imported when the demo runs)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+def alignment_demo(sizes: tuple[int, ...] | None = None, device: str = "auto",
+                   dtype: str = "auto", repeats: int = 10) -> list[dict[str, Any]]:
+    """Square matmuls at sizes that are / are not multiples of 64: tensor cores work on tiles, so
+    a size one off the multiple pays for padding or falls off the fast kernels. Also GPT's vocab
+    projection at 50257 (GPT-2's vocab) vs 50304 (padded to a multiple of 64)."""
+    import torch
+
+    from labkit.torch.distributed import DistInfo
+    from labkit.torch.engine import resolve_device
+
+    dev = resolve_device(device, DistInfo())
+    cuda = dev.type == "cuda"
+    dt = {"auto": torch.bfloat16 if cuda else torch.float32, "bf16": torch.bfloat16,
+          "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    sizes = sizes or ((4096, 4095, 4097, 4160) if cuda else (512, 511, 513, 576))
+    shapes = [(n, n, n, f"{n}³") for n in sizes]
+    tokens = 8192 if cuda else 64
+    repeats = repeats if cuda else min(repeats, 5)
+    shapes += [(tokens, 768, v, f"{tokens}×768 @ 768×{v} (vocab {v})") for v in (50257, 50304)]
+    rows = []
+    for m, k, n, label in shapes:
+        a = torch.randn(m, k, device=dev, dtype=dt)
+        b = torch.randn(k, n, device=dev, dtype=dt)
+        seconds = _best_time(lambda a=a, b=b: a @ b, dev, repeats)
+        rows.append({"shape": label, "m": m, "k": k, "n": n, "multiple_of_64": all(x % 64 == 0 for x in (m, k, n)),
+                     "tflops": 2 * m * k * n / seconds / 1e12, "ms": seconds * 1000, "dtype": str(dt).split(".")[-1]})
+    return rows
+
+
+def _best_time(fn, device, repeats: int) -> float:
+    """Fastest of `repeats` calls after one warm-up call, synchronising a CUDA device."""
+    import torch
+
+    fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        best = min(best, time.perf_counter() - t)
+    return best

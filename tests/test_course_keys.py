@@ -1,0 +1,55 @@
+"""Rungs and levers are found by key; labels are only for display. Relabelling every rung of a
+ladder and every lever of the capstone changes what a reader sees, never what the conclusions
+compute."""
+
+from __future__ import annotations
+
+import pytest
+
+from labkit.course import capstone, input_conclusions, input_ladder, precision
+from labkit.course.read_rates import ReadRates
+
+
+def _precision_rows(relabel: str) -> list[dict]:
+    speed = {"fp32": 100.0, "tf32": 101.0, "bf16": 180.0, "fp16": 170.0, "bf16_channels_last": 200.0}
+    return [{"key": k, "rung": relabel + k, "samples_per_s": v, "speedup": v / 100.0, "final_loss": 2.0,
+             "activation_mib": 10.0, "device": "cpu"} for k, v in speed.items()]
+
+
+def test_precision_conclusions_and_lookups_survive_new_labels():
+    plain, renamed = _precision_rows(""), _precision_rows("renamed ")
+    assert precision.find(renamed, "bf16")["speedup"] == pytest.approx(1.8)
+    text = "\n".join(precision.conclusions(renamed))
+    assert "Fastest here: renamed bf16_channels_last" in text
+    assert "TF32 is a tensor-core mode" in text  # found by key, whatever the tf32 rung is called
+    assert len(precision.conclusions(renamed)) == len(precision.conclusions(plain))
+    with pytest.raises(KeyError, match="fp8"):
+        precision.find(renamed, "fp8")
+
+
+def test_input_conclusions_survive_new_labels(monkeypatch):
+    for key in input_ladder.INPUT_RUNGS:
+        monkeypatch.setitem(input_ladder.INPUT_RUNGS, key, f"renamed {key}")
+    lad = input_ladder.InputLadder("torch", [input_ladder.InputRung("torch", key, 100, 100 / r, 0.5) for key, r in
+                                             zip(input_ladder.INPUT_RUNGS, [10, 50, 60, 100, 150], strict=True)])
+    raw = ReadRates({"raw": 6.0, "crc32c": 6.0, "torch_batch": 2.4}, {})
+    text = input_conclusions.conclusions([lad], None, raw, input_ladder.InputLadderConfig())
+    assert "Shards of 32 made it 5.0× faster" in text and "Best rung: renamed cache" in text
+    assert lad.rows()[1]["rung"] == "renamed shards"
+
+
+def test_capstone_climb_and_conclusions_survive_new_labels(monkeypatch):
+    for key in list(capstone.LABELS["torch"]):
+        monkeypatch.setitem(capstone.LABELS["torch"], key, f"renamed {key}")
+
+    def measure(cfg):
+        speed = 100.0 * (2.0 if cfg.precision == "bf16" else 1.0) * (0.9 if cfg.channels_last else 1.0)
+        return {"samples_per_s": speed, "step_time_ms": 10.0, "data_fraction": 0.0, "peak_memory_mib": None,
+                "final_loss": 1.0, "device": "cpu"}
+
+    cfg = capstone.CapstoneConfig(framework="torch", model="resnet", scale="smoke", repeats=1)
+    result = capstone.optimise(cfg, hardware=capstone.Hardware("cpu", cpu_count=2), measure_fn=measure)
+    assert result.kept == ["bf16"] and result.kept_labels == ["renamed bf16"]
+    assert {s.key for s in result.skipped} == {"compile", "step_graph"}
+    text = " ".join(capstone.conclusions(result, capstone.cost_rows(result, None, 1000)))
+    assert "Kept, in order: renamed bf16 2.00×" in text and "renamed channels_last (0.90×)" in text

@@ -1,0 +1,63 @@
+"""The course's one table formatter and one plot finish, and the plots of `labkit.hardware`'s
+results (drawn from hand-built data: the measurements themselves are tested with their modules)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pytest
+
+from labkit.course import hardware_plots, plots
+from labkit.course.tables import cell, table
+from labkit.hardware.allreduce import AllReduceReport, AllReduceResult
+from labkit.hardware.catalog import load_catalog
+from labkit.hardware.cost import CostAssumptions, Workload, estimate_costs
+from labkit.hardware.roofline import Roofline
+
+
+def test_cells_round_for_reading():
+    assert [cell(v) for v in (1234.5, 0.012345, 2.0, 0.0, 1_281_167, None, True, math.nan, "x")] == [
+        "1,234", "0.0123", "2", "0", "1,281,167", "–", "True", "n/a", "x"]
+
+
+def test_text_table_aligns_numbers_right_and_text_left():
+    lines = table([{"run": "a", "v": 1.5}, {"run": "bbb", "v": 12.25}], title="runs").splitlines()
+    assert lines == ["runs", "run     v", "---  ----", "a     1.5", "bbb  12.2"]
+
+
+def test_markdown_table_marks_missing_values_and_keeps_its_shape():
+    text = table([{"a": 1234.5, "b": 0.012345, "c": None}, {"a": 2, "b": "x|y\nz"}], markdown=True)
+    assert text.splitlines() == ["| a | b | c |", "|---|---|---|", "| 1,234 | 0.0123 | – |", "| 2 | x\\|y z | – |"]
+    assert table([]) == "(no rows)"
+
+
+def test_rows_may_be_dataclasses_or_one_mapping():
+    @dataclass
+    class Row:
+        size: int
+        seconds: float
+
+    assert table([Row(4096, 0.25)]).splitlines()[2] == "4,096     0.25"
+    assert table({"raw read": 2.0}, ["reader", "GB/s"]).splitlines()[2] == "raw read     2"
+    with pytest.raises(ValueError, match="columns"):
+        table({"raw read": 2.0})
+
+
+def test_finish_lays_out_and_saves(tmp_path):
+    fig, ax = plots.new_figure((3, 2))
+    ax.plot([1, 2], [3, 4])
+    assert plots.finish(fig, tmp_path / "x.png") is fig and (tmp_path / "x.png").stat().st_size > 0
+
+
+def test_hardware_plots(tmp_path):
+    report = AllReduceReport("gloo", 2, "CPU process", [AllReduceResult(4096, 3, 1e-4, 0.04, 0.04),
+                                                        AllReduceResult(1 << 20, 3, 1e-3, 1.0, 1.0)])
+    fig = hardware_plots.plot_allreduce_bandwidth(report, tmp_path / "bw.png", link_limit_gbps=2.0)
+    assert (tmp_path / "bw.png").stat().st_size > 0 and fig.axes[0].get_xscale() == "log"
+    assert hardware_plots.allreduce_title(report) in table(report.results, title=hardware_plots.allreduce_title(report))
+    roof = hardware_plots.plot_rooflines([Roofline("here", 1.0, 10.0)], [("matmul", 100.0, 0.9)])
+    assert roof.axes[0].get_yscale() == "log"
+    estimates = estimate_costs(Workload(1e15, 8, 1000), load_catalog(), CostAssumptions())
+    cost = hardware_plots.plot_time_cost(estimates, title="t", path=tmp_path / "cost.png")
+    assert cost.axes[0].get_title() == "t" and (tmp_path / "cost.png").stat().st_size > 0
