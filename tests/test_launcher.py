@@ -79,9 +79,14 @@ def test_timeout_kills_everything_still_running():
     assert "sleeping" in str(err.value)
 
 
-def test_servers_are_stopped_once_the_primary_has_finished():
-    result = run_group([py("chief", "print('done')"), py("ps", SLEEPER, server=True),
-                        py("stubborn", STUBBORN, server=True)], GroupConfig(stop_grace_s=0.5))
+def test_servers_are_stopped_once_the_primary_has_finished(tmp_path):
+    # The chief finishes only once the stubborn server ignores SIGTERM (a loaded machine may
+    # start it late): the test is about how servers are stopped, not about start-up order.
+    flag = tmp_path / "stubborn-ready"
+    stubborn = STUBBORN.replace("print('ready', flush=True)", f"open({str(flag)!r}, 'w').close()")
+    chief = f"import os, time\nwhile not os.path.exists({str(flag)!r}): time.sleep(0.02)\nprint('done')"
+    result = run_group([py("chief", chief), py("ps", SLEEPER, server=True),
+                        py("stubborn", stubborn, server=True)], GroupConfig(stop_grace_s=0.5))
     assert result.ok, result.results
     assert [r.ended_by for r in result.results] == ["exit", "stopped", "stopped"]
     assert result.returncodes == [0, -15, -9]  # SIGTERM; ignored, so SIGKILL after the grace
