@@ -2,8 +2,7 @@
 
 `PrecisionPolicy.for_mode(mode, device)` says what a mode switches on; `apply_matmul_precision`
 sets the TF32 switches (they are process-global in torch, so every run sets them explicitly
-instead of inheriting the previous run's). `ladder()` runs the notebook 04 ladder (implemented in
-`labkit.course.precision_torch`).
+instead of inheriting the previous run's). Notebook 04's ladder over these modes lives in `labkit.course.precision`.
 """
 
 from __future__ import annotations
