@@ -159,3 +159,17 @@ def test_lr_and_batch_size_study_runs_labkit_train_trials(tmp_path):
         assert metrics["run"].get("batch_size", r.parameters["batch_size"]) == r.parameters["batch_size"]
     assert vertex.study_summary(records).best is not None
     assert sys.executable  # trials ran this interpreter through the emulator
+
+
+def test_a_trial_trains_in_its_own_aip_folders_through_the_mount():
+    from labkit.vertex.trial import objective, trial_config
+
+    env = {"AIP_MODEL_DIR": "gs://bkt/study/3/model/", "AIP_CHECKPOINT_DIR": "gs://bkt/study/3/checkpoints/",
+           "AIP_TENSORBOARD_LOG_DIR": "gs://bkt/study/3/logs/"}
+    cfg = trial_config(["--steps", "4", "--lr=0.01"], env)
+    assert (cfg.checkpoint_dir, cfg.tensorboard_dir, cfg.metrics_out) == (
+        "/gcs/bkt/study/3/checkpoints/", "/gcs/bkt/study/3/logs/", "/gcs/bkt/study/3/model/metrics.json")
+    assert trial_config(["--checkpoint-dir", "/mine"], env).checkpoint_dir == "/mine"
+    metrics = {"steps": [{"step": 0, "loss": 2.0}, {"step": 1, "loss": 1.5}], "summary": {"final_loss": 1.5}}
+    assert objective(metrics, "loss") == (2, 1.5) and objective(metrics, "final_loss") == (2, 1.5)
+    assert objective({"steps": []}, "loss") is None

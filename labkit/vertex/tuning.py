@@ -337,7 +337,7 @@ def run_local_tuning(
     failures = [0]
     records: dict[int, TrialRecord] = {}
 
-    def one_trial(number: int) -> None:
+    def one_trial(_index: int) -> None:
         with lock:
             if max_failed and failures[0] >= max_failed:
                 return
