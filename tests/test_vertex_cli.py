@@ -28,7 +28,7 @@ def _env(tmp_path):
 
 def test_run_vertex_without_cloud_is_a_dry_run(tmp_path):
     out = subprocess.run([sys.executable, "-m", "labkit", "run", str(HELLO), "--vertex", "-p", "size", "16",
-                          "--accelerator-type", "NVIDIA_L4", "--accelerator-count", "1", "--spot",
+                          "--machine-type", "g2-standard-8", "--accelerator-type", "NVIDIA_L4", "--accelerator-count", "1", "--spot",
                           "--replicas", "2"], capture_output=True, text=True, env=_env(tmp_path), timeout=120)
     assert out.returncode == 0, out.stderr
     text = out.stdout

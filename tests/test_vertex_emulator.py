@@ -12,6 +12,8 @@ from labkit import vertex
 from labkit.core import cluster
 from labkit.course.vertex_demo import demo_job
 from labkit.vertex.emulator import (
+    CANCELLED,
+    DEFAULT_TIMEOUT_S,
     FAILED,
     SUCCEEDED,
     Fault,
@@ -51,10 +53,11 @@ def test_replica_environments_match_vertex(tmp_path):
     assert "TF_CONFIG" not in envs[(2, 0)] and "RANK" not in envs[(2, 0)]
     assert (chief["WORLD_SIZE"], chief["RANK"], envs[(1, 1)]["RANK"]) == ("3", "0", "2")
     assert chief["MASTER_ADDR"] == "127.0.0.1" and chief["MASTER_PORT"] == envs[(1, 0)]["MASTER_PORT"]
-    assert chief["AIP_CHECKPOINT_DIR"] == str(tmp_path / "gcs/bkt/job/checkpoints") + "/"
-    assert chief["AIP_MODEL_DIR"].endswith("gcs/bkt/job/model/")
-    assert chief["AIP_TENSORBOARD_LOG_DIR"].endswith("gcs/bkt/job/logs/")
-    assert chief["DATA"] == str(tmp_path / "gcs/bkt/data")
+    # The same gs:// addresses Vertex gives (not local folders); /gcs/ values go through the mount.
+    assert chief["AIP_CHECKPOINT_DIR"] == "gs://bkt/job/checkpoints/"
+    assert chief["AIP_MODEL_DIR"] == "gs://bkt/job/model/"
+    assert chief["AIP_TENSORBOARD_LOG_DIR"] == "gs://bkt/job/logs/"
+    assert chief["DATA"] == str(tmp_path.resolve() / "gcs/bkt/data")
     single = replica_envs(vertex.custom_job_spec(pool), LocalPaths(tmp_path))
     assert "TF_CONFIG" not in single[(0, 0)]  # TF_CONFIG only for multi-replica jobs
 
@@ -63,14 +66,15 @@ def test_local_argv_maps_python_gcs_and_drops_setup_wrapper(tmp_path):
     spec = vertex.notebook_job("nb.ipynb", {"a": 1}, output_uri=OUT)
     argv = local_argv(spec["worker_pool_specs"][0]["container_spec"], LocalPaths(tmp_path), "p")
     assert argv[:3] == [sys.executable, "-m", "labkit.vertex.entry"]
-    assert argv[4] == str(tmp_path / "gcs/bkt/job/inputs/nb.ipynb")
+    assert argv[4] == str(tmp_path.resolve() / "gcs/bkt/job/inputs/nb.ipynb")
     with pytest.raises(ValueError, match=r"worker_pool_specs\[0\].container_spec"):
         local_argv({"image_uri": "gcr.io/x"}, LocalPaths(tmp_path), "worker_pool_specs[0]")
 
 
 FLAKY = """
 import os, pathlib, sys
-marker = pathlib.Path(os.environ["AIP_MODEL_DIR"]) / ("tries-" + os.environ.get("RANK", "x"))
+from labkit.core.gcs import mount_path
+marker = pathlib.Path(mount_path(os.environ["AIP_MODEL_DIR"])) / ("tries-" + os.environ.get("RANK", "x"))
 marker.parent.mkdir(parents=True, exist_ok=True)
 n = int(marker.read_text()) if marker.exists() else 0
 marker.write_text(str(n + 1))
@@ -100,7 +104,8 @@ def test_restart_job_on_worker_restart_restarts_everyone(tmp_path):
 
 STEPPER = """
 import os, pathlib, time
-done = pathlib.Path(os.environ["AIP_MODEL_DIR"]) / ("done-" + os.environ["RANK"])
+from labkit.core.gcs import mount_path
+done = pathlib.Path(mount_path(os.environ["AIP_MODEL_DIR"])) / ("done-" + os.environ["RANK"])
 for step in range(1, 6):
     print(f"step {step}", flush=True)
     time.sleep(0.1)
@@ -129,10 +134,82 @@ def test_spot_preemption_restarts_the_whole_job(tmp_path):
 def test_timeout_fails_the_job(tmp_path):
     job = run_local(script_job("import time; time.sleep(30)", workers=0), tmp_path, timeout_s=1)
     assert job.state == FAILED and "timeout" in job.error
+    assert DEFAULT_TIMEOUT_S == 600.0  # a hung replica is reported within 10 minutes, not an hour
+
+
+def test_stop_when_cancels_the_job(tmp_path):
+    job = run_local(script_job("import time; time.sleep(30)", workers=1), tmp_path,
+                    stop_when=lambda: True)
+    assert job.state == CANCELLED and not job.succeeded and "stopped early" in job.events[-1]
+
+
+# A job that checkpoints every step and is preempted (Spot) once at step 2, resuming from the
+# newest committed step. HOW says how it treats AIP_CHECKPOINT_DIR.
+RESUMER = """
+import os, pathlib, sys, time
+from labkit.core import checkpoint
+from labkit.core.gcs import mount_path
+address = os.environ["AIP_CHECKPOINT_DIR"]
+where = {"fsspec": address, "mount": mount_path(address), "path": str(pathlib.Path(address))}["HOW"]
+last = checkpoint.load(where)
+start = last.step if last else 0
+print("resumed at", start, "from", where, flush=True)
+for step in range(start + 1, 5):
+    checkpoint.save(where, step, {"s": str(step).encode()})
+    print(f"step {step}", flush=True)
+    time.sleep(0.3)
+"""
+
+
+def _preempted_once(tmp_path, how):
+    job = run_local(script_job(RESUMER.replace("HOW", how), workers=0, spot=True), tmp_path,
+                    fault=Fault("workerpool0", at_step=2, signal="SIGTERM", grace_s=1.0))
+    assert job.state == SUCCEEDED and job.job_restarts == 1, job.summary()
+    return job, job.final().log()
+
+
+@pytest.mark.parametrize("how", ["fsspec", "mount"])
+def test_a_restarted_job_resumes_through_the_gs_address(tmp_path, how):
+    job, log = _preempted_once(tmp_path, how)
+    resumed = int(log.split("resumed at ")[1].split()[0])
+    assert resumed >= 2  # the second attempt found the first attempt's checkpoint in the bucket
+    assert (job.local("gs://bkt/job/checkpoints") / "step-00000004" / "COMMITTED").is_file()
+
+
+def test_treating_the_gs_address_as_a_path_loses_the_checkpoints(tmp_path):
+    job, log = _preempted_once(tmp_path, "path")
+    assert "resumed at 0 " in log  # the restarted job started over
+    assert not job.local("gs://bkt/job/checkpoints").exists()  # nothing reached the bucket
+    # They went to the first container's disk, as ``gs:/bkt/...``, and died with it.
+    assert (job.container("workerpool0", 0) / "gs:/bkt/job/checkpoints/step-00000002").is_dir()
 
 
 def _result(job):
-    return json.loads((job.workdir / "gcs/labkit-demo/job/model/result.json").read_text())
+    return json.loads(job.local("gs://labkit-demo/job/model/result.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_demo_resumes_from_its_checkpoint_after_preemption(tmp_path):
+    pytest.importorskip("torch")
+    clean = run_local(demo_job("ddp", replica_count=1, steps=6), tmp_path / "clean")
+    job = run_local(demo_job("ddp", replica_count=1, steps=6, checkpoint_every=2, step_sleep=0.3,
+                             spot=True), tmp_path / "preempted",
+                    fault=Fault("workerpool0", at_step=3, signal="SIGTERM"))
+    assert clean.succeeded and job.succeeded and job.job_restarts == 1, job.summary()
+    assert "resumed from" in job.final().log()  # found through AIP_CHECKPOINT_DIR = gs://...
+    assert _result(job)["losses"] == pytest.approx(_result(clean)["losses"], rel=1e-6)
+
+
+def test_demo_job_runs_on_an_image_with_labkit():
+    spec = demo_job("ddp", replica_count=2)
+    for pool in spec["worker_pool_specs"]:
+        container = pool["container_spec"]
+        assert container["image_uri"] == vertex.default_image("torch") and "command" not in container
+    prebuilt = demo_job("tf", image_uri="us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-19.py310:latest",
+                        package_uri="gs://b/in/labkit.tar.gz")
+    assert "pip install --quiet /gcs/b/in/labkit.tar.gz" in \
+        prebuilt["worker_pool_specs"][0]["container_spec"]["command"][2]
 
 
 @pytest.mark.slow

@@ -32,6 +32,10 @@ def all_specs():
     yield vertex.training_job({"model": "gpt", "precision": "bf16"}, output_uri=OUT,
                               machine_type="g2-standard-8", accelerator_type="NVIDIA_L4",
                               accelerator_count=1, spot=True)
+    yield vertex.training_job({"model": "gpt"}, output_uri=OUT, machine_type="a3-ultragpu-8g",
+                              accelerator_type="NVIDIA_H200_141GB", accelerator_count=8)
+    yield vertex.training_job({}, output_uri=OUT, machine_type="ct5lp-hightpu-4t",
+                              accelerator_type="TPU_V5_LITEPOD", accelerator_count=4)
     yield vertex.custom_job_spec(vertex.PoolConfig(), None, None,
                                  vertex.PoolConfig(replica_count=2), output_uri=OUT)
 
@@ -54,8 +58,31 @@ def test_notebook_job_runs_papermill_entry_with_parameters():
     assert args[4] == "/gcs/my-bucket/runs/r1/inputs/06_multi_node.ipynb"
     assert args[5] == "/gcs/my-bucket/runs/r1/notebooks"
     assert json.loads(args[7]) == {"scale": "full", "steps": 3}
-    assert pool["container_spec"]["image_uri"] == vertex.PREBUILT_IMAGES["torch"]
-    assert "/gcs/my-bucket/runs/r1/inputs/labkit.tar.gz" in pool["container_spec"]["command"][2]
+    # labkit's own image: it has labkit and papermill, so nothing is installed at start.
+    assert pool["container_spec"]["image_uri"] == vertex.default_image("torch")
+    assert "/labkit/labkit-torch:" in pool["container_spec"]["image_uri"]
+    assert "command" not in pool["container_spec"]
+
+
+def test_on_a_prebuilt_image_the_job_installs_labkit_first():
+    image = "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-9.py312:latest"  # not in the table
+    own = vertex.notebook_job("nb.ipynb", {}, output_uri=OUT, image_uri=image)
+    assert "command" not in own["worker_pool_specs"][0]["container_spec"]  # a custom image has labkit
+    with_package = vertex.notebook_job("nb.ipynb", {}, output_uri=OUT, image_uri=image,
+                                       package_uri="gs://b/labkit.tar.gz")
+    command = with_package["worker_pool_specs"][0]["container_spec"]["command"]
+    assert command[:2] == ["bash", "-c"] and "pip install --quiet /gcs/b/labkit.tar.gz papermill" in command[2]
+
+
+@pytest.mark.parametrize("image,why", [
+    ("us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest", "labkit needs torch>=2.6"),
+    ("europe-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest", "end of availability in 2026-07"),
+])
+def test_outdated_prebuilt_images_are_refused(image, why):
+    with pytest.raises(ParameterError, match=why) as err:
+        vertex.training_job({"framework": "tf" if "tf-" in image else "torch"}, output_uri=OUT,
+                            image_uri=image)
+    assert err.value.name == "image_uri"
 
 
 def test_spot_sets_spot_strategy():
@@ -92,6 +119,81 @@ def test_training_job_passes_train_flags_and_gcs_paths():
     assert args[:4] == ["python", "-m", "labkit", "train"]
     assert args[args.index("--steps") + 1] == "7" and "--channels-last" in args and "--no-progress" in args
     assert args[args.index("--checkpoint-dir") + 1] == "/gcs/my-bucket/runs/r1/checkpoints"
+    # TensorBoard through the mount too: a gs:// folder needs gcsfs or TensorFlow's file system.
+    assert args[args.index("--tensorboard-dir") + 1] == "/gcs/my-bucket/runs/r1/logs"
+
+
+# Pairings the service refuses; each error names the machine type and the accelerator.
+@pytest.mark.parametrize("machine,accelerator,count,field,words", [
+    ("n1-standard-8", "NVIDIA_L4", 1, "accelerator_type", ["n1-standard-8", "NVIDIA_L4", "g2-standard-8"]),
+    ("a3-highgpu-8g", "NVIDIA_H100_80GB", 4, "accelerator_count", ["a3-highgpu-8g", "exactly 8"]),
+    ("g2-standard-8", "NVIDIA_A100_80GB", 1, "accelerator_type", ["g2-standard-8", "NVIDIA_A100_80GB", "NVIDIA_L4"]),
+    ("a2-highgpu-2g", "NVIDIA_TESLA_A100", 1, "accelerator_count", ["a2-highgpu-2g", "exactly 2"]),
+    ("n1-standard-32", "NVIDIA_TESLA_V100", 1, "machine_type", ["32 vCPUs", "at most 12"]),
+    ("n1-standard-8", "NVIDIA_TESLA_T4", 3, "accelerator_count", ["[1, 2, 4]", "NVIDIA_TESLA_T4"]),
+    ("a2-ultragpu-1g", None, 0, "accelerator_type", ["NVIDIA_A100_80GB", "a2-ultragpu-1g"]),
+    ("ct5lp-hightpu-4t", "TPU_V5_LITEPOD", 8, "accelerator_count", ["ct5lp-hightpu-4t", "exactly 4"]),
+])
+def test_machine_and_accelerator_must_pair(machine, accelerator, count, field, words):
+    with pytest.raises(ParameterError) as err:
+        vertex.training_job({}, output_uri=OUT, machine_type=machine, accelerator_type=accelerator,
+                            accelerator_count=count)
+    assert err.value.name == field
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_hand_written_specs_are_checked_too():
+    pool = {"machine_spec": {"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_L4",
+                             "accelerator_count": 1}, "replica_count": 1,
+            "container_spec": {"image_uri": "gcr.io/p/i"}}
+    with pytest.raises(ParameterError, match="n1-standard-8") as err:
+        vertex.validate({"worker_pool_specs": [pool]})
+    assert err.value.name == "worker_pool_specs[0].machine_spec.accelerator_type"
+    with pytest.raises(ParameterError) as err:  # the REST (camelCase) form is read as well
+        vertex.check_spec({"workerPoolSpecs": [{"machineSpec": {"machineType": "a2-highgpu-2g",
+                                                                "acceleratorType": "NVIDIA_TESLA_A100",
+                                                                "acceleratorCount": 1}, "replicaCount": 1}]})
+    assert err.value.name == "worker_pool_specs[0].machine_spec.accelerator_count"
+
+
+def test_a_used_pool_with_no_replicas_is_refused_naming_the_field():
+    ok = {"machine_spec": {"machine_type": "n1-standard-4"}, "replica_count": 1,
+          "container_spec": {"image_uri": "gcr.io/p/i", "args": ["python", "-c", "0"]}}
+    for bad in ({**ok, "replica_count": 0}, {k: v for k, v in ok.items() if k != "replica_count"}):
+        with pytest.raises(ParameterError) as err:
+            vertex.validate({"worker_pool_specs": [ok, bad]})
+        assert err.value.name == "worker_pool_specs[1].replica_count" and ">= 1" in str(err.value)
+    vertex.validate({"worker_pool_specs": [ok, {}, ok]})  # a skipped pool is {}
+
+
+def test_boot_disk_follows_the_machine_family():
+    def disk(**kw):
+        spec = vertex.training_job({}, output_uri=OUT, **kw)
+        return spec["worker_pool_specs"][0]["disk_spec"]["boot_disk_type"]
+
+    assert disk() == "pd-ssd"
+    assert disk(machine_type="a3-ultragpu-8g", accelerator_type="NVIDIA_H200_141GB",
+                accelerator_count=8) == "hyperdisk-balanced"
+    assert vertex.PoolConfig(boot_disk_type="pd-standard").boot_disk_type == "pd-standard"
+    with pytest.raises(ParameterError, match="a3-ultragpu-8g") as err:
+        vertex.PoolConfig(machine_type="a3-ultragpu-8g", accelerator_type="NVIDIA_H200_141GB",
+                          accelerator_count=8, boot_disk_type="pd-ssd")
+    assert err.value.name == "boot_disk_type"
+    with pytest.raises(ParameterError, match="pd-ssd, pd-standard, hyperdisk-balanced"):
+        vertex.PoolConfig(boot_disk_type="local-ssd")
+
+
+def test_a_tpu_job_is_priced_per_chip_and_an_unpriced_one_says_so():
+    tpu = vertex.training_job({}, output_uri=OUT, machine_type="ct5lp-hightpu-4t",
+                              accelerator_type="TPU_V5_LITEPOD", accelerator_count=4, spot=True)
+    cost = vertex.estimate_cost(tpu)
+    chip = vertex.pricing.accelerator_prices()["TPU_V5_LITEPOD"]
+    assert cost.priced and cost.usd_per_hour == pytest.approx(4 * chip.spot) and cost.usd_per_hour > 0
+    v3 = vertex.training_job({}, output_uri=OUT, machine_type="cloud-tpu", accelerator_type="TPU_V3",
+                             accelerator_count=8)
+    cost = vertex.estimate_cost(v3)
+    assert not cost.priced and "$0.00" not in cost.text() and "no price for TPU_V3" in cost.text()
 
 
 @pytest.mark.parametrize("kwargs,name", [
@@ -99,6 +201,8 @@ def test_training_job_passes_train_flags_and_gcs_paths():
     ({"accelerator_count": 2}, "accelerator_type"),
     ({"accelerator_type": "NVIDIA_L4"}, "accelerator_count"),
     ({"replica_count": 0}, "replica_count"),
+    ({"machine_type": "n1-standard-8", "accelerator_type": "NVIDIA_L4", "accelerator_count": 1},
+     "accelerator_type"),
     ({"reduction_server_count": 2}, "reduction_server_count"),
     ({"spot": "yes"}, "spot"),
     ({"timeout_s": 0}, "timeout_s"),

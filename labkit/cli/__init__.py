@@ -18,6 +18,7 @@ _COMMANDS = (
     ("labkit.cli.train", "add_launch_tf_command"),
     ("labkit.cli.profile", "add_profile_command"),
     ("labkit.cli.data", "add_data_command"),
+    ("labkit.cli.image", "add_image_command"),
 )
 
 

@@ -7,6 +7,9 @@
   one reader of CLUSTER_SPEC, TF_CONFIG and the torch variables)
 - `launcher`: the one process launcher: start, watch, stop local processes (`run_group`)
 - `checkpoint`: named blobs committed by a marker written last, through fsspec
+- `gcs`: Cloud Storage as a Vertex job sees it: gs:// addresses, the /gcs/ mount, the AIP_*
+  folders (`aip_mount_paths`), and the emulator's local stand-in bucket
+- `hypertune`: reporting a tuning objective the way Vertex's tuning service reads it
 - `metrics`: the per-step metrics schema both engines write
 - `preemption`: the one SIGTERM guard
 - `stats`: repeated measurements, their spread, and verdicts that say "no measurable difference"

@@ -69,7 +69,8 @@ class ProcessSpec:
     environment (None: this process's; see `child_env`). Its output goes to `log_path`, or to
     a temporary file removed when the process is closed. `on_line(line)` is called with each
     line of output as it arrives, on the reader thread. A `server` only serves the others:
-    `run_group` stops it once every non-server process has finished, and that is no failure."""
+    `run_group` stops it once every non-server process has finished, and that is no failure.
+    `cwd`: its working directory (None: this process's)."""
 
     name: str
     argv: Sequence[str]
@@ -77,6 +78,7 @@ class ProcessSpec:
     log_path: str | os.PathLike | None = None
     on_line: Callable[[str], None] | None = None
     server: bool = False
+    cwd: str | os.PathLike | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -113,7 +115,7 @@ class Process:
         try:
             self.popen = subprocess.Popen(list(spec.argv), env=None if spec.env is None else dict(spec.env),
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          start_new_session=True)
+                                          cwd=spec.cwd, start_new_session=True)
         except BaseException:
             self._log.close()
             raise

@@ -2,11 +2,15 @@
 
 ``python -m labkit.course.vertex_demo ddp``: PyTorch DDP (gloo on CPU, nccl on GPU) on a linear
 regression whose data depend only on (seed, step), so a run's losses and weights are exactly
-reproducible. Checkpoints (model, optimizer, losses, next step) go to AIP_CHECKPOINT_DIR with a
-commit marker; on SIGTERM every rank agrees (an all-reduced flag) to stop after the current
-step, the chief checkpoints it and all exit 143, and a restarted job resumes from the newest
-committed step. The chief writes ``result.json`` (per-step losses, final weights) to
-AIP_MODEL_DIR.
+reproducible. Checkpoints (model, optimizer, losses, next step) go to AIP_CHECKPOINT_DIR through
+`labkit.core.checkpoint` (committed by a marker); on SIGTERM every rank agrees (an all-reduced
+flag) to stop after the current step, the chief checkpoints it and all exit 143, and a restarted
+job resumes from the newest committed step. The chief writes ``result.json`` (per-step losses,
+final weights) to AIP_MODEL_DIR.
+
+On Vertex the AIP_* variables are ``gs://…/`` addresses, not folders: they are read through the
+bucket's ``/gcs/`` mount (`labkit.core.gcs.mount_path`), so the job needs no gcsfs and a
+restarted job finds its checkpoints in the bucket, not on the lost container disk.
 
 ``python -m labkit.course.vertex_demo tf``: the same regression with TensorFlow's
 MultiWorkerMirroredStrategy built from TF_CONFIG (see `labkit.tf.strategy.tf_strategy`).
@@ -17,6 +21,7 @@ Each prints ``step N loss X`` lines, which the emulator watches for fault inject
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import signal
@@ -24,16 +29,20 @@ import sys
 import time
 from pathlib import Path
 
+from labkit.core import checkpoint
 from labkit.core.cluster import from_env
+from labkit.core.gcs import mount_path
 
 PREEMPTED_EXIT_CODE = 143
 FEATURES = 16
 
 
-def _dirs(args) -> tuple[Path, Path]:
-    ckpt = Path(args.checkpoint_dir or os.environ.get("AIP_CHECKPOINT_DIR") or "checkpoints")
-    out = Path(args.output_dir or os.environ.get("AIP_MODEL_DIR") or "model")
-    return ckpt, out
+def _dirs(args) -> tuple[str, Path]:
+    """The checkpoint folder (a path or URL for `labkit.core.checkpoint`) and the output folder,
+    each from its flag, else from Vertex's gs:// address through the bucket mount."""
+    ckpt = mount_path(args.checkpoint_dir or os.environ.get("AIP_CHECKPOINT_DIR") or "checkpoints")
+    out = mount_path(args.output_dir or os.environ.get("AIP_MODEL_DIR") or "model")
+    return ckpt, Path(out)
 
 
 def _batch(seed: int, step: int, batch: int):
@@ -45,12 +54,6 @@ def _batch(seed: int, step: int, batch: int):
     w = np.linspace(-1.0, 1.0, FEATURES, dtype="float32")
     y = x @ w + 0.1 * rng.standard_normal(batch).astype("float32")
     return x, y[:, None]
-
-
-def newest_committed(ckpt_dir: Path) -> Path | None:
-    """Newest ``step-N`` folder holding a COMMITTED marker (written after the state)."""
-    done = [p for p in ckpt_dir.glob("step-*") if (p / "COMMITTED").exists()]
-    return max(done, key=lambda p: int(p.name.split("-")[1]), default=None)
 
 
 def run_ddp(args) -> int:
@@ -70,22 +73,21 @@ def run_ddp(args) -> int:
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     ckpt_dir, out_dir = _dirs(args)
     start, losses = 0, []
-    last = newest_committed(ckpt_dir)
+    last = checkpoint.load(ckpt_dir)
     if last is not None:
-        state = torch.load(last / "state.pt", weights_only=False)
+        state = torch.load(io.BytesIO(last.files["state.pt"]), weights_only=False)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         start, losses = state["next_step"], state["losses"]
-        print(f"rank {rank}: resumed from {last.name}, next step {start}", flush=True)
+        print(f"rank {rank}: resumed from {last.path}, next step {start}", flush=True)
     ddp = DistributedDataParallel(model) if backend else model
 
     def save(next_step: int) -> None:
         if rank == 0:
-            path = ckpt_dir / f"step-{next_step}"
-            path.mkdir(parents=True, exist_ok=True)
+            buf = io.BytesIO()
             torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                        "next_step": next_step, "losses": losses}, path / "state.pt")
-            (path / "COMMITTED").write_text("ok")  # only now does the checkpoint count
+                        "next_step": next_step, "losses": losses}, buf)
+            checkpoint.save(ckpt_dir, next_step, {"state.pt": buf.getvalue()})  # marker written last
         if backend:
             dist.barrier()
 
@@ -189,17 +191,21 @@ if __name__ == "__main__":
 def demo_job(framework: str = "ddp", *, replica_count: int = 2, steps: int = 20,
              batch_size: int = 64, checkpoint_every: int = 0, step_sleep: float = 0.0,
              output_uri: str = "gs://labkit-demo/job", spot: bool = False,
-             restart_job_on_worker_restart: bool = True, machine_type: str = "n1-standard-4"):
-    """A CustomJob spec whose replicas run this module (a prebuilt PyTorch or TF image)."""
-    from labkit.vertex.specs import PREBUILT_IMAGES, PoolConfig, custom_job_spec
+             restart_job_on_worker_restart: bool = True, machine_type: str = "n1-standard-4",
+             image_uri: str | None = None, package_uri: str | None = None):
+    """A CustomJob spec whose replicas run this module, in a container that has labkit: labkit's
+    image by default, or `image_uri` (a prebuilt one first pip-installs labkit from the bucket,
+    see `labkit.vertex.labkit_container`)."""
+    from labkit.vertex.specs import PoolConfig, custom_job_spec, labkit_container
 
     if framework not in ("ddp", "tf"):
         raise ValueError(f"framework must be 'ddp' or 'tf' (got {framework!r})")
     args = ["python", "-m", "labkit.course.vertex_demo", framework, "--steps", str(steps),
             "--batch-size", str(batch_size), "--checkpoint-every", str(checkpoint_every),
             "--step-sleep", str(step_sleep)]
-    image = PREBUILT_IMAGES["torch" if framework == "ddp" else "tf"]
-    pool = {"machine_type": machine_type, "image_uri": image, "args": args}
+    container = labkit_container("torch" if framework == "ddp" else "tf", output_uri=output_uri,
+                                 image_uri=image_uri, package_uri=package_uri)
+    pool = {"machine_type": machine_type, **container, "args": args}
     workers = PoolConfig(replica_count=replica_count - 1, **pool) if replica_count > 1 else None
     return custom_job_spec(PoolConfig(**pool), workers, output_uri=output_uri, spot=spot,
                            restart_job_on_worker_restart=restart_job_on_worker_restart)

@@ -1,15 +1,26 @@
-"""Vertex AI: CustomJob specs, submission (with preflight and dry run), and a local emulator
-of Vertex's multi-replica environment. Framework-free; google-cloud-aiplatform is imported only
-to validate and submit."""
+"""Vertex AI: CustomJob and HyperparameterTuningJob specs, submission (with preflight and dry
+run), the container images jobs run, machine/accelerator pairings, and a local emulator of
+Vertex's multi-replica environment and of a tuning study. Framework-free;
+google-cloud-aiplatform is imported only to validate and submit, Optuna only to run a study."""
 
 from labkit.vertex.emulator import Fault, LocalJob, describe_environments, replica_envs, run_local
+from labkit.vertex.images import (
+    FRAMEWORK_MINIMUMS,
+    PREBUILT_IMAGES,
+    build_plan,
+    check_image,
+    default_image,
+    labkit_image,
+)
+from labkit.vertex.machines import boot_disk_type, check_machine
 from labkit.vertex.pricing import CostEstimate, estimate_cost
 from labkit.vertex.specs import (
-    PREBUILT_IMAGES,
     REDUCTION_SERVER_IMAGE,
     PoolConfig,
+    check_spec,
     custom_job_spec,
     gcs_fuse_path,
+    labkit_container,
     notebook_job,
     reduction_server_pool,
     to_rest_json,
@@ -17,11 +28,23 @@ from labkit.vertex.specs import (
     validate,
 )
 from labkit.vertex.submit import DryRun, Preflight, VertexNotConfigured, dry_run, preflight, submit
+from labkit.vertex.tuning import (
+    StudyCost,
+    TrialRecord,
+    run_local_tuning,
+    study_cost,
+    study_summary,
+    tuning_job,
+    validate_tuning_job,
+)
 
 __all__ = [
-    "PREBUILT_IMAGES", "REDUCTION_SERVER_IMAGE", "CostEstimate", "DryRun", "Fault", "LocalJob",
-    "PoolConfig", "describe_environments", "replica_envs", "run_local",
-    "Preflight", "VertexNotConfigured", "custom_job_spec", "dry_run", "estimate_cost",
-    "gcs_fuse_path", "notebook_job", "preflight", "reduction_server_pool", "submit",
-    "to_rest_json", "training_job", "validate",
+    "FRAMEWORK_MINIMUMS", "PREBUILT_IMAGES", "REDUCTION_SERVER_IMAGE", "CostEstimate", "DryRun",
+    "Fault", "LocalJob", "PoolConfig", "Preflight", "StudyCost", "TrialRecord",
+    "VertexNotConfigured", "boot_disk_type", "build_plan", "check_image", "check_machine",
+    "check_spec", "custom_job_spec", "default_image", "describe_environments", "dry_run",
+    "estimate_cost", "gcs_fuse_path", "labkit_container", "labkit_image", "notebook_job",
+    "preflight", "reduction_server_pool", "replica_envs", "run_local", "run_local_tuning",
+    "study_cost", "study_summary", "submit", "to_rest_json", "training_job", "tuning_job",
+    "validate", "validate_tuning_job",
 ]

@@ -2,9 +2,18 @@
 
 Each replica gets the environment Vertex gives it: CLUSTER_SPEC, TF_CONFIG (multi-replica jobs),
 MASTER_ADDR / MASTER_PORT / WORLD_SIZE / RANK on training replicas, and AIP_MODEL_DIR /
-AIP_CHECKPOINT_DIR / AIP_TENSORBOARD_LOG_DIR under `base_output_directory`. Buckets map to a
-local folder the way Vertex mounts them under ``/gcs/``: ``gs://b/p`` and ``/gcs/b/p`` both
-become ``<workdir>/gcs/b/p``. Addresses are loopback ports.
+AIP_CHECKPOINT_DIR / AIP_TENSORBOARD_LOG_DIR under `base_output_directory`, as the same
+``gs://…/`` addresses Vertex gives. Addresses are loopback ports.
+
+Cloud Storage is a local folder, ``<workdir>/gcs`` (or `gcs_root`): bucket ``b`` is
+``<folder>/b``. Replicas reach it the two ways they reach it on Vertex: ``gs://`` through fsspec
+(a sitecustomize the emulator puts first on PYTHONPATH registers `labkit.core.gcs`'s local
+``gs`` file system while LABKIT_LOCAL_GCS names the folder), and the ``/gcs/`` mount (``/gcs/b/p``
+in a container's args or env becomes ``<folder>/b/p``; `labkit.core.gcs.mount_path` maps
+``gs://`` addresses there). Each replica runs in a folder of its own, its container's disk, new
+for every job attempt: what a replica writes to a relative path such as
+``Path("gs://b/x")`` (the local folder ``gs:/b/x``) stays there and is gone after a restart, as
+on Vertex. Its ``CLOUD_ML_HP_METRIC_FILE`` (hyperparameter-tuning reports) is in that folder too.
 
 Vertex's restart rules are applied: a replica that exits non-zero is restarted on its own up to
 5 times; with ``restart_job_on_worker_restart`` the whole job restarts instead; on a Spot job a
@@ -27,17 +36,27 @@ import shutil
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from labkit.core.cluster import free_ports, from_env, is_reduction_server_image
 from labkit.core.frameworks import has_aiplatform
+from labkit.core.gcs import GCS_MOUNT, LOCAL_GCS_ENV
+from labkit.core.hypertune import METRIC_FILE_ENV, TRIAL_ID_ENV
 from labkit.core.launcher import Process, ProcessSpec, child_env
-from labkit.vertex.specs import SETUP_MARKER, validate
+from labkit.vertex.specs import SETUP_MARKER, check_spec, validate
 
-SUCCEEDED, FAILED = "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED"
+SUCCEEDED, FAILED, CANCELLED = "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED"
+# A job with no timeout of its own fails after this long. Emulated jobs are smoke-scale runs
+# that finish in well under a minute; what runs longer is usually a hung replica (a DDP peer
+# waits 30 minutes in a collective by default), and 10 minutes reports it before a notebook
+# cell's own limit (900 s in `make test`) kills the kernel with no diagnosis. It is also the
+# launcher's default for local process groups. Pass `timeout_s` for longer local runs.
+DEFAULT_TIMEOUT_S = 600.0
+# sitecustomize.py that registers the local gs:// file system in every replica.
+SITE_DIR = Path(__file__).with_name("site")
 MAX_WORKER_RESTARTS = 5  # a replica that exits non-zero is restarted on its VM up to 5 times
 MAX_PREEMPTION_RESTARTS = 6  # a preempted Spot job is restarted up to six times
 _STEP_PATTERNS = (re.compile(r"\bstep[\s=:#]*(\d+)", re.I), re.compile(r"(\d+)/\d+\s*\["))
@@ -110,6 +129,7 @@ class LocalJob:
     error: str = ""
     # job attempt -> {path as given in `snapshot`: the copy taken when that attempt ended}
     snapshots: dict[int, dict[str, Path]] = field(default_factory=dict)
+    gcs_root: Path | None = None  # the folder standing in for Cloud Storage (default workdir/gcs)
 
     @property
     def succeeded(self) -> bool:
@@ -117,7 +137,11 @@ class LocalJob:
 
     def local(self, uri: str) -> Path:
         """Where a gs:// or /gcs/ path of the job lives on this machine."""
-        return Path(LocalPaths(self.workdir)(uri))
+        return Path(LocalPaths(self.workdir, self.gcs_root)(uri))
+
+    def container(self, replica: str = "workerpool0", job_attempt: int = 0) -> Path:
+        """The folder that was `replica`'s container disk (and working directory) in an attempt."""
+        return container_dir(self.workdir, job_attempt, *parse_replica(replica))
 
     def final(self, replica: str = "workerpool0") -> ReplicaRun:
         pool, index = parse_replica(replica)
@@ -136,16 +160,30 @@ class LocalJob:
 
 
 class LocalPaths:
-    """gs:// and /gcs/ paths mapped under `<workdir>/gcs/`."""
+    """Cloud Storage as a local folder, `root` (default ``<workdir>/gcs``): bucket ``b`` is
+    ``<root>/b``. Calling it maps a ``gs://`` address or a ``/gcs/`` path to the local file (for
+    reading a job's outputs from this machine); `mount` maps only ``/gcs/`` paths, which is what
+    the bucket mount does for a replica (its ``gs://`` addresses stay addresses)."""
 
-    def __init__(self, workdir: Path):
-        self.root = workdir / "gcs"
+    def __init__(self, workdir: Path, root: str | os.PathLike | None = None):
+        # Absolute: replicas run in folders of their own.
+        self.root = (Path(root) if root is not None else Path(workdir) / "gcs").resolve()
 
     def __call__(self, value: str) -> str:
-        for prefix in ("gs://", "/gcs/"):
+        for prefix in ("gs://", GCS_MOUNT + "/"):
             if value.startswith(prefix):
                 return str(self.root / value[len(prefix):])
         return value
+
+    def mount(self, value: str) -> str:
+        if value.startswith(GCS_MOUNT + "/"):
+            return str(self.root / value[len(GCS_MOUNT) + 1:])
+        return value
+
+
+def container_dir(workdir: str | os.PathLike, job_attempt: int, pool: int, index: int) -> Path:
+    """The folder standing in for a replica's container disk in one job attempt."""
+    return Path(workdir) / "containers" / f"attempt{job_attempt}" / f"workerpool{pool}-{index}"
 
 
 def local_argv(container: Mapping[str, Any], paths: LocalPaths, where: str) -> list[str]:
@@ -163,13 +201,16 @@ def local_argv(container: Mapping[str, Any], paths: LocalPaths, where: str) -> l
         argv[0] = sys.executable
     elif argv[0] == "papermill":
         argv[:1] = [sys.executable, "-m", "papermill"]
-    return [paths(a) for a in argv]
+    return [paths.mount(a) for a in argv]
 
 
 def replica_envs(spec: Mapping[str, Any], paths: LocalPaths, trial: str = "") -> dict[tuple[int, int], dict[str, str]]:
-    """The environment Vertex gives each replica of `spec`, with loopback addresses."""
+    """The environment Vertex gives each replica of `spec`, with loopback addresses. The AIP_*
+    folders are ``gs://`` addresses, as on Vertex; ``/gcs/`` values of the container's env are
+    mapped to the local bucket folder (`LocalPaths.mount`). `trial` is the tuning trial's id."""
+    check_spec(spec)
     pools = spec["worker_pool_specs"]
-    counts = [int(p.get("replica_count", 1)) if p else 0 for p in pools]
+    counts = [int(p["replica_count"]) if p else 0 for p in pools]
     ports = iter(free_ports(sum(counts) + 1))
     master_port = next(ports)
     cluster = {f"workerpool{i}": [f"127.0.0.1:{next(ports)}" for _ in range(n)]
@@ -191,11 +232,13 @@ def replica_envs(spec: Mapping[str, Any], paths: LocalPaths, trial: str = "") ->
             if info.is_training:  # one process per node: WORLD_SIZE and RANK count nodes
                 env |= replace(info, master_addr="127.0.0.1", master_port=master_port).torch_env()
             if base:
-                env |= {"AIP_MODEL_DIR": paths(base.rstrip("/") + "/model") + "/",
-                        "AIP_CHECKPOINT_DIR": paths(base.rstrip("/") + "/checkpoints") + "/",
-                        "AIP_TENSORBOARD_LOG_DIR": paths(base.rstrip("/") + "/logs") + "/"}
+                base = base.rstrip("/")
+                env |= {"AIP_MODEL_DIR": f"{base}/model/", "AIP_CHECKPOINT_DIR": f"{base}/checkpoints/",
+                        "AIP_TENSORBOARD_LOG_DIR": f"{base}/logs/"}
+            if trial:
+                env[TRIAL_ID_ENV] = trial
             for item in container.get("env") or []:
-                env[item["name"]] = paths(str(item.get("value", "")))
+                env[item["name"]] = paths.mount(str(item.get("value", "")))
             out[(pool, index)] = env
     return out
 
@@ -252,10 +295,10 @@ class _Replica:
     """A running replica: its `labkit.core.launcher.Process` (own session, output teed to the
     run's log) and its `ReplicaRun`, whose last step is tracked from the output."""
 
-    def __init__(self, run: ReplicaRun, env: dict[str, str], on_step):
+    def __init__(self, run: ReplicaRun, env: dict[str, str], on_step, cwd: Path):
         self.run, self.on_step = run, on_step
         self.process = Process(ProcessSpec(run.name, run.argv, env, log_path=run.log_path,
-                                           on_line=self._saw))
+                                           on_line=self._saw, cwd=cwd))
 
     def _saw(self, line: str) -> None:
         step = _step_of(line)
@@ -286,27 +329,41 @@ def run_local(
     env: Mapping[str, str] | None = None,
     worker_grace_s: float = 60.0,
     snapshot: Sequence[str] = (),
+    gcs_root: str | os.PathLike | None = None,
+    trial: str = "",
+    stop_when: Callable[[], bool] | None = None,
 ) -> LocalJob:
     """Run every replica of `spec` as a local process and apply Vertex's restart rules.
 
     `env` adds variables to every replica (on top of this process's environment). `timeout_s`
-    (default: the spec's scheduling.timeout, else 1 hour) fails the job when exceeded.
-    `snapshot`: files (gs://, /gcs/ or local paths) to copy when each attempt ends, e.g. a
-    metrics file the next attempt will overwrite; see `LocalJob.snapshots`."""
+    (default: the spec's scheduling.timeout, else `DEFAULT_TIMEOUT_S`) fails the job when
+    exceeded. `snapshot`: files (gs://, /gcs/ or local paths) to copy when each attempt ends,
+    e.g. a metrics file the next attempt will overwrite; see `LocalJob.snapshots`.
+    `gcs_root`: the folder standing in for Cloud Storage (default ``<workdir>/gcs``; jobs that
+    share a bucket, such as the trials of a study, share it). `trial`: a tuning trial's id
+    (CLUSTER_SPEC.task.trial and CLOUD_ML_TRIAL_ID). `stop_when()` is polled while the job runs;
+    when it returns True every replica is stopped and the job ends JOB_STATE_CANCELLED (how
+    the tuning service stops a trial early)."""
     if has_aiplatform():
         validate(spec)
-    workdir = Path(workdir)
+    else:
+        check_spec(spec)
+    workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
-    paths = LocalPaths(workdir)
+    paths = LocalPaths(workdir, gcs_root)
+    paths.root.mkdir(parents=True, exist_ok=True)
     sched = spec.get("scheduling") or {}
     restart_job = bool(sched.get("restart_job_on_worker_restart"))
     spot = sched.get("strategy") == "SPOT"
     if timeout_s is None:
-        timeout_s = float(str(sched.get("timeout", "3600s")).rstrip("s"))
+        timeout_s = float(str(sched.get("timeout", f"{DEFAULT_TIMEOUT_S}s")).rstrip("s"))
     pools = spec["worker_pool_specs"]
     argvs = {i: local_argv(p["container_spec"], paths, f"worker_pool_specs[{i}]")
              for i, p in enumerate(pools) if p}
-    base_env = child_env({"PYTHONUNBUFFERED": "1", "LABKIT_EMULATED_VERTEX": "1"})
+    # An enclosing Vertex job's AIP_* folders and trial must not leak into the emulated one.
+    base_env = {k: v for k, v in child_env().items() if not k.startswith(("AIP_", "CLOUD_ML_"))}
+    base_env |= {"PYTHONUNBUFFERED": "1", "LABKIT_EMULATED_VERTEX": "1", LOCAL_GCS_ENV: str(paths.root)}
+    base_env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), base_env["PYTHONPATH"]])
     base_env.setdefault("OMP_NUM_THREADS", "1")  # replicas share this machine's cores
     base_env |= dict(env or {})
 
@@ -317,7 +374,7 @@ def run_local(
     job_restarts = worker_restarts = preemptions = 0
     attempt = 0
     while True:
-        envs = replica_envs(spec, paths, trial="")
+        envs = replica_envs(spec, paths, trial=trial)
         live: dict[tuple[int, int], _Replica] = {}
         restarts = dict.fromkeys(envs, 0)
         trigger = _FaultTrigger(fault, attempt, live, events)
@@ -328,7 +385,10 @@ def run_local(
             log = workdir / "logs" / f"attempt{_attempt}" / f"workerpool{pool}-{index}.restart{restart}.log"
             run = ReplicaRun(pool, index, _attempt, restart, argvs[pool], log)
             runs.append(run)
-            _live[key] = _Replica(run, base_env | _envs[key], trigger)
+            disk = container_dir(workdir, _attempt, pool, index)
+            (disk / "tmp").mkdir(parents=True, exist_ok=True)
+            replica_env = {METRIC_FILE_ENV: str(disk / "tmp" / "hypertune" / "output.metrics")}
+            _live[key] = _Replica(run, replica_env | base_env | _envs[key], trigger, disk)
 
         for key in envs:
             launch(key)
@@ -340,6 +400,10 @@ def run_local(
             time.sleep(0.05)
             if time.monotonic() - start > timeout_s:
                 outcome, error = "failed", f"timeout after {timeout_s:.0f}s"
+                break
+            if stop_when is not None and stop_when():
+                outcome, error = "cancelled", "stopped early"
+                events.append(f"attempt {attempt}: stopped early")
                 break
             # The job succeeds once the primary replica exited 0 and the workers finished too
             # (or did not within `worker_grace_s`); other pools are then stopped.
@@ -384,18 +448,20 @@ def run_local(
                 events.append(f"attempt {attempt}: restarting {name} (restart {restarts[key]})")
                 launch(key, restarts[key])
         # The job no longer needs the rest: they may end on their own for 2 s (peers of a
-        # replica that left usually do), then get SIGTERM, and SIGKILL 5 s later.
+        # replica that left usually do), then get SIGTERM, and SIGKILL 5 s later. A job stopped
+        # from outside (a trial stopped early) is stopped at once.
+        settle_s = 0.0 if outcome == "cancelled" else 2.0
         for replica in live.values():
-            replica.finish(replica.process.stop(grace_s=5.0, settle_s=2.0))
+            replica.finish(replica.process.stop(grace_s=5.0, settle_s=settle_s))
         snapshots[attempt] = _snapshot(snapshot, paths, workdir / "snapshots" / f"attempt{attempt}")
         if outcome == "restart_job":
             job_restarts += 1
             attempt += 1
             continue
-        state = SUCCEEDED if outcome == "succeeded" else FAILED
+        state = {"succeeded": SUCCEEDED, "cancelled": CANCELLED}.get(outcome, FAILED)
         events.append(f"job {state}" + (f": {error}" if error else ""))
         return LocalJob(state, runs, events, job_restarts, worker_restarts,
-                        time.monotonic() - start, workdir, error, snapshots)
+                        time.monotonic() - start, workdir, error, snapshots, paths.root)
 
 
 def _snapshot(files: Sequence[str], paths: LocalPaths, dest: Path) -> dict[str, Path]:

@@ -4,8 +4,14 @@ A CustomJob runs up to four worker pools: 0 the primary replica (exactly one), 1
 2 parameter servers or the Reduction Server, 3 evaluators. A pool that is skipped is written as
 ``{}`` so the pools keep their positions. `custom_job_spec` assembles pools from `PoolConfig`s;
 `notebook_job` (papermill on a notebook inside a container) and `training_job` (`labkit train`)
-build the two kinds of job the course submits. Every spec is checked by `validate`, which builds
-`google.cloud.aiplatform_v1.types.CustomJobSpec(**spec)` and round-trips it through `to_dict`.
+build the two kinds of job the course submits. Both run labkit's own image unless told otherwise
+(`labkit.vertex.images`: no prebuilt image has a framework new enough); on a named prebuilt image
+the container first pip-installs labkit from the bucket.
+
+Every spec is checked by `check_spec` (framework-free: pools, replica counts, machine and
+accelerator pairings from `labkit.vertex.machines`, boot disks) and, where google-cloud-aiplatform
+is installed, by `validate`, which also builds `google.cloud.aiplatform_v1.types.CustomJobSpec(**spec)`
+and round-trips it through `to_dict`.
 """
 
 from __future__ import annotations
@@ -13,34 +19,25 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any
 
 from labkit.core.cluster import POOL2_ROLE_ENV, REDUCTION_SERVER_IMAGE, is_reduction_server_image
 from labkit.core.config import ParameterError, check_bool, check_int, check_str
 from labkit.core.frameworks import has_aiplatform, require
+from labkit.core.gcs import fuse_path
 from labkit.core.train_config import TrainConfig, to_argv
+from labkit.vertex.images import check_image, default_image, prebuilt
+from labkit.vertex.machines import boot_disk_type, check_boot_disk, check_machine
 
 REDUCTION_SERVER_MACHINE_TYPE = "n1-highcpu-16"
-# Vertex AI prebuilt training containers (Artifact Registry, us-docker.pkg.dev/vertex-ai/training).
-# The GPU builds also run on CPU-only machines. Pin a newer tag when one is listed.
-PREBUILT_IMAGES = {
-    "torch": "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest",
-    "tf": "us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-17.py310:latest",
-}
 # argv[0] of the setup wrapper on prebuilt images; the local emulator recognises and skips it
 # (the local environment already has the packages the wrapper would pip-install).
 SETUP_MARKER = "labkit-setup"
 DEFAULT_MACHINE_TYPE = "n1-standard-8"
-
-
-def gcs_fuse_path(uri: str) -> str:
-    """``gs://bucket/path`` -> ``/gcs/bucket/path``: where Vertex mounts Cloud Storage in the
-    container (Cloud Storage FUSE). Other paths are returned unchanged."""
-    if uri.startswith("gs://"):
-        return "/gcs/" + uri[len("gs://"):]
-    return uri
+# ``gs://bucket/path`` -> ``/gcs/bucket/path`` (the name this module always exported).
+gcs_fuse_path = fuse_path
 
 
 def _join(base: str, *parts: str) -> str:
@@ -55,11 +52,11 @@ class PoolConfig:
     replica_count: int = 1
     accelerator_type: str | None = None
     accelerator_count: int = 0
-    image_uri: str = PREBUILT_IMAGES["torch"]
+    image_uri: str = field(default_factory=lambda: default_image("torch"))
     command: list[str] = field(default_factory=list)
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
-    boot_disk_type: str = "pd-ssd"
+    boot_disk_type: str | None = None  # None: the machine family's default (`machines.boot_disk_type`)
     boot_disk_size_gb: int = 100
 
     def __post_init__(self) -> None:
@@ -76,6 +73,11 @@ class PoolConfig:
                                  f"must be >= 1 with accelerator_type {self.accelerator_type!r}")
         if self.accelerator_type:
             _check_accelerator(self.accelerator_type)
+        check_machine(self.machine_type, self.accelerator_type, self.accelerator_count)
+        if self.boot_disk_type is None:
+            self.boot_disk_type = boot_disk_type(self.machine_type)
+        check_boot_disk(self.machine_type, self.boot_disk_type)
+        check_image(self.image_uri)
 
     def to_spec(self) -> dict[str, Any]:
         machine: dict[str, Any] = {"machine_type": self.machine_type}
@@ -155,8 +157,10 @@ def custom_job_spec(
         spec["base_output_directory"] = {"output_uri_prefix": output_uri}
     if service_account:
         spec["service_account"] = service_account
-    if has_aiplatform():  # without the library the spec is still built; `validate` needs it
+    if has_aiplatform():  # without the library the spec is still built and checked
         validate(spec)
+    else:
+        check_spec(spec)
     return spec
 
 
@@ -168,21 +172,38 @@ def _setup_command(requirements: Sequence[str], package_uri: str | None) -> list
     return ["bash", "-c", script, SETUP_MARKER]
 
 
+def labkit_container(framework: str, *, output_uri: str, image_uri: str | None = None,
+                     package_uri: str | None = None, requirements: Sequence[str] = ()) -> dict[str, Any]:
+    """``{"image_uri", "command"}`` of a container that can run ``python -m labkit...``.
+
+    By default labkit's own image (`labkit.vertex.images.default_image`), which has labkit and
+    its framework. On a Vertex prebuilt image, or when `package_uri` is given, the command first
+    pip-installs labkit from `package_uri` (default ``<output_uri>/inputs/labkit.tar.gz``, which
+    `submit` uploads) and `requirements`. A prebuilt image whose framework is older than labkit
+    needs, or past its end of availability, is refused (`images.check_image`)."""
+    if framework not in ("torch", "tf"):
+        raise ParameterError("framework", framework, "must be one of ['tf', 'torch']")
+    image = image_uri or default_image(framework)
+    check_image(image)
+    if prebuilt(image) is None and package_uri is None:
+        return {"image_uri": image, "command": []}
+    package_uri = package_uri or _join(output_uri, "inputs", "labkit.tar.gz")
+    return {"image_uri": image, "command": _setup_command(requirements, package_uri)}
+
+
 def _pools_for(
-    args: list[str], *, machine_type: str, accelerator_type: str | None, accelerator_count: int,
-    replica_count: int, image_uri: str | None, framework: str, env: Mapping[str, str] | None,
-    requirements: Sequence[str], package_uri: str | None, boot_disk_size_gb: int,
+    args: list[str], *, output_uri: str, machine_type: str, accelerator_type: str | None,
+    accelerator_count: int, replica_count: int, image_uri: str | None, framework: str,
+    env: Mapping[str, str] | None, requirements: Sequence[str], package_uri: str | None, boot_disk_size_gb: int,
     reduction_server_count: int, reduction_server_machine_type: str,
 ) -> tuple[PoolConfig, PoolConfig | None, PoolConfig | None]:
     check_int("replica_count", replica_count, minimum=1)
     check_int("reduction_server_count", reduction_server_count, minimum=0)
-    if framework not in PREBUILT_IMAGES:
-        raise ParameterError("framework", framework, f"must be one of {sorted(PREBUILT_IMAGES)}")
-    command = [] if image_uri else _setup_command(requirements, package_uri)
+    container = labkit_container(framework, output_uri=output_uri, image_uri=image_uri,
+                                 package_uri=package_uri, requirements=requirements)
     pool = {"machine_type": machine_type, "accelerator_type": accelerator_type,
-            "accelerator_count": accelerator_count, "image_uri": image_uri or PREBUILT_IMAGES[framework],
-            "command": command, "args": args, "env": dict(env or {}),
-            "boot_disk_size_gb": boot_disk_size_gb}
+            "accelerator_count": accelerator_count, **container, "args": args,
+            "env": dict(env or {}), "boot_disk_size_gb": boot_disk_size_gb}
     primary = PoolConfig(replica_count=1, **pool)
     workers = PoolConfig(replica_count=replica_count - 1, **pool) if replica_count > 1 else None
     reducers = (reduction_server_pool(reduction_server_count, reduction_server_machine_type)
@@ -218,10 +239,11 @@ def notebook_job(
     writes the executed notebook under ``<output_uri>/notebooks/``.
 
     `notebook` is a ``gs://`` URI, or a local path that `submit` uploads to
-    ``<output_uri>/inputs/<name>`` first. On a prebuilt image (`image_uri=None`) the container
-    pip-installs `requirements` and labkit from `package_uri` (default
-    ``<output_uri>/inputs/labkit.tar.gz``, also uploaded by `submit`); a custom image must
-    already have them. Buckets are read and written through the ``/gcs/`` mount.
+    ``<output_uri>/inputs/<name>`` first. The container is labkit's image for `framework`
+    (`image_uri=None`; it has labkit, papermill and the framework) or `image_uri`; on a Vertex
+    prebuilt image, or with `package_uri`, it first pip-installs `requirements` and labkit from
+    `package_uri` (default ``<output_uri>/inputs/labkit.tar.gz``, also uploaded by `submit`)
+    (see `labkit_container`). Buckets are read and written through the ``/gcs/`` mount.
     """
     check_str("notebook", notebook)
     check_str("output_uri", output_uri)
@@ -231,11 +253,10 @@ def notebook_job(
     except TypeError as e:
         raise ParameterError("parameters", params, f"must be JSON values ({e})") from e
     source = notebook if notebook.startswith("gs://") else _join(output_uri, "inputs", PurePosixPath(notebook).name)
-    if image_uri is None and package_uri is None:
-        package_uri = _join(output_uri, "inputs", "labkit.tar.gz")
     args = ["python", "-m", "labkit.vertex.entry", "notebook", gcs_fuse_path(source),
             gcs_fuse_path(_join(output_uri, "notebooks")), "--parameters", params_json]
-    pools = _pools_for(args, machine_type=machine_type, accelerator_type=accelerator_type,
+    pools = _pools_for(args, output_uri=output_uri, machine_type=machine_type,
+                       accelerator_type=accelerator_type,
                        accelerator_count=accelerator_count, replica_count=replica_count,
                        image_uri=image_uri, framework=framework, env=env, requirements=requirements,
                        package_uri=package_uri, boot_disk_size_gb=boot_disk_size_gb,
@@ -246,10 +267,14 @@ def notebook_job(
                            restart_job_on_worker_restart=restart, timeout_s=timeout_s)
 
 
+def train_config(config: Any) -> TrainConfig:
+    """A TrainConfig from a TrainConfig or a dict of its fields (validated)."""
+    return config if isinstance(config, TrainConfig) else TrainConfig(**dict(config))
+
+
 def train_args(config: Any) -> list[str]:
     """`labkit train` flags for a TrainConfig (or a dict of its fields), defaults left out."""
-    cfg = config if isinstance(config, TrainConfig) else TrainConfig(**dict(config))
-    return to_argv(cfg, changed_only=True)
+    return to_argv(train_config(config), changed_only=True)
 
 
 def training_job(
@@ -271,37 +296,47 @@ def training_job(
     timeout_s: int | None = None,
     restart_job_on_worker_restart: bool | None = None,
     processes_per_node: int | None = None,
+    command: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """CustomJobSpec running ``python -m labkit train`` on every training replica.
+
+    `command`: another program that takes the `labkit train` flags after its own (a tuning
+    trial runs ``python -m labkit.vertex.trial ...``); it then gets no default output
+    locations, and `processes_per_node` is its business.
 
     With several GPUs per node (torch), each node runs `processes_per_node` processes (default:
     `accelerator_count`) through torchrun, so the global rank is RANK x gpus + local rank.
 
     Unless `config` names them, checkpoints go to ``<output_uri>/checkpoints`` (what Vertex
-    also exports as AIP_CHECKPOINT_DIR) and metrics to ``<output_uri>/metrics.json``, through
-    the ``/gcs/`` mount. Multi-replica jobs restart as a whole when one replica fails (DDP and
-    MultiWorkerMirrored cannot lose a member), unless told otherwise.
+    also exports as AIP_CHECKPOINT_DIR), TensorBoard logs to ``<output_uri>/logs``
+    (AIP_TENSORBOARD_LOG_DIR) and metrics to ``<output_uri>/metrics.json``, all through the
+    ``/gcs/`` mount, so no gcsfs or TensorFlow file system is needed in the image. The container
+    is chosen as in `notebook_job` (`labkit_container`). Multi-replica jobs restart as a whole
+    when one replica fails (DDP and MultiWorkerMirrored cannot lose a member), unless told
+    otherwise.
     """
-    from labkit.core.train_config import TrainConfig
-
-    cfg = config if isinstance(config, TrainConfig) else TrainConfig(**dict(config))
+    cfg = train_config(config)
     updates = {}
-    if cfg.checkpoint_dir is None:
-        updates["checkpoint_dir"] = gcs_fuse_path(_join(output_uri, "checkpoints"))
-    if cfg.metrics_out is None:
-        updates["metrics_out"] = gcs_fuse_path(_join(output_uri, "metrics.json"))
-    cfg = TrainConfig(**{**{f.name: getattr(cfg, f.name) for f in fields(TrainConfig)}, **updates})
-    if image_uri is None and package_uri is None:
-        package_uri = _join(output_uri, "inputs", "labkit.tar.gz")
+    if command is None:
+        if cfg.checkpoint_dir is None:
+            updates["checkpoint_dir"] = gcs_fuse_path(_join(output_uri, "checkpoints"))
+        if cfg.tensorboard_dir is None:
+            updates["tensorboard_dir"] = gcs_fuse_path(_join(output_uri, "logs"))
+        if cfg.metrics_out is None:
+            updates["metrics_out"] = gcs_fuse_path(_join(output_uri, "metrics.json"))
+    cfg = replace(cfg, **updates)
     if processes_per_node is None:
         processes_per_node = accelerator_count if cfg.framework == "torch" and accelerator_count > 1 else 1
     check_int("processes_per_node", processes_per_node, minimum=1)
-    if processes_per_node > 1:
+    if command is not None:
+        args = [*command, *train_args(cfg)]
+    elif processes_per_node > 1:
         args = ["python", "-m", "labkit.vertex.entry", "torchrun", "--nproc-per-node",
                 str(processes_per_node), "--", "train", *train_args(cfg)]
     else:
         args = ["python", "-m", "labkit", "train", *train_args(cfg)]
-    pools = _pools_for(args, machine_type=machine_type, accelerator_type=accelerator_type,
+    pools = _pools_for(args, output_uri=output_uri, machine_type=machine_type,
+                       accelerator_type=accelerator_type,
                        accelerator_count=accelerator_count, replica_count=replica_count,
                        image_uri=image_uri, framework=cfg.framework, env=env,
                        requirements=requirements, package_uri=package_uri,
@@ -315,13 +350,14 @@ def training_job(
 
 # ---------------------------------------------------------------- validation
 
-def _subset_mismatch(ours: Any, theirs: Any, path: str) -> str | None:
-    """First place where `ours` is not reproduced in `theirs` (to_dict output)."""
+def first_mismatch(ours: Any, theirs: Any, path: str) -> str | None:
+    """The first field path where `ours` is not reproduced in `theirs` (a to_dict output of
+    the message built from `ours`), or None: a field the types silently dropped or changed."""
     if isinstance(ours, dict):
         if not isinstance(theirs, dict):
             return path
         for k, v in ours.items():
-            bad = _subset_mismatch(v, theirs.get(k), f"{path}.{k}")
+            bad = first_mismatch(v, theirs.get(k), f"{path}.{k}")
             if bad:
                 return bad
         return None
@@ -329,15 +365,61 @@ def _subset_mismatch(ours: Any, theirs: Any, path: str) -> str | None:
         if not isinstance(theirs, list) or len(ours) != len(theirs):
             return path
         for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-            bad = _subset_mismatch(a, b, f"{path}[{i}]")
+            bad = first_mismatch(a, b, f"{path}[{i}]")
             if bad:
                 return bad
         return None
     return None if str(ours) == str(theirs) else path  # int64 fields come back as strings
 
 
+def _get(obj: Mapping[str, Any], snake: str) -> Any:
+    """A field under its proto name or its REST (camelCase) name."""
+    head, *rest = snake.split("_")
+    camel = head + "".join(w.title() for w in rest)
+    return obj.get(snake, obj.get(camel))
+
+
+def check_spec(spec: Mapping[str, Any]) -> None:
+    """Framework-free checks of a CustomJobSpec dict (proto or REST names), each error naming
+    the field: a primary pool with exactly one replica, no used pool with fewer than one
+    replica (Vertex's default replica_count is 0), machine/accelerator pairings and boot disks
+    from `labkit.vertex.machines`, and no prebuilt image too old for labkit."""
+    pools = _get(spec, "worker_pool_specs")
+    if not isinstance(pools, list) or not pools or not pools[0]:
+        raise ValueError("spec.worker_pool_specs[0]: the primary pool is required")
+    for i, pool in enumerate(pools):
+        if not pool:
+            continue  # a skipped pool keeps the positions of the others
+        where = f"worker_pool_specs[{i}]."
+        count = _get(pool, "replica_count")
+        try:
+            count = int(count if count is not None else 0)
+        except (TypeError, ValueError):
+            raise ParameterError(where + "replica_count", count, "must be an integer") from None
+        if i == 0 and count != 1:
+            raise ParameterError(where + "replica_count", count,
+                                 "must be 1 (the primary replica); put more replicas in workerpool1")
+        if count < 1:
+            raise ParameterError(where + "replica_count", count,
+                                 "must be >= 1 in a pool that is used (write a skipped pool as {})")
+        machine = _get(pool, "machine_spec") or {}
+        machine_type = _get(machine, "machine_type")
+        if machine_type:
+            accelerator = _get(machine, "accelerator_type")
+            accelerator = None if accelerator in (None, "", "ACCELERATOR_TYPE_UNSPECIFIED") else accelerator
+            check_machine(machine_type, accelerator, int(_get(machine, "accelerator_count") or 0),
+                          where + "machine_spec.")
+            disk = _get(_get(pool, "disk_spec") or {}, "boot_disk_type")
+            if disk:
+                check_boot_disk(machine_type, disk, where + "disk_spec.")
+        image = _get(_get(pool, "container_spec") or {}, "image_uri")
+        if image:
+            check_image(image)
+
+
 def validate(spec: Mapping[str, Any]):
-    """Check `spec` against the aiplatform_v1 types; returns the CustomJobSpec message.
+    """Check `spec` with `check_spec` and against the aiplatform_v1 types; returns the
+    CustomJobSpec message.
 
     Raises ValueError naming the field when a name or value is not accepted, or when a value
     does not survive the round trip through `to_dict` (a silently dropped field)."""
@@ -351,14 +433,10 @@ def validate(spec: Mapping[str, Any]):
     as_dict = CustomJobSpec.to_dict(message, use_integers_for_enums=False)
     if CustomJobSpec(**as_dict) != message:
         raise ValueError("CustomJobSpec: the spec does not round-trip through to_dict")
-    bad = _subset_mismatch(dict(spec), as_dict, "spec")
+    bad = first_mismatch(dict(spec), as_dict, "spec")
     if bad:
         raise ValueError(f"CustomJobSpec: field {bad} did not survive the round trip through to_dict")
-    pools = spec.get("worker_pool_specs") or []
-    if not pools or not pools[0]:
-        raise ValueError("spec.worker_pool_specs[0]: the primary pool is required")
-    if int(pools[0].get("replica_count", 1)) != 1:
-        raise ValueError("spec.worker_pool_specs[0].replica_count must be 1 (the primary replica)")
+    check_spec(spec)
     return message
 
 

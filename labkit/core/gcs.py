@@ -1,0 +1,117 @@
+"""Cloud Storage as a Vertex AI job sees it: ``gs://`` addresses, the ``/gcs/`` mount, the
+``AIP_*`` output folders, and a local folder standing in for the buckets of an emulated job.
+
+On Vertex, a job with a base output directory gets ``AIP_MODEL_DIR=gs://b/run/model/``,
+``AIP_CHECKPOINT_DIR=gs://b/run/checkpoints/`` and ``AIP_TENSORBOARD_LOG_DIR=gs://b/run/logs/``:
+``gs://`` addresses, not folders. ``Path("gs://b/x")`` is the local folder ``gs:/b/x`` on the
+container's disk, which is lost when the job restarts. Two ways reach the bucket:
+
+* through fsspec (``labkit.core.checkpoint`` does), which needs gcsfs in the image;
+* through Cloud Storage FUSE, which Vertex mounts at ``/gcs/<bucket>``: plain file I/O, no extra
+  package (close-to-open consistency, last writer wins, folder renames not atomic).
+
+`aip_mount_paths` is the one place that turns the ``AIP_*`` addresses into mount paths; the
+engines take their default checkpoint and TensorBoard folders from it.
+
+The local emulator (`labkit.vertex.emulator`) sets ``LABKIT_LOCAL_GCS`` to a folder that stands
+in for Cloud Storage: bucket ``b`` is ``<folder>/b``, and the mount root is that folder, so
+`mount_path` maps ``gs://b/x`` to ``<folder>/b/x``. In its replicas `LocalGCSFileSystem` also
+answers fsspec's ``gs://`` over the same folder, so code that handles the addresses correctly
+works locally and code that treats them as paths fails locally, as it would on Vertex.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+GCS_MOUNT = "/gcs"
+# Names a local folder that stands in for Cloud Storage (set by the emulator in its replicas).
+LOCAL_GCS_ENV = "LABKIT_LOCAL_GCS"
+# The folders Vertex derives from a job's base output directory, as https://cloud.google.com/
+# vertex-ai/docs/training/code-requirements#environment-variables documents them (read
+# 2026-11-23). Other AIP_* variables holding gs:// addresses (managed datasets) map the same way.
+AIP_OUTPUT_VARIABLES = ("AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR")
+_SCHEMES = ("gs://", "gcs://")
+
+
+def is_gcs_uri(value: str) -> bool:
+    return isinstance(value, str) and value.startswith(_SCHEMES)
+
+
+def fuse_path(uri: str) -> str:
+    """``gs://bucket/path`` -> ``/gcs/bucket/path``: where Vertex mounts the bucket in every
+    container. Other values are returned unchanged. (For writing job specs; code that runs in
+    the job uses `mount_path`, which also knows the emulator's stand-in folder.)"""
+    for scheme in _SCHEMES:
+        if uri.startswith(scheme):
+            return f"{GCS_MOUNT}/{uri[len(scheme):]}"
+    return uri
+
+
+def mount_root(env: Mapping[str, str] | None = None) -> str:
+    """Where buckets are mounted here: ``/gcs``, or the emulator's stand-in folder."""
+    env = os.environ if env is None else env
+    return (env.get(LOCAL_GCS_ENV) or GCS_MOUNT).rstrip("/") or "/"
+
+
+def mount_path(uri: str, env: Mapping[str, str] | None = None) -> str:
+    """The file path of a ``gs://`` address (or of a ``/gcs/`` path) through this machine's
+    mount of Cloud Storage; any other value is returned unchanged. A trailing slash is kept."""
+    root = mount_root(env)
+    for prefix in (*_SCHEMES, GCS_MOUNT + "/"):
+        if uri.startswith(prefix):
+            return f"{root}/{uri[len(prefix):]}"
+    return uri
+
+
+def aip_mount_paths(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Every ``AIP_*`` variable that holds a Cloud Storage address, as its mount path, e.g.
+    ``{"AIP_CHECKPOINT_DIR": "/gcs/b/run/checkpoints/", ...}``. Variables that already hold a
+    path are kept as they are; unset ones are absent."""
+    env = os.environ if env is None else env
+    return {name: mount_path(value, env) for name, value in sorted(env.items())
+            if name.startswith("AIP_") and value and (is_gcs_uri(value) or name in AIP_OUTPUT_VARIABLES)}
+
+
+# ---------------------------------------------------------------- the emulator's stand-in buckets
+
+def _local_gcs_class():
+    from fsspec.implementations.dirfs import DirFileSystem
+    from fsspec.implementations.local import LocalFileSystem
+
+    class LocalGCSFileSystem(DirFileSystem):
+        """fsspec's ``gs://`` over a local folder: ``gs://b/x`` is ``<root>/b/x``. Paths come
+        back as ``b/x``, as gcsfs returns them. Parent folders are created on write (a bucket
+        has no folders to create first)."""
+
+        protocol = ("gs", "gcs")
+        cachable = False  # the root comes from the environment, which a test may change
+
+        def __init__(self, root: str | None = None, **options):
+            root = root or os.environ.get(LOCAL_GCS_ENV)
+            if not root:
+                raise ValueError(f"{LOCAL_GCS_ENV} is not set: no local folder stands in for "
+                                 "Cloud Storage here")
+            os.makedirs(root, exist_ok=True)
+            super().__init__(path=root, fs=LocalFileSystem(auto_mkdir=True), **options)
+
+    return LocalGCSFileSystem
+
+
+def local_gcs_filesystem(root: str | os.PathLike):
+    """A `LocalGCSFileSystem` over `root` (for tests and for reading an emulated job's bucket)."""
+    return _local_gcs_class()(str(root))
+
+
+def register_local_gcs() -> bool:
+    """Make fsspec answer ``gs://`` and ``gcs://`` from the folder named by ``LABKIT_LOCAL_GCS``
+    (replacing gcsfs in this process). Does nothing and returns False when it is not set."""
+    if not os.environ.get(LOCAL_GCS_ENV):
+        return False
+    import fsspec
+
+    cls = _local_gcs_class()
+    for protocol in cls.protocol:
+        fsspec.register_implementation(protocol, cls, clobber=True)
+    return True

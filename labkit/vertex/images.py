@@ -1,0 +1,221 @@
+"""Which container image a job runs, and whether its framework is new enough for labkit.
+
+labkit needs PyTorch >= 2.6 (`torch.distributed.fsdp.fully_shard` is public from 2.6, and
+`torch._scaled_mm` returns one tensor from 2.5) and TensorFlow >= 2.16 with Keras 3 (the TF
+engine uses `keras.ops` and Keras 3's `LossScaleOptimizer`), and google-cloud-aiplatform >= 1.62
+(1.60's aiplatform_v1 has no `Scheduling.strategy`, so no Spot): `FRAMEWORK_MINIMUMS`, the same
+minimums as pyproject.toml (a test keeps them equal).
+
+Vertex's prebuilt training images (https://cloud.google.com/vertex-ai/docs/training/
+pre-built-containers and https://cloud.google.com/vertex-ai/docs/supported-frameworks-list,
+read 2026-11-23) stop at PyTorch 2.4 and TensorFlow 2.17 for Python 3.10, and both reach their
+end of availability in July 2026 (`PREBUILT_IMAGES`). So every job runs on labkit's own image by
+default: the Dockerfile at the root of the source tree installs labkit with its framework from
+pyproject.toml, so the image satisfies the minimums by construction. `labkit image` builds it
+with Cloud Build (`build_plan` says exactly how) and pushes it to Artifact Registry as
+``REGION-docker.pkg.dev/PROJECT/labkit/labkit-<framework>:<version>``.
+
+A prebuilt image can still be named (`image_uri=...`): `check_image` refuses one whose framework
+is older than the minimum or that is past its end of availability, naming both.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shlex
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labkit import __version__
+from labkit.core import gcp
+from labkit.core.config import ParameterError
+
+# labkit's own minimum versions (pyproject.toml's extras say the same; a test checks).
+FRAMEWORK_MINIMUMS = {"torch": "2.6", "tensorflow": "2.16", "keras": "3.0",
+                      "google-cloud-aiplatform": "1.62"}
+# TrainConfig.framework -> the package whose version matters, and labkit's image name.
+FRAMEWORK_PACKAGES = {"torch": "torch", "tf": "tensorflow"}
+IMAGE_REPOSITORY = "labkit"
+PLACEHOLDER_PROJECT = "YOUR_PROJECT"
+DEFAULT_REGION = "us-central1"
+# Overrides where labkit's images live: "REGION-docker.pkg.dev/PROJECT/REPOSITORY".
+IMAGE_REGISTRY_ENV = "LABKIT_IMAGE_REGISTRY"
+PREBUILT_SOURCE = ("https://cloud.google.com/vertex-ai/docs/supported-frameworks-list "
+                   "(read 2026-11-23)")
+
+
+@dataclass(frozen=True)
+class PrebuiltImage:
+    """A Vertex prebuilt training image: its framework version and the month it stops being
+    available (``YYYY-MM``; the service no longer runs it from then on)."""
+
+    name: str  # e.g. "pytorch-gpu.2-4.py310"
+    package: str  # "torch" or "tensorflow"
+    version: str
+    end_of_availability: str
+
+    def uri(self, location: str = "us") -> str:
+        return f"{location}-docker.pkg.dev/vertex-ai/training/{self.name}:latest"
+
+
+PREBUILT_IMAGES = {p.name: p for p in (
+    PrebuiltImage("pytorch-gpu.2-4.py310", "torch", "2.4", "2026-07"),
+    PrebuiltImage("pytorch-cpu.2-4.py310", "torch", "2.4", "2026-07"),
+    PrebuiltImage("tf-gpu.2-17.py310", "tensorflow", "2.17", "2026-07"),
+    PrebuiltImage("tf-cpu.2-17.py310", "tensorflow", "2.17", "2026-07"),
+)}
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """"2.6.0+cu124" -> (2, 6, 0); enough for comparing release numbers."""
+    out = []
+    for part in version.split("+")[0].split("."):
+        digits = "".join(c for c in part if c.isdigit())
+        if not digits:
+            break
+        out.append(int(digits))
+        if not part.isdigit():
+            break
+    return tuple(out)
+
+
+def meets_minimum(package: str, version: str) -> bool:
+    return version_tuple(version) >= version_tuple(FRAMEWORK_MINIMUMS[package])
+
+
+def prebuilt(image_uri: str) -> PrebuiltImage | None:
+    """The table entry of a Vertex prebuilt training image (any location), else None."""
+    head, _, tail = image_uri.partition("-docker.pkg.dev/vertex-ai/training/")
+    if not tail or "/" in head:
+        return None
+    return PREBUILT_IMAGES.get(tail.split("@")[0].split(":")[0])
+
+
+def check_image(image_uri: str, today: dt.date | None = None) -> None:
+    """Refuse a prebuilt image whose framework is older than labkit needs or that is past its
+    end of availability; other images (labkit's own, custom ones) pass."""
+    p = prebuilt(image_uri)
+    if p is None:
+        return
+    if not meets_minimum(p.package, p.version):
+        raise ParameterError("image_uri", image_uri,
+                             f"has {p.package} {p.version}; labkit needs {p.package}>="
+                             f"{FRAMEWORK_MINIMUMS[p.package]} (use labkit's image: `labkit image`)")
+    today = today or dt.date.today()
+    if today.isoformat()[:7] >= p.end_of_availability:
+        raise ParameterError("image_uri", image_uri,
+                             f"reached its end of availability in {p.end_of_availability} "
+                             f"({PREBUILT_SOURCE}); use labkit's image (`labkit image`)")
+
+
+def image_name(framework: str) -> str:
+    if framework not in FRAMEWORK_PACKAGES:
+        raise ParameterError("framework", framework, f"must be one of {sorted(FRAMEWORK_PACKAGES)}")
+    return f"labkit-{framework}"
+
+
+def registry(project: str | None = None, region: str | None = None,
+             env: Mapping[str, str] | None = None) -> str:
+    """Where labkit's images live: $LABKIT_IMAGE_REGISTRY, else the Artifact Registry repository
+    ``labkit`` of the configured project and region (placeholders when none is configured)."""
+    env = os.environ if env is None else env
+    if env.get(IMAGE_REGISTRY_ENV) and not (project or region):
+        return env[IMAGE_REGISTRY_ENV].rstrip("/")
+    if not (project and region):
+        ctx = gcp.detect(dict(env))
+        project, region = project or ctx.project, region or ctx.region
+    return f"{region or DEFAULT_REGION}-docker.pkg.dev/{project or PLACEHOLDER_PROJECT}/{IMAGE_REPOSITORY}"
+
+
+def labkit_image(framework: str, *, project: str | None = None, region: str | None = None,
+                 tag: str = __version__, env: Mapping[str, str] | None = None) -> str:
+    """The URI of labkit's image for `framework` ("torch" or "tf")."""
+    return f"{registry(project, region, env)}/{image_name(framework)}:{tag}"
+
+
+def default_image(framework: str, env: Mapping[str, str] | None = None) -> str:
+    """The image a job runs when none is named: labkit's own (no prebuilt image has a framework
+    new enough, see the module docstring)."""
+    return labkit_image(framework, env=env)
+
+
+# ---------------------------------------------------------------- building labkit's image
+
+def source_root() -> Path:
+    """The labkit source tree (pyproject.toml, Dockerfile, cloudbuild.yaml beside labkit/)."""
+    return Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class BuildPlan:
+    """How to build and push labkit's image with Cloud Build: the commands, in order, and what
+    is missing to run them here (nothing when `ready`)."""
+
+    image: str
+    framework: str
+    source: Path
+    commands: list[list[str]]
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def ready(self) -> bool:
+        return not self.missing
+
+    def text(self) -> str:
+        lines = [f"labkit image for {self.framework}: {self.image}"]
+        lines += ["  " + shlex.join(c) for c in self.commands]
+        if self.missing:
+            lines.append("dry run (nothing built); to build, provide:")
+            lines += [f"- {m}" for m in self.missing]
+        return "\n".join(lines)
+
+
+def build_plan(framework: str = "torch", *, project: str | None = None, region: str | None = None,
+               tag: str = __version__, env: Mapping[str, str] | None = None,
+               source: str | os.PathLike | None = None) -> BuildPlan:
+    """The Cloud Build commands that build labkit's image for `framework` from the source tree
+    and push it to Artifact Registry: create the repository (once), then build with the
+    Dockerfile (cloudbuild.yaml passes the framework as a build argument)."""
+    env = dict(os.environ if env is None else env)
+    ctx = gcp.detect(env)
+    project, region = project or ctx.project, region or ctx.region
+    image = labkit_image(framework, project=project or PLACEHOLDER_PROJECT,
+                         region=region or DEFAULT_REGION, tag=tag, env=env)
+    root = Path(source) if source else source_root()
+    where = ["--project", project or PLACEHOLDER_PROJECT]
+    commands = [
+        ["gcloud", "artifacts", "repositories", "create", IMAGE_REPOSITORY,
+         "--repository-format=docker", f"--location={region or DEFAULT_REGION}", *where],
+        ["gcloud", "builds", "submit", str(root), "--config", str(root / "cloudbuild.yaml"),
+         f"--substitutions=_IMAGE={image},_FRAMEWORK={framework}",
+         f"--region={region or DEFAULT_REGION}", *where],
+    ]
+    missing = []
+    for name in ("Dockerfile", "cloudbuild.yaml", "pyproject.toml"):
+        if not (root / name).is_file():
+            missing.append(f"source: {root / name} (labkit image builds from a labkit source tree)")
+    missing += [m for m in ctx.missing() if not m.startswith("bucket")]
+    missing += list(ctx.notes)
+    if shutil.which("gcloud", path=env.get("PATH")) is None:
+        missing.append("gcloud: install the Google Cloud CLI (https://cloud.google.com/sdk/docs/install)")
+    return BuildPlan(image, framework, root, commands, missing)
+
+
+def build(plan: BuildPlan) -> int:
+    """Run the plan's commands (the repository is created only when it does not exist yet);
+    returns the exit status of the build."""
+    import subprocess
+
+    if not plan.ready:
+        raise RuntimeError("cannot build labkit's image here; missing:\n- " + "\n- ".join(plan.missing))
+    create, submit = plan.commands
+    describe = ["gcloud", "artifacts", "repositories", "describe", *create[4:5],
+                *[a for a in create if a.startswith("--location")], *create[-2:]]
+    if subprocess.call(describe, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) != 0:
+        code = subprocess.call(create)
+        if code:
+            return code
+    return subprocess.call(submit)

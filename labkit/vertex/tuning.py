@@ -1,0 +1,471 @@
+"""Hyperparameter tuning: a Vertex AI HyperparameterTuningJob spec, and the same study run here.
+
+`tuning_job(config, output_uri=..., metric="loss", goal="minimize", parameters={...},
+max_trial_count=8, parallel_trial_count=2)` returns the HyperparameterTuningJob as a dict in the
+proto field names (``aiplatform_v1.types.HyperparameterTuningJob(**spec)`` accepts it). Each
+parameter is a `labkit train` flag: ``("linear"|"log", low, high)`` is a range (INTEGER when
+both bounds are ints, else DOUBLE), a list is a set of values (DISCRETE for numbers,
+CATEGORICAL for strings). Every trial runs `labkit.vertex.trial`, which trains in the trial's
+own ``AIP_*`` folders and reports the metric the way the service reads it
+(`labkit.core.hypertune`); Vertex passes the trial's values as ``--flag=value``. With
+``early_stopping`` the service stops trials whose reports fall behind the median of the others
+(``median_automated_stopping_spec``).
+
+`run_local_tuning(spec, workdir)` runs that study on this machine: every trial is the spec's
+trial job run by the local emulator (`labkit.vertex.emulator.run_local`), ``parallel_trial_count``
+at a time, all sharing one stand-in bucket. Optuna suggests the values: it runs in-process with
+no service to start, has the three searches Vertex offers (TPE as the Bayesian default, random,
+grid), suggests from the results so far while trials run in parallel (ask/tell with a
+"constant liar"), and its median pruner applies Vertex's median stopping rule to the reports a
+trial makes while it runs. (Open Source Vizier, the family of Vertex's own service, needs its
+service or JAX-based designers and pins older dependencies: too heavy for a laptop and CI.)
+It returns one `TrialRecord` per trial, with its parameters and `metric`.
+
+`study_summary` and `study_cost` turn the records into the table, the best trial and what the
+study would cost on Spot at the trial job's prices.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+import typing
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from labkit.core.cluster import is_reduction_server_image
+from labkit.core.config import ParameterError, check_int, check_str
+from labkit.core.frameworks import has_aiplatform, require
+from labkit.core.hypertune import read_reports, reported_values
+from labkit.core.train_config import TrainConfig, flag
+from labkit.vertex.emulator import SUCCEEDED, container_dir, run_local
+from labkit.vertex.pricing import estimate_cost
+from labkit.vertex.specs import first_mismatch, train_config, training_job, validate
+from labkit.vertex.trial import check_metric
+
+GOALS = ("MINIMIZE", "MAXIMIZE")
+ALGORITHMS = ("GRID_SEARCH", "RANDOM_SEARCH")  # None: Vertex's default, Bayesian optimisation
+SCALES = {"linear": "UNIT_LINEAR_SCALE", "log": "UNIT_LOG_SCALE"}
+# Each trial gets its own output folders; these cannot be tuned or shared.
+_PER_TRIAL = ("checkpoint_dir", "metrics_out", "tensorboard_dir")
+
+
+# ---------------------------------------------------------------- the spec
+
+def _field_kinds() -> dict[str, tuple[type, tuple | None]]:
+    """TrainConfig field -> (value type, choices)."""
+    hints = typing.get_type_hints(TrainConfig)
+    out = {}
+    for f in fields(TrainConfig):
+        args = [a for a in typing.get_args(hints[f.name]) if a is not type(None)]
+        out[f.name] = (args[0] if args else hints[f.name], f.metadata.get("choices"))
+    return out
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def parameter_spec(name: str, value: Any, config: TrainConfig) -> dict[str, Any]:
+    """One StudySpec.ParameterSpec for the `labkit train` flag of TrainConfig field `name`."""
+    key = name.replace("-", "_")
+    where = f"parameters[{name!r}]"
+    kinds = _field_kinds()
+    if key not in kinds:
+        raise ParameterError(where, value, "is not a labkit train flag (known: "
+                             + ", ".join(sorted(kinds)) + ")")
+    kind, choices = kinds[key]
+    if kind is bool:
+        raise ParameterError(where, value, f"{flag(key)} is an on/off switch, which takes no "
+                             "value on the command line; compare the two settings as two jobs")
+    if key in _PER_TRIAL:
+        raise ParameterError(where, value, "is an output location; every trial gets its own")
+    spec: dict[str, Any] = {"parameter_id": flag(key)[2:]}
+    if isinstance(value, tuple) and len(value) == 3 and value[0] in SCALES:
+        scale, low, high = value
+        if kind is str or not (_is_number(low) and _is_number(high)):
+            raise ParameterError(where, value, f"a range needs numeric bounds and a numeric flag "
+                                 f"({flag(key)} takes {kind.__name__})")
+        if not low < high:
+            raise ParameterError(where, value, "needs low < high")
+        if scale == "log" and low <= 0:
+            raise ParameterError(where, value, "a log scale needs low > 0")
+        integer = isinstance(low, int) and isinstance(high, int)
+        if kind is int and not integer:
+            raise ParameterError(where, value, f"{flag(key)} takes integers: give int bounds")
+        spec |= ({"integer_value_spec": {"min_value": low, "max_value": high}} if integer else
+                 {"double_value_spec": {"min_value": float(low), "max_value": float(high)}})
+        spec["scale_type"] = SCALES[scale]
+        candidates = [low, high]
+    elif isinstance(value, (list, tuple)) and value and not isinstance(value[0], str) \
+            and all(_is_number(v) for v in value):
+        if kind is str:
+            raise ParameterError(where, value, f"{flag(key)} takes one of {choices}, not numbers")
+        if kind is int and not all(float(v).is_integer() for v in value):
+            raise ParameterError(where, value, f"{flag(key)} takes integers")
+        spec["discrete_value_spec"] = {"values": sorted({float(v) for v in value})}
+        candidates = list(value)
+    elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        if kind is not str:
+            raise ParameterError(where, value, f"{flag(key)} takes {kind.__name__} values, not strings")
+        spec["categorical_value_spec"] = {"values": list(dict.fromkeys(value))}
+        candidates = list(value)
+    else:
+        raise ParameterError(where, value, "must be ('linear'|'log', low, high) or a non-empty "
+                             "list of numbers or of strings")
+    for v in candidates:  # each value must make a valid run (ParameterError names the field)
+        try:
+            replace(config, **{key: int(v) if kind is int else v})
+        except ParameterError as e:
+            raise ParameterError(where, v, f"is refused by labkit train: {e}") from None
+    return spec
+
+
+def tuning_job(
+    config: Any,
+    *,
+    output_uri: str,
+    metric: str,
+    goal: str,
+    parameters: Mapping[str, Any],
+    max_trial_count: int,
+    parallel_trial_count: int,
+    algorithm: str | None = None,
+    early_stopping: bool = True,
+    max_failed_trial_count: int = 0,
+    display_name: str = "labkit-tuning",
+    **job_options: Any,
+) -> dict[str, Any]:
+    """A HyperparameterTuningJob dict (proto field names) whose trials train `config` with the
+    values of `parameters`, optimising `metric` ("loss", or another metric labkit train
+    records) toward `goal` ("minimize" or "maximize"). `algorithm`: None (Vertex's Bayesian
+    optimisation), "GRID_SEARCH" or "RANDOM_SEARCH". `job_options` are `training_job`'s
+    (machine_type, accelerator_type, accelerator_count, replica_count, spot, image_uri, ...)
+    and shape the trial job. Each trial's outputs go to ``<output_uri>/<trial id>/``."""
+    cfg = train_config(config)
+    check_str("output_uri", output_uri)
+    check_metric(metric)
+    goal_name = str(goal).upper()
+    if goal_name not in GOALS:
+        raise ParameterError("goal", goal, "must be 'minimize' or 'maximize'")
+    if algorithm is not None and algorithm not in ALGORITHMS:
+        raise ParameterError("algorithm", algorithm, f"must be None or one of {', '.join(ALGORITHMS)}")
+    check_int("max_trial_count", max_trial_count, minimum=1)
+    check_int("parallel_trial_count", parallel_trial_count, minimum=1, maximum=max_trial_count)
+    check_int("max_failed_trial_count", max_failed_trial_count, minimum=0)
+    if not parameters:
+        raise ParameterError("parameters", parameters, "must name at least one flag to tune")
+    for name in _PER_TRIAL:
+        if getattr(cfg, name) is not None:
+            raise ParameterError(name, getattr(cfg, name), "must be unset in a tuning job: each "
+                                 "trial writes to its own AIP_* folders")
+    params = [parameter_spec(name, value, cfg) for name, value in parameters.items()]
+    if algorithm == "GRID_SEARCH" and any("double_value_spec" in p for p in params):
+        raise ParameterError("algorithm", algorithm, "needs every parameter integer, discrete or "
+                             "categorical (a DOUBLE range has no grid)")
+    study: dict[str, Any] = {"metrics": [{"metric_id": metric, "goal": goal_name}], "parameters": params}
+    if algorithm:
+        study["algorithm"] = algorithm
+    if early_stopping:
+        study["median_automated_stopping_spec"] = {"use_elapsed_duration": False}
+    accelerators = int(job_options.get("accelerator_count") or 0)
+    per_node = job_options.pop("processes_per_node", None)
+    if per_node is None:
+        per_node = accelerators if cfg.framework == "torch" and accelerators > 1 else 1
+    command = ["python", "-m", "labkit.vertex.trial", "--tuning-metric", metric]
+    if per_node > 1:
+        command += ["--processes-per-node", str(per_node)]
+    trial_spec = training_job(cfg, output_uri=output_uri, command=command, processes_per_node=1,
+                              **job_options)
+    spec = {"display_name": display_name, "study_spec": study, "max_trial_count": max_trial_count,
+            "parallel_trial_count": parallel_trial_count,
+            "max_failed_trial_count": max_failed_trial_count, "trial_job_spec": trial_spec}
+    if has_aiplatform():
+        validate_tuning_job(spec)
+    return spec
+
+
+def validate_tuning_job(spec: Mapping[str, Any]):
+    """Check `spec` against ``aiplatform_v1.types.HyperparameterTuningJob`` (and its trial job
+    with `labkit.vertex.validate`); returns the message. ValueError names a refused or dropped
+    field."""
+    require("google.cloud.aiplatform")
+    from google.cloud.aiplatform_v1.types import HyperparameterTuningJob
+
+    validate(spec["trial_job_spec"])
+    try:
+        message = HyperparameterTuningJob(**spec)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"HyperparameterTuningJob rejected the spec: {type(e).__name__}: {e}") from e
+    as_dict = HyperparameterTuningJob.to_dict(message, use_integers_for_enums=False)
+    bad = first_mismatch(dict(spec), as_dict, "spec")
+    if bad:
+        raise ValueError(f"HyperparameterTuningJob: field {bad} did not survive the round trip")
+    return message
+
+
+# ---------------------------------------------------------------- the study, run here
+
+@dataclass
+class TrialRecord:
+    """One trial of a local study. `state`: "SUCCEEDED", "STOPPED" (stopped early by the
+    median rule) or "FAILED". `metric` is the last reported value (None when none was).
+    `measurements` are the (step, value) reports. Fields read as ``r.metric`` or ``r["metric"]``."""
+
+    trial_id: str
+    parameters: dict[str, Any]
+    metric: float | None
+    state: str
+    seconds: float
+    measurements: list[tuple[int, float]] = field(default_factory=list)
+    workdir: Path | None = None
+    error: str = ""
+
+    @property
+    def early_stopped(self) -> bool:
+        return self.state == "STOPPED"
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
+
+
+def _distribution(p: Mapping[str, Any]):
+    import optuna
+
+    log = p.get("scale_type") == "UNIT_LOG_SCALE"
+    if "double_value_spec" in p:
+        d = p["double_value_spec"]
+        return optuna.distributions.FloatDistribution(d["min_value"], d["max_value"], log=log)
+    if "integer_value_spec" in p:
+        d = p["integer_value_spec"]
+        return optuna.distributions.IntDistribution(int(d["min_value"]), int(d["max_value"]), log=log)
+    values = (p.get("discrete_value_spec") or p.get("categorical_value_spec"))["values"]
+    return optuna.distributions.CategoricalDistribution(list(values))
+
+
+def _grid(p: Mapping[str, Any]) -> list[Any]:
+    if "integer_value_spec" in p:
+        d = p["integer_value_spec"]
+        return list(range(int(d["min_value"]), int(d["max_value"]) + 1))
+    return list((p.get("discrete_value_spec") or p.get("categorical_value_spec"))["values"])
+
+
+def _flag_value(parameter_id: str, value: Any) -> str:
+    """How a value is written on the command line: as its `labkit train` flag parses it (an
+    integer flag gets ``32``, not ``32.0``); a flag labkit does not know gets the value as is."""
+    kind, _ = _field_kinds().get(parameter_id.replace("-", "_"), (type(value), None))
+    if kind is int:
+        return str(int(value))
+    if kind is float:
+        return repr(float(value))
+    return str(value)
+
+
+def trial_spec(spec: Mapping[str, Any], trial_id: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The CustomJobSpec Vertex runs for one trial: outputs under ``<base>/<trial id>``, the
+    trial's values appended as ``--flag=value`` to every pool that runs the training code."""
+    job = copy.deepcopy(dict(spec["trial_job_spec"]))
+    base = (job.get("base_output_directory") or {}).get("output_uri_prefix", "").rstrip("/")
+    if base:
+        job["base_output_directory"] = {"output_uri_prefix": f"{base}/{trial_id}"}
+    flags = [f"--{pid}={_flag_value(pid, v)}" for pid, v in values.items()]
+    for pool in job["worker_pool_specs"]:
+        container = pool.get("container_spec") if pool else None
+        if container and not is_reduction_server_image(container.get("image_uri")):
+            container["args"] = [*container.get("args", []), *flags]
+    return job
+
+
+def _metric_file(trial_dir: Path) -> Path:
+    """The primary replica's hypertune file in the trial's latest job attempt."""
+    attempts = sorted((trial_dir / "containers").glob("attempt*"), key=lambda p: int(p.name[7:]))
+    attempt = int(attempts[-1].name[7:]) if attempts else 0
+    return container_dir(trial_dir, attempt, 0, 0) / "tmp" / "hypertune" / "output.metrics"
+
+
+def _sampler(algorithm: str | None, params: Sequence[Mapping[str, Any]], seed: int):
+    import optuna
+
+    if algorithm == "GRID_SEARCH":
+        return optuna.samplers.GridSampler({p["parameter_id"]: _grid(p) for p in params}, seed=seed)
+    if algorithm == "RANDOM_SEARCH":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+
+
+def run_local_tuning(
+    spec: Mapping[str, Any],
+    workdir: str | Path,
+    *,
+    seed: int = 0,
+    trial_timeout_s: float | None = None,
+    env: Mapping[str, str] | None = None,
+    min_trials_before_stopping: int = 2,
+) -> list[TrialRecord]:
+    """Run the study of `spec` (a `tuning_job` dict) here and return one `TrialRecord` per
+    trial, in trial order. Trials run through the emulator, ``parallel_trial_count`` at a time,
+    in ``<workdir>/trial-<id>`` with one stand-in bucket, ``<workdir>/gcs``. With the spec's
+    median stopping rule, a trial whose report at some step is worse than the median of the
+    earlier trials' reports at that step is stopped (once `min_trials_before_stopping` trials
+    have finished). ``max_failed_trial_count`` (when > 0) stops the study after that many
+    failures. `seed` makes the suggestions reproducible."""
+    require("optuna")
+    import optuna
+
+    workdir = Path(workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    study_spec = spec["study_spec"]
+    (metric_spec,) = study_spec["metrics"]
+    tag = metric_spec["metric_id"]
+    params = list(study_spec["parameters"])
+    distributions = {p["parameter_id"]: _distribution(p) for p in params}
+    pruner = (optuna.pruners.MedianPruner(n_startup_trials=min_trials_before_stopping, n_warmup_steps=0)
+              if "median_automated_stopping_spec" in study_spec else optuna.pruners.NopPruner())
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        direction="maximize" if metric_spec["goal"] == "MAXIMIZE" else "minimize",
+        sampler=_sampler(study_spec.get("algorithm"), params, seed), pruner=pruner)
+    lock = threading.Lock()  # one ask/tell at a time across the trial threads
+    max_failed = int(spec.get("max_failed_trial_count") or 0)
+    failures = [0]
+    records: dict[int, TrialRecord] = {}
+
+    def one_trial(_index: int) -> None:
+        with lock:
+            if max_failed and failures[0] >= max_failed:
+                return
+            trial = study.ask(distributions)
+        trial_id = str(trial.number + 1)  # Vertex numbers trials from 1
+        trial_dir = workdir / f"trial-{trial_id}"
+        seen: set[int] = set()
+        stopped = [False]
+
+        def stop_when() -> bool:
+            for step, value in reported_values(read_reports(_metric_file(trial_dir)), tag):
+                if step in seen:
+                    continue
+                seen.add(step)
+                with lock:
+                    trial.report(value, step)
+                    if trial.should_prune():
+                        stopped[0] = True
+            return stopped[0]
+
+        started = time.monotonic()
+        job = run_local(trial_spec(spec, trial_id, trial.params), trial_dir, gcs_root=workdir / "gcs",
+                        trial=trial_id, timeout_s=trial_timeout_s, env=env, stop_when=stop_when)
+        stop_when()  # the reports written in the last moments
+        measurements = reported_values(read_reports(_metric_file(trial_dir)), tag)
+        value = measurements[-1][1] if measurements else None
+        if stopped[0]:
+            state, tell = "STOPPED", {"state": optuna.trial.TrialState.PRUNED}
+        elif job.state == SUCCEEDED and value is not None:
+            state, tell = "SUCCEEDED", {"values": value}
+        else:
+            state, tell = "FAILED", {"state": optuna.trial.TrialState.FAIL}
+        with lock:
+            study.tell(trial, **tell)
+            failures[0] += state == "FAILED"
+        error = "" if state != "FAILED" else (job.error or "no value of the metric was reported")
+        parameters = {pid.replace("-", "_"): v for pid, v in trial.params.items()}
+        records[trial.number] = TrialRecord(trial_id, parameters, value, state,
+                                            time.monotonic() - started, measurements, trial_dir, error)
+
+    with ThreadPoolExecutor(max_workers=int(spec["parallel_trial_count"])) as pool:
+        for future in [pool.submit(one_trial, i) for i in range(int(spec["max_trial_count"]))]:
+            future.result()
+    return [records[k] for k in sorted(records)]
+
+
+# ---------------------------------------------------------------- reading a study
+
+@dataclass
+class StudySummary:
+    """The trials as table rows, the best one, and how many ended in each state."""
+
+    goal: str
+    rows: list[dict[str, Any]]
+    best: TrialRecord | None
+    states: dict[str, int]
+
+    def text(self) -> str:
+        lines = []
+        for r in self.rows:
+            values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                               for k, v in r["parameters"].items())
+            metric = "-" if r["metric"] is None else f"{r['metric']:.4f}"
+            lines.append(f"trial {r['trial']:>3}  {r['state']:<9}  metric {metric:>9}  "
+                         f"{r['seconds']:6.1f}s  {values}")
+        counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(self.states.items()))
+        lines.append(f"{len(self.rows)} trials ({counts}); goal: {self.goal.lower()}")
+        if self.best is not None:
+            lines.append(f"best: trial {self.best.trial_id}, metric {self.best.metric:.4f}, "
+                         f"{self.best.parameters}")
+        return "\n".join(lines)
+
+
+def study_summary(records: Sequence[TrialRecord], goal: str = "minimize") -> StudySummary:
+    """Rows for display and the best finished trial toward `goal` (stopped and failed trials
+    are never best: a stopped trial's metric is from before it finished)."""
+    goal = str(goal).upper()
+    if goal not in GOALS:
+        raise ParameterError("goal", goal, "must be 'minimize' or 'maximize'")
+    done = [r for r in records if r.state == "SUCCEEDED" and r.metric is not None]
+    pick = min if goal == "MINIMIZE" else max
+    best = pick(done, key=lambda r: r.metric) if done else None
+    rows = [{"trial": r.trial_id, "state": r.state, "metric": r.metric, "seconds": r.seconds,
+             "parameters": dict(r.parameters)} for r in records]
+    states: dict[str, int] = {}
+    for r in records:
+        states[r.state] = states.get(r.state, 0) + 1
+    return StudySummary(goal, rows, best, states)
+
+
+@dataclass
+class StudyCost:
+    """What a study's trials cost at the trial job's hourly price: `usd_per_hour` (Spot or
+    on-demand), the machine-hours the trials took, and the total. `notes` say what the price
+    leaves out (host VMs) and that trial times measured on another machine scale with it."""
+
+    spot: bool
+    usd_per_hour: float
+    trial_hours: float
+    total_usd: float
+    per_trial_usd: dict[str, float]
+    notes: list[str]
+    sources: list[str]
+
+    def text(self) -> str:
+        kind = "Spot" if self.spot else "on-demand"
+        lines = [f"{len(self.per_trial_usd)} trials, {self.trial_hours * 60:.1f} trial-minutes at "
+                 f"${self.usd_per_hour:,.2f}/h ({kind}): ${self.total_usd:,.4f}"]
+        lines += ["  note: " + n for n in self.notes]
+        lines += ["  prices: " + s for s in self.sources]
+        return "\n".join(lines)
+
+
+def study_cost(records: Sequence[TrialRecord], spec: Mapping[str, Any], *, spot: bool = True,
+               seconds_scale: float = 1.0) -> StudyCost:
+    """The study's cost from its trial times: each trial's seconds (times `seconds_scale`, e.g.
+    the target machine's speed relative to the one that ran the trials) at the hourly price of
+    the trial job's machines (`labkit.vertex.estimate_cost`), Spot or on-demand. Every trial
+    is billed, stopped and failed ones included, for the time it ran."""
+    if seconds_scale <= 0:
+        raise ParameterError("seconds_scale", seconds_scale, "must be > 0")
+    estimate = estimate_cost(spec["trial_job_spec"])
+    if not estimate.priced:
+        raise ValueError("study_cost: the trial job has no price: " + "; ".join(estimate.notes))
+    rate = estimate.spot_usd_hr if spot else estimate.on_demand_usd_hr
+    per_trial = {r.trial_id: r.seconds * seconds_scale / 3600 * rate for r in records}
+    hours = sum(r.seconds for r in records) * seconds_scale / 3600
+    notes = list(estimate.notes)
+    if seconds_scale == 1.0:
+        notes.append("trial times as measured where the study ran; on the job's machines they differ")
+    return StudyCost(spot, rate, hours, sum(per_trial.values()), per_trial, notes, list(estimate.sources))

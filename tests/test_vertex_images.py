@@ -1,0 +1,85 @@
+"""The images jobs run satisfy labkit's own minimum versions (pyproject.toml), and `labkit image`
+builds labkit's image with Cloud Build or prints exactly how."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labkit import vertex
+from labkit.core.config import ParameterError
+from labkit.vertex import images
+
+ROOT = Path(__file__).resolve().parents[1]
+tomllib = pytest.importorskip("tomllib")
+
+
+def pyproject_minimums() -> dict[str, str]:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    out = {}
+    for requirement in sum(extras.values(), []):
+        m = re.fullmatch(r"([A-Za-z0-9_.-]+)>=([0-9.]+)", requirement)
+        if m and m.group(1) in images.FRAMEWORK_MINIMUMS:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def test_labkit_minimums_are_pyprojects():
+    assert pyproject_minimums() == images.FRAMEWORK_MINIMUMS
+    assert images.version_tuple(images.FRAMEWORK_MINIMUMS["torch"]) >= (2, 6)  # public fully_shard
+
+
+@pytest.mark.parametrize("framework", ["torch", "tf"])
+def test_default_images_satisfy_the_minimums(framework):
+    image = vertex.default_image(framework)
+    assert images.prebuilt(image) is None  # labkit's own image: built from pyproject (below)
+    assert image.endswith(f"/labkit/labkit-{framework}:{images.__version__}")
+    for spec in (vertex.training_job({"framework": framework}, output_uri="gs://b/r"),
+                 vertex.notebook_job("nb.ipynb", {}, output_uri="gs://b/r", framework=framework)):
+        uri = spec["worker_pool_specs"][0]["container_spec"]["image_uri"]
+        images.check_image(uri)  # refuses a prebuilt image below the minimums or past its date
+        assert uri == image
+
+
+def test_the_dockerfile_installs_labkit_from_pyproject():
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "COPY pyproject.toml" in dockerfile and "COPY labkit ./labkit" in dockerfile
+    assert 'pip install ".[torch,vertex,tune]"' in dockerfile and 'pip install ".[tf,vertex,tune]"' in dockerfile
+    pins = re.findall(r"(torch|tensorflow)[^\s\"']*==([0-9][0-9.]*)", dockerfile)
+    assert not pins  # no version pinned below pyproject's minimums
+    assert "${_FRAMEWORK}" in (ROOT / "cloudbuild.yaml").read_text()
+
+
+def test_every_prebuilt_image_in_the_table_is_refused_today():
+    for p in images.PREBUILT_IMAGES.values():
+        with pytest.raises(ParameterError) as err:
+            images.check_image(p.uri("europe"), today=dt.date(2026, 11, 23))
+        assert err.value.name == "image_uri" and p.name in str(err.value)
+    tf = images.PREBUILT_IMAGES["tf-gpu.2-17.py310"]
+    images.check_image(tf.uri(), today=dt.date(2026, 6, 30))  # new enough, and still available then
+    images.check_image("gcr.io/me/my-image:1")  # custom images are the owner's business
+
+
+def test_labkit_image_dry_run_prints_the_exact_build(tmp_path):
+    env = {"HOME": str(tmp_path), "PATH": "/nonexistent", "GOOGLE_CLOUD_PROJECT": "proj",
+           "GOOGLE_CLOUD_REGION": "europe-west4", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "labkit", "image", "--framework", "tf"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    image = f"europe-west4-docker.pkg.dev/proj/labkit/labkit-tf:{images.__version__}"
+    assert f"gcloud builds submit {ROOT} --config {ROOT / 'cloudbuild.yaml'} " \
+           f"--substitutions=_IMAGE={image},_FRAMEWORK=tf --region=europe-west4 --project proj" in out.stdout
+    assert "gcloud artifacts repositories create labkit --repository-format=docker " \
+           "--location=europe-west4 --project proj" in out.stdout
+    for missing in ("credentials", "gcloud: install"):
+        assert missing in out.stdout
+    assert "nothing built" in out.stdout
+    plan = vertex.build_plan("torch", env={"HOME": str(tmp_path)})
+    assert not plan.ready and plan.image.startswith("us-central1-docker.pkg.dev/YOUR_PROJECT/")
+    with pytest.raises(RuntimeError, match="credentials"):
+        images.build(plan)
