@@ -348,120 +348,143 @@ def run_local(
         validate(spec)
     else:
         check_spec(spec)
-    workdir = Path(workdir).resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
-    paths = LocalPaths(workdir, gcs_root)
-    paths.root.mkdir(parents=True, exist_ok=True)
-    sched = spec.get("scheduling") or {}
-    restart_job = bool(sched.get("restart_job_on_worker_restart"))
-    spot = sched.get("strategy") == "SPOT"
-    if timeout_s is None:
-        timeout_s = float(str(sched.get("timeout", f"{DEFAULT_TIMEOUT_S}s")).rstrip("s"))
-    pools = spec["worker_pool_specs"]
-    argvs = {i: local_argv(p["container_spec"], paths, f"worker_pool_specs[{i}]")
-             for i, p in enumerate(pools) if p}
-    # An enclosing Vertex job's AIP_* folders and trial must not leak into the emulated one.
-    base_env = {k: v for k, v in child_env().items() if not k.startswith(("AIP_", "CLOUD_ML_"))}
-    base_env |= {"PYTHONUNBUFFERED": "1", "LABKIT_EMULATED_VERTEX": "1", LOCAL_GCS_ENV: str(paths.root)}
-    base_env["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), base_env["PYTHONPATH"]])
-    base_env.setdefault("OMP_NUM_THREADS", "1")  # replicas share this machine's cores
-    base_env |= dict(env or {})
+    job = _EmulatedJob(spec, Path(workdir).resolve(), fault=fault, timeout_s=timeout_s, env=env,
+                       worker_grace_s=worker_grace_s, snapshot=snapshot, gcs_root=gcs_root,
+                       trial=trial, stop_when=stop_when)
+    return job.run()
 
-    runs: list[ReplicaRun] = []
-    events: list[str] = []
-    snapshots: dict[int, dict[str, Path]] = {}
-    start = time.monotonic()
-    job_restarts = worker_restarts = preemptions = 0
-    attempt = 0
-    while True:
-        envs = replica_envs(spec, paths, trial=trial)
+
+class _EmulatedJob:
+    """The state of one emulated job across its attempts: the replicas of the current attempt,
+    the restart counters Vertex keeps, and the events and runs reported in the `LocalJob`."""
+
+    def __init__(self, spec: Mapping[str, Any], workdir: Path, *, fault: Fault | None,
+                 timeout_s: float | None, env: Mapping[str, str] | None, worker_grace_s: float,
+                 snapshot: Sequence[str], gcs_root: str | os.PathLike | None, trial: str,
+                 stop_when: Callable[[], bool] | None):
+        self.spec, self.workdir, self.fault, self.trial = spec, workdir, fault, trial
+        self.worker_grace_s, self.snapshot_files, self.stop_when = worker_grace_s, snapshot, stop_when
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.paths = LocalPaths(workdir, gcs_root)
+        self.paths.root.mkdir(parents=True, exist_ok=True)
+        sched = spec.get("scheduling") or {}
+        self.restart_job = bool(sched.get("restart_job_on_worker_restart"))
+        self.spot = sched.get("strategy") == "SPOT"
+        self.timeout_s = (float(str(sched.get("timeout", f"{DEFAULT_TIMEOUT_S}s")).rstrip("s"))
+                          if timeout_s is None else timeout_s)
+        self.argvs = {i: local_argv(p["container_spec"], self.paths, f"worker_pool_specs[{i}]")
+                      for i, p in enumerate(spec["worker_pool_specs"]) if p}
+        # An enclosing Vertex job's AIP_* folders and trial must not leak into the emulated one.
+        base = {k: v for k, v in child_env().items() if not k.startswith(("AIP_", "CLOUD_ML_"))}
+        base |= {"PYTHONUNBUFFERED": "1", "LABKIT_EMULATED_VERTEX": "1", LOCAL_GCS_ENV: str(self.paths.root)}
+        base["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), base["PYTHONPATH"]])
+        base.setdefault("OMP_NUM_THREADS", "1")  # replicas share this machine's cores
+        self.base_env = base | dict(env or {})
+        self.runs: list[ReplicaRun] = []
+        self.events: list[str] = []
+        self.snapshots: dict[int, dict[str, Path]] = {}
+        self.job_restarts = self.worker_restarts = self.preemptions = 0
+        self.start = time.monotonic()
+
+    def run(self) -> LocalJob:
+        attempt = 0
+        while True:
+            outcome, error = self._attempt(attempt)
+            self.snapshots[attempt] = _snapshot(self.snapshot_files, self.paths,
+                                                self.workdir / "snapshots" / f"attempt{attempt}")
+            if outcome != "restart_job":
+                break
+            self.job_restarts += 1
+            attempt += 1
+        state = {"succeeded": SUCCEEDED, "cancelled": CANCELLED}.get(outcome, FAILED)
+        self.events.append(f"job {state}" + (f": {error}" if error else ""))
+        return LocalJob(state, self.runs, self.events, self.job_restarts, self.worker_restarts,
+                        time.monotonic() - self.start, self.workdir, error, self.snapshots,
+                        self.paths.root)
+
+    def _attempt(self, attempt: int) -> tuple[str, str]:
+        """Run one attempt of the whole job; ("succeeded" | "failed" | "cancelled" |
+        "restart_job", error)."""
+        envs = replica_envs(self.spec, self.paths, trial=self.trial)
         live: dict[tuple[int, int], _Replica] = {}
         restarts = dict.fromkeys(envs, 0)
-        trigger = _FaultTrigger(fault, attempt, live, events)
-
-        def launch(key: tuple[int, int], restart: int = 0, _attempt: int = attempt,
-                   _envs: dict = envs, _live: dict = live, trigger: _FaultTrigger = trigger) -> None:
-            pool, index = key
-            log = workdir / "logs" / f"attempt{_attempt}" / f"workerpool{pool}-{index}.restart{restart}.log"
-            run = ReplicaRun(pool, index, _attempt, restart, argvs[pool], log)
-            runs.append(run)
-            disk = container_dir(workdir, _attempt, pool, index)
-            (disk / "tmp").mkdir(parents=True, exist_ok=True)
-            replica_env = {METRIC_FILE_ENV: str(disk / "tmp" / "hypertune" / "output.metrics")}
-            _live[key] = _Replica(run, replica_env | base_env | _envs[key], trigger, disk)
-
+        trigger = _FaultTrigger(self.fault, attempt, live, self.events)
         for key in envs:
-            launch(key)
-        events.append(f"attempt {attempt}: started {len(envs)} replica(s)")
-        outcome = None  # "succeeded", "failed", "restart_job"
-        error = ""
-        chief_done_at = None
-        while outcome is None:
-            time.sleep(0.05)
-            if time.monotonic() - start > timeout_s:
-                outcome, error = "failed", f"timeout after {timeout_s:.0f}s"
-                break
-            if stop_when is not None and stop_when():
-                outcome, error = "cancelled", "stopped early"
-                events.append(f"attempt {attempt}: stopped early")
-                break
-            # The job succeeds once the primary replica exited 0 and the workers finished too
-            # (or did not within `worker_grace_s`); other pools are then stopped.
-            if chief_done_at is not None and (
-                    not any(k[0] == 1 for k in live) or time.monotonic() - chief_done_at > worker_grace_s):
-                outcome = "succeeded"
-                break
-            for key, replica in list(live.items()):
-                if replica.process.poll() is None:
-                    continue
-                code = replica.finish()
-                del live[key]
-                name = replica.run.name
-                if code == 0:
-                    events.append(f"attempt {attempt}: {name} exited 0")
-                    if key == (0, 0):
-                        chief_done_at = time.monotonic()
-                    continue
-                events.append(f"attempt {attempt}: {name} exited {code}")
-                # On Spot, a replica's exit after the injected SIGTERM (its own or a peer's that
-                # followed it) is a preemption: Vertex restarts the whole job.
-                if spot and trigger.fired and fault.signal == "SIGTERM":
-                    preemptions += 1
-                    if preemptions > MAX_PREEMPTION_RESTARTS:
-                        outcome, error = "failed", f"preempted more than {MAX_PREEMPTION_RESTARTS} times"
-                    else:
-                        outcome = "restart_job"
-                        events.append(f"attempt {attempt}: {name} was preempted (Spot): job restarts")
-                    break
-                if restart_job:
-                    if job_restarts >= MAX_WORKER_RESTARTS:
-                        outcome, error = "failed", f"{name} failed after {job_restarts} job restarts"
-                    else:
-                        outcome = "restart_job"
-                        events.append(f"attempt {attempt}: restart_job_on_worker_restart: job restarts")
-                    break
-                if restarts[key] >= MAX_WORKER_RESTARTS:
-                    outcome, error = "failed", f"{name} failed after {restarts[key]} restarts"
-                    break
-                restarts[key] += 1
-                worker_restarts += 1
-                events.append(f"attempt {attempt}: restarting {name} (restart {restarts[key]})")
-                launch(key, restarts[key])
+            live[key] = self._launch(key, attempt, 0, envs[key], trigger)
+        self.events.append(f"attempt {attempt}: started {len(envs)} replica(s)")
+        outcome, error = self._watch(attempt, live, envs, restarts, trigger)
         # The job no longer needs the rest: they may end on their own for 2 s (peers of a
         # replica that left usually do), then get SIGTERM, and SIGKILL 5 s later. A job stopped
         # from outside (a trial stopped early) is stopped at once.
         settle_s = 0.0 if outcome == "cancelled" else 2.0
         for replica in live.values():
             replica.finish(replica.process.stop(grace_s=5.0, settle_s=settle_s))
-        snapshots[attempt] = _snapshot(snapshot, paths, workdir / "snapshots" / f"attempt{attempt}")
-        if outcome == "restart_job":
-            job_restarts += 1
-            attempt += 1
-            continue
-        state = {"succeeded": SUCCEEDED, "cancelled": CANCELLED}.get(outcome, FAILED)
-        events.append(f"job {state}" + (f": {error}" if error else ""))
-        return LocalJob(state, runs, events, job_restarts, worker_restarts,
-                        time.monotonic() - start, workdir, error, snapshots, paths.root)
+        return outcome, error
+
+    def _launch(self, key: tuple[int, int], attempt: int, restart: int, env: dict[str, str],
+                trigger: _FaultTrigger) -> _Replica:
+        pool, index = key
+        log = self.workdir / "logs" / f"attempt{attempt}" / f"workerpool{pool}-{index}.restart{restart}.log"
+        run = ReplicaRun(pool, index, attempt, restart, self.argvs[pool], log)
+        self.runs.append(run)
+        disk = container_dir(self.workdir, attempt, pool, index)
+        (disk / "tmp").mkdir(parents=True, exist_ok=True)
+        replica_env = {METRIC_FILE_ENV: str(disk / "tmp" / "hypertune" / "output.metrics")}
+        return _Replica(run, replica_env | self.base_env | env, trigger, disk)
+
+    def _watch(self, attempt: int, live: dict[tuple[int, int], _Replica], envs: dict,
+               restarts: dict[tuple[int, int], int], trigger: _FaultTrigger) -> tuple[str, str]:
+        """Poll the attempt's replicas until the job's outcome is decided."""
+        chief_done_at = None
+        while True:
+            time.sleep(0.05)
+            if time.monotonic() - self.start > self.timeout_s:
+                return "failed", f"timeout after {self.timeout_s:.0f}s"
+            if self.stop_when is not None and self.stop_when():
+                self.events.append(f"attempt {attempt}: stopped early")
+                return "cancelled", "stopped early"
+            # The job succeeds once the primary replica exited 0 and the workers finished too
+            # (or did not within `worker_grace_s`); other pools are then stopped.
+            if chief_done_at is not None and (
+                    not any(k[0] == 1 for k in live) or time.monotonic() - chief_done_at > self.worker_grace_s):
+                return "succeeded", ""
+            for key, replica in list(live.items()):
+                if replica.process.poll() is None:
+                    continue
+                code = replica.finish()
+                del live[key]
+                self.events.append(f"attempt {attempt}: {replica.run.name} exited {code}")
+                if code == 0:
+                    chief_done_at = time.monotonic() if key == (0, 0) else chief_done_at
+                    continue
+                decided = self._after_failure(attempt, key, replica.run.name, restarts, trigger)
+                if decided is not None:
+                    return decided
+                live[key] = self._launch(key, attempt, restarts[key], envs[key], trigger)
+
+    def _after_failure(self, attempt: int, key: tuple[int, int], name: str,
+                       restarts: dict[tuple[int, int], int], trigger: _FaultTrigger) -> tuple[str, str] | None:
+        """Vertex's rules for a replica that exited non-zero: the job's outcome, or None when
+        the replica is restarted on its own (its restart count is incremented)."""
+        # On Spot, a replica's exit after the injected SIGTERM (its own or a peer's that
+        # followed it) is a preemption: Vertex restarts the whole job.
+        if self.spot and trigger.fired and self.fault.signal == "SIGTERM":
+            self.preemptions += 1
+            if self.preemptions > MAX_PREEMPTION_RESTARTS:
+                return "failed", f"preempted more than {MAX_PREEMPTION_RESTARTS} times"
+            self.events.append(f"attempt {attempt}: {name} was preempted (Spot): job restarts")
+            return "restart_job", ""
+        if self.restart_job:
+            if self.job_restarts >= MAX_WORKER_RESTARTS:
+                return "failed", f"{name} failed after {self.job_restarts} job restarts"
+            self.events.append(f"attempt {attempt}: restart_job_on_worker_restart: job restarts")
+            return "restart_job", ""
+        if restarts[key] >= MAX_WORKER_RESTARTS:
+            return "failed", f"{name} failed after {restarts[key]} restarts"
+        restarts[key] += 1
+        self.worker_restarts += 1
+        self.events.append(f"attempt {attempt}: restarting {name} (restart {restarts[key]})")
+        return None
 
 
 def _snapshot(files: Sequence[str], paths: LocalPaths, dest: Path) -> dict[str, Path]:
