@@ -2,11 +2,13 @@
 
 One loader item is one micro-batch: the sampler yields index lists and the dataset builds the
 whole batch at once (vectorised, one injected latency per batch, the way a remote-storage read or
-a decode costs per batch). `SampleDataset` is the textbook form of the same data, one sample per
-index for `DataLoader(batch_size=micro, sampler=DistributedSampler(...))`: the recipes use it,
-and it yields exactly the engine's batches. Indices come from `DistributedSampler` (a seeded permutation per epoch,
+a decode costs per batch). Indices come from `DistributedSampler` (a seeded permutation per epoch,
 `set_epoch`, each rank a disjoint slice), so a run is reproducible and a resumed run starts at an
 exact `DataPosition` instead of replaying the epoch.
+
+`SampleDataset` is the textbook form of the same data, one sample per index, for
+`DataLoader(batch_size=micro, sampler=DistributedSampler(...))`: the recipes train on it, and
+it yields exactly the engine's micro-batches.
 """
 
 from __future__ import annotations
