@@ -5,6 +5,10 @@ whole batch at once (vectorised, one injected latency per batch, the way a remot
 a decode costs per batch). Indices come from `DistributedSampler` (a seeded permutation per epoch,
 `set_epoch`, each rank a disjoint slice), so a run is reproducible and a resumed run starts at an
 exact `DataPosition` instead of replaying the epoch.
+
+`SampleDataset` is the textbook form of the same data, one sample per index, for
+`DataLoader(batch_size=micro, sampler=DistributedSampler(...))`: the recipes train on it, and
+it yields exactly the engine's micro-batches.
 """
 
 from __future__ import annotations
@@ -55,6 +59,25 @@ class BatchDataset(Dataset):
         return torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(np.ascontiguousarray(y))
 
 
+class SampleDataset(Dataset):
+    """`ds[i] -> (input, target)` tensors, one sample: images uint8 CHW with an int64 label,
+    token sequences as (inputs, targets) int64 of `block_size`. Batched by the default collate
+    function, it gives the bytes of `BatchDataset` for the same indices."""
+
+    def __init__(self, source: SyntheticImages | SyntheticTokens):
+        self.source = source
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if isinstance(self.source, SyntheticImages):
+            image, label = self.source[index]
+            return torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1))), torch.tensor(label)
+        seq = torch.from_numpy(self.source[index])
+        return seq[:-1], seq[1:]
+
+
 class MicroBatchSampler(Sampler[list[int]]):
     """Yields this rank's micro-batches of one epoch, starting at `start_batch`."""
 
@@ -73,17 +96,25 @@ class MicroBatchSampler(Sampler[list[int]]):
             yield indices[b * self.micro_batch:(b + 1) * self.micro_batch]
 
 
+def synthetic_source(model_cfg: ModelConfig, num_samples: int, seed: int) -> SyntheticImages | SyntheticTokens:
+    """The synthetic samples matching a model config (images for conv nets, tokens for GPT)."""
+    if isinstance(model_cfg, GPTConfig):
+        return SyntheticTokens(TokenDatasetConfig(num_sequences=num_samples, block_size=model_cfg.block_size,
+                                                  vocab_size=model_cfg.vocab_size, seed=seed))
+    return SyntheticImages(ImageDatasetConfig(num_samples=num_samples, image_size=model_cfg.image_size,
+                                              channels=model_cfg.channels,
+                                              num_classes=model_cfg.num_classes, seed=seed))
+
+
 def make_dataset(model_cfg: ModelConfig, num_samples: int, seed: int,
                  latency_s: float = 0.0) -> BatchDataset:
-    """The synthetic dataset matching a model config (images for conv nets, tokens for GPT)."""
-    if isinstance(model_cfg, GPTConfig):
-        src = SyntheticTokens(TokenDatasetConfig(num_sequences=num_samples, block_size=model_cfg.block_size,
-                                                 vocab_size=model_cfg.vocab_size, seed=seed))
-    else:
-        src = SyntheticImages(ImageDatasetConfig(num_samples=num_samples, image_size=model_cfg.image_size,
-                                                 channels=model_cfg.channels,
-                                                 num_classes=model_cfg.num_classes, seed=seed))
-    return BatchDataset(src, latency_s)
+    """The engine's batch-at-a-time dataset for a model config."""
+    return BatchDataset(synthetic_source(model_cfg, num_samples, seed), latency_s)
+
+
+def make_sample_dataset(model_cfg: ModelConfig, num_samples: int, seed: int) -> SampleDataset:
+    """The same samples one at a time (for a plain `DataLoader` with a sampler)."""
+    return SampleDataset(synthetic_source(model_cfg, num_samples, seed))
 
 
 class ResumableLoader:

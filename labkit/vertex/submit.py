@@ -5,6 +5,12 @@ google-cloud-aiplatform library). `dry_run(spec)` validates the spec and returns
 with the estimated cost per hour. `submit(spec, ...)` uploads local inputs (the notebook and a
 source archive of labkit) to the bucket and creates the CustomJob; without a configured cloud
 it raises `VertexNotConfigured` listing what is missing.
+
+`submit` talks to the JobService over its REST transport, through `job_service_client`, with
+the endpoint and credentials it is given (default: ``REGION-aiplatform.googleapis.com`` and the
+application default credentials). A loopback ``http://`` endpoint such as
+`labkit.vertex.fake_service.FakeVertex` gets anonymous credentials, so the same code path sends
+the same request to the local fake in tests and notebooks as to Vertex AI.
 """
 
 from __future__ import annotations
@@ -47,12 +53,16 @@ class Preflight:
 
 
 def preflight(env: Mapping[str, str] | None = None, *, project: str | None = None,
-              region: str | None = None, bucket: str | None = None) -> Preflight:
-    """What this environment lacks to submit a job (explicit arguments fill gaps)."""
+              region: str | None = None, bucket: str | None = None,
+              credentials: Any = None) -> Preflight:
+    """What this environment lacks to submit a job (explicit arguments fill gaps; a
+    `credentials` object counts as credentials)."""
     ctx = gcp.detect(dict(env) if env is not None else None)
+    given = f"the credentials passed in ({type(credentials).__name__})" if credentials is not None else None
     ctx = gcp.CloudContext(project or ctx.project, region or ctx.region,
                            (bucket if bucket is None or bucket.startswith("gs://") else f"gs://{bucket}")
-                           or ctx.bucket, ctx.credentials, ctx.on_vertex, ctx.notes)
+                           or ctx.bucket, given or ctx.credentials, ctx.on_vertex,
+                           () if given else ctx.notes)
     missing = ctx.missing() + list(ctx.notes)
     if not has_aiplatform():
         missing.append("library: " + missing_reason("google.cloud.aiplatform").split(" (")[0]
@@ -103,21 +113,59 @@ def source_archive() -> bytes:
     return buf.getvalue()
 
 
-def _upload(uri: str, data: bytes, project: str) -> None:
-    from google.cloud import storage
+def _upload(fs, uri: str, data: bytes) -> None:
+    """Write `data` to ``gs://bucket/path`` through `fs` (an fsspec filesystem whose paths are
+    ``bucket/path``: gcsfs, or a local folder standing in for the bucket)."""
+    path = uri[len("gs://"):] if uri.startswith("gs://") else uri
+    fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    fs.pipe_file(path, data)
 
-    bucket, _, blob = uri[len("gs://"):].partition("/")
-    storage.Client(project=project).bucket(bucket).blob(blob).upload_from_string(data)
+
+def is_loopback(endpoint: str) -> bool:
+    """Whether `endpoint` (``host:port`` or a URL) names this machine."""
+    from urllib.parse import urlsplit
+
+    host = urlsplit(endpoint if "://" in endpoint else f"//{endpoint}").hostname or ""
+    return host in ("localhost", "127.0.0.1", "::1")
+
+
+def job_service_client(*, region: str | None = None, endpoint: str | None = None,
+                       credentials: Any = None):
+    """An `aiplatform_v1.JobServiceClient` on the REST transport: for `endpoint` when given
+    (``https://host`` or, on loopback, ``http://host:port``), else Vertex AI in `region`.
+    Credentials: those given; anonymous ones for a loopback endpoint; else the application
+    default credentials."""
+    from google.cloud import aiplatform_v1
+
+    if endpoint is None:
+        if not region:
+            raise ValueError("job_service_client needs a region or an endpoint")
+        endpoint = f"{region}-aiplatform.googleapis.com"
+    if credentials is None and is_loopback(endpoint):
+        from google.auth.credentials import AnonymousCredentials
+
+        credentials = AnonymousCredentials()
+    return aiplatform_v1.JobServiceClient(credentials=credentials, transport="rest",
+                                          client_options={"api_endpoint": endpoint})
 
 
 def submit(spec: Mapping[str, Any], *, display_name: str, notebook: str | None = None,
            env: Mapping[str, str] | None = None, project: str | None = None,
-           region: str | None = None, bucket: str | None = None):
+           region: str | None = None, bucket: str | None = None, endpoint: str | None = None,
+           credentials: Any = None, filesystem: Any = None):
     """Create the CustomJob on Vertex AI; returns the created job resource (aiplatform_v1).
 
     `notebook`: the local notebook a `notebook_job` spec reads from ``<output_uri>/inputs/``;
-    it is uploaded first, with the labkit source archive when the spec pip-installs it."""
-    check = preflight(env, project=project, region=region, bucket=bucket)
+    it is uploaded first, with the labkit source archive when the spec pip-installs it.
+    `endpoint` / `credentials`: where the JobService is and how to sign in (see
+    `job_service_client`; a loopback endpoint needs no credentials). `filesystem`: the fsspec
+    filesystem uploads go through (default: gcsfs with the same project and credentials)."""
+    loopback = endpoint is not None and is_loopback(endpoint)
+    if loopback and credentials is None:
+        from google.auth.credentials import AnonymousCredentials
+
+        credentials = AnonymousCredentials()
+    check = preflight(env, project=project, region=region, bucket=bucket, credentials=credentials)
     if not check.ready:
         raise VertexNotConfigured(check.missing)
     validate(spec)
@@ -125,13 +173,24 @@ def submit(spec: Mapping[str, Any], *, display_name: str, notebook: str | None =
 
     ctx = check.context
     base = (spec.get("base_output_directory") or {}).get("output_uri_prefix", "").rstrip("/")
+    uploads = {}
     if notebook and base:
-        _upload(f"{base}/inputs/{Path(notebook).name}", Path(notebook).read_bytes(), ctx.project)
+        uploads[f"{base}/inputs/{Path(notebook).name}"] = Path(notebook).read_bytes()
     if base and any(f"{base}/inputs/labkit.tar.gz".replace("gs://", "/gcs/") in str(p)
                     for p in spec.get("worker_pool_specs", [])):
-        _upload(f"{base}/inputs/labkit.tar.gz", source_archive(), ctx.project)
-    client = aiplatform_v1.JobServiceClient(
-        client_options={"api_endpoint": f"{ctx.region}-aiplatform.googleapis.com"})
+        uploads[f"{base}/inputs/labkit.tar.gz"] = source_archive()
+    if uploads:
+        if filesystem is None:
+            if loopback:
+                raise ValueError(f"filesystem: submitting to the local endpoint {endpoint} "
+                                 f"uploads {', '.join(uploads)}; pass a filesystem standing in "
+                                 "for the bucket (e.g. a local folder)")
+            import fsspec
+
+            filesystem = fsspec.filesystem("gs", project=ctx.project, token=credentials)
+        for uri, data in uploads.items():
+            _upload(filesystem, uri, data)
+    client = job_service_client(region=ctx.region, endpoint=endpoint, credentials=credentials)
     job = aiplatform_v1.CustomJob(display_name=display_name, job_spec=aiplatform_v1.CustomJobSpec(**spec))
     return client.create_custom_job(parent=f"projects/{ctx.project}/locations/{ctx.region}",
                                     custom_job=job)

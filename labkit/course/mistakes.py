@@ -1,0 +1,295 @@
+"""Mistakes that guides commonly make, each measured beside its fix in the run that shows it.
+
+- `softmax_into_cross_entropy`: probabilities fed to `F.cross_entropy` (which applies its own
+  log-softmax): the loss curve, the gradients at the first step, and the floor the logged loss
+  can never go below.
+- `save_to_bucket_url`: `torch.save` to a ``gs://`` string writes a local folder named ``gs:``;
+  the same bytes through fsspec land in the bucket.
+- `tf32_defaults`: what PyTorch and TensorFlow actually do with TF32, read from a fresh process.
+- `embedding_gradient_traffic`: the bytes DDP all-reduces for an embedding gradient against the
+  rows a batch touches.
+- `per_process_batch`: a per-process batch taken for the global batch, against the
+  single-process curve.
+- `training_memory`: parameter, gradient, optimizer-state and activation bytes of a 110M-parameter
+  model, counted from the tensors themselves, against the "parameters x 4 bytes" guess.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from labkit.core.models import GPTConfig
+from labkit.core.train_config import TrainConfig
+
+# A BERT-base-sized decoder (BERT's 30522-token vocabulary, 512 positions): 109M parameters.
+MODEL_110M = GPTConfig(vocab_size=30522, block_size=512, n_layer=12, n_head=12, n_embd=768)
+
+
+# ---------------------------------------------------------------- softmax into cross_entropy
+
+
+def softmax_into_cross_entropy(model: str = "gpt", steps: int = 30, batch_size: int = 32,
+                               optimizer: str = "sgd", lr: float | None = None,
+                               seed: int = 0) -> dict[str, Any]:
+    """Train the same model from the same weights on the same batches twice: with logits into
+    `F.cross_entropy` (right) and with `softmax(logits)` into it (the mistake). Both curves are
+    the true cross-entropy of the model's predictions; `mistaken_logged` is what the mistaken
+    code prints, which cannot go below `logged_floor` = log(1 + (classes - 1) / e).
+    `optimizer`: "sgd" (lr 0.1 unless given), whose steps scale with the gradient, or "adamw"
+    (labkit train's, lr 1e-3), which divides the gradient by its own running size."""
+    if optimizer not in ("sgd", "adamw"):
+        raise ValueError(f"optimizer must be 'sgd' or 'adamw' (got {optimizer!r})")
+    lr = lr if lr is not None else (0.1 if optimizer == "sgd" else 1e-3)
+    import torch
+    import torch.nn.functional as F
+
+    from labkit.recipes import common
+
+    args = argparse.Namespace(model=model, scale="smoke", steps=steps, batch_size=batch_size, lr=lr,
+                              warmup_steps=0, grad_clip=None, seed=seed, num_samples=None,
+                              metrics_out=None)
+    dataset = common.torch_dataset(args)
+    curves: dict[str, list[float]] = {"right": [], "mistaken": [], "mistaken_logged": []}
+    first_grad_norm = {}
+    for name, softmax_first in (("right", False), ("mistaken", True)):
+        net = common.torch_model(args)
+        opt = (torch.optim.SGD(net.parameters(), lr=lr) if optimizer == "sgd"
+               else common.adamw(net, args)[0])
+        data = common.batches(dataset, batch_size, seed)
+        for step in range(steps):
+            x, y = common.to_device(next(data), torch.device("cpu"))
+            logits = net(x).flatten(0, -2).float()
+            y = y.flatten()
+            inputs = logits.softmax(-1) if softmax_first else logits
+            loss = F.cross_entropy(inputs, y)
+            loss.backward()
+            if step == 0:
+                first_grad_norm[name] = math.sqrt(sum(float(p.grad.pow(2).sum())
+                                                      for p in net.parameters()))
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            curves[name].append(float(F.cross_entropy(logits.detach(), y)))
+            if softmax_first:
+                curves["mistaken_logged"].append(loss.item())
+    classes = logits.shape[-1]
+    return {**curves, "model": model, "optimizer": optimizer, "lr": lr, "classes": classes,
+            "first_grad_norm_right": first_grad_norm["right"],
+            "first_grad_norm_mistaken": first_grad_norm["mistaken"],
+            "gradient_shrink": first_grad_norm["right"] / first_grad_norm["mistaken"],
+            "final_gap": curves["mistaken"][-1] - curves["right"][-1],
+            "logged_floor": math.log(1 + (classes - 1) / math.e)}
+
+
+# ---------------------------------------------------------------- torch.save to gs://
+
+_SAVE_TO_URL = """
+import os, sys, torch
+url = sys.argv[1]
+os.makedirs(os.path.dirname(url), exist_ok=True)  # what checkpoint code usually does first
+torch.save({"w": torch.arange(1000.0)}, url)
+"""
+
+
+def save_to_bucket_url(workdir: str | os.PathLike, bucket_path: str = "labkit-demo/run1/model.pt"
+                       ) -> dict[str, Any]:
+    """`os.makedirs(dirname(url)); torch.save(state, url)` with ``url = gs://BUCKET_PATH``, run in
+    `workdir` (its own process), against `fsspec.open(url, "wb")` on fsspec's memory filesystem
+    standing in for the bucket. Reports where each write landed."""
+    import fsspec
+    import torch
+
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    url = f"gs://{bucket_path}"
+    r = subprocess.run([sys.executable, "-c", _SAVE_TO_URL, url], cwd=workdir, capture_output=True,
+                       text=True, timeout=120)
+    if r.returncode:
+        raise RuntimeError(f"the torch.save demo failed:\n{r.stderr[-2000:]}")
+    landed = sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*") if p.is_file())
+
+    state = {"w": torch.arange(1000.0)}
+    fixed_url = f"memory://{bucket_path}"
+    with fsspec.open(fixed_url, "wb") as f:  # the fix: fsspec picks the filesystem from the URL
+        torch.save(state, f)
+    fs = fsspec.filesystem("memory")
+    with fsspec.open(fixed_url, "rb") as f:
+        back = torch.load(f, weights_only=True)
+    size = fs.size(fixed_url)
+    fs.rm(fixed_url)
+    try:
+        gs_class = fsspec.get_filesystem_class("gs")
+        gs_handler = f"{gs_class.__module__}.{gs_class.__name__}"
+    except (ImportError, ValueError):
+        gs_handler = None  # gcsfs is not installed
+    return {"url": url, "mistake_files_in_workdir": landed,
+            "mistake_local_folder": landed[0].split(os.sep)[0] if landed else None,
+            "fix_url": fixed_url, "fix_bytes": size, "fix_round_trip_equal": bool(torch.equal(back["w"], state["w"])),
+            "gs_urls_handled_by": gs_handler}
+
+
+# ---------------------------------------------------------------- TF32 defaults
+
+_READ_TF32 = """
+import json, importlib.util
+import torch
+out = {"torch.backends.cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+       "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+       "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision(),
+       "cuda": torch.cuda.is_available()}
+if torch.cuda.is_available():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    a, b = (torch.randn(2048, 2048, device="cuda", generator=g) for _ in range(2))
+    exact = (a.double() @ b.double())
+    def err():
+        return float(((a @ b).double() - exact).abs().max() / exact.abs().max())
+    out["matmul_rel_error_default"] = err()
+    torch.backends.cuda.matmul.allow_tf32 = True
+    out["matmul_rel_error_tf32"] = err()
+if importlib.util.find_spec("tensorflow"):
+    import os
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+    out["tf.config.experimental.tensor_float_32_execution_enabled()"] = \\
+        tf.config.experimental.tensor_float_32_execution_enabled()
+print(json.dumps(out))
+"""
+
+
+def tf32_defaults() -> dict[str, Any]:
+    """TF32 settings of a fresh Python process (labkit sets them explicitly in every run, so
+    this process's flags say nothing about the defaults): PyTorch's matmul and cuDNN switches
+    and, when installed, TensorFlow's. On a CUDA GPU, the largest relative error of a 2048^2
+    float32 matmul with the default setting and with TF32 on."""
+    r = subprocess.run([sys.executable, "-c", _READ_TF32], capture_output=True, text=True, timeout=300)
+    if r.returncode:
+        raise RuntimeError(f"reading the TF32 defaults failed:\n{r.stderr[-2000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------- embedding gradients
+
+
+def embedding_gradient_traffic(vocab_size: int = 50304, dim: int = 768, batch_size: int = 8,
+                               block_size: int = 1024, world_size: int = 8, seed: int = 0) -> dict[str, Any]:
+    """One backward pass through an `nn.Embedding(vocab_size, dim)` on a batch of labkit's
+    synthetic token sequences: how many rows of the gradient are non-zero, against the dense
+    gradient DDP all-reduces. Per-rank bytes sent: ring all-reduce of the dense gradient,
+    2 (N - 1) / N x its size; gathering only the touched rows (values and int64 row ids) from
+    every rank, (N - 1) x their size. Also the rows an `nn.Embedding(sparse=True)` gradient
+    carries before coalescing, and the non-zero rows of a tied GPT embedding (the output layer
+    touches every row)."""
+    import torch
+    from torch import nn
+
+    from labkit.data.synthetic import SyntheticTokens, TokenDatasetConfig
+    from labkit.torch.models import build_model
+
+    tokens, _ = SyntheticTokens(TokenDatasetConfig(num_sequences=batch_size, block_size=block_size,
+                                                   vocab_size=vocab_size, seed=seed)).batch(range(batch_size))
+    ids = torch.from_numpy(tokens)
+    dense = nn.Embedding(vocab_size, dim)
+    dense(ids).pow(2).sum().backward()
+    touched = int((dense.weight.grad != 0).any(dim=1).sum())
+    sparse = nn.Embedding(vocab_size, dim, sparse=True)
+    sparse(ids).pow(2).sum().backward()
+    uncoalesced_rows = int(sparse.weight.grad._nnz())
+
+    gpt = build_model(GPTConfig(vocab_size=vocab_size, block_size=min(block_size, 64), n_layer=1,
+                                n_head=1, n_embd=16))
+    small = ids[:, :gpt.cfg.block_size]
+    gpt(small).logsumexp(-1).sum().backward()
+    tied_rows = int((gpt.wte.weight.grad != 0).any(dim=1).sum())
+
+    dense_bytes = vocab_size * dim * 4
+    row_bytes = dim * 4 + 8
+    n = world_size
+    return {"vocab_size": vocab_size, "dim": dim, "tokens": int(ids.numel()),
+            "rows_touched": touched, "rows_touched_fraction": touched / vocab_size,
+            "dense_gradient_bytes": dense_bytes, "touched_rows_bytes": touched * row_bytes,
+            "sparse_grad_rows_uncoalesced": uncoalesced_rows, "world_size": n,
+            "dense_allreduce_bytes_per_rank": 2 * (n - 1) / n * dense_bytes,
+            "touched_rows_allgather_bytes_per_rank": (n - 1) * touched * row_bytes,
+            "tied_embedding_rows_touched_fraction": tied_rows / vocab_size}
+
+
+# ---------------------------------------------------------------- per-process batch
+
+
+def per_process_batch(model: str = "cnn", steps: int = 10, batch_size: int = 32, nproc: int = 2,
+                      **config: Any) -> dict[str, Any]:
+    """The single-process run with `batch_size`, beside `nproc` DDP processes given the same
+    GLOBAL batch (right: each takes batch_size / nproc) and `nproc` processes that each took
+    `batch_size` (the mistake: the global batch is nproc times larger). Largest per-step loss
+    gap of each against the single process."""
+    from labkit.train import run_replicas, run_training
+
+    base = TrainConfig(model=model, steps=steps, batch_size=batch_size, progress=False, **config)
+    single = run_training(base).losses
+    right = run_replicas(base, nproc).losses
+    mistaken = run_replicas(replace(base, batch_size=batch_size * nproc), nproc).losses
+    return {"single": single, "right": right, "mistaken": mistaken, "nproc": nproc,
+            "batch_size": batch_size, "mistaken_global_batch": batch_size * nproc,
+            "right_max_gap": max(abs(a - b) for a, b in zip(single, right, strict=True)),
+            "mistaken_max_gap": max(abs(a - b) for a, b in zip(single, mistaken, strict=True))}
+
+
+# ---------------------------------------------------------------- memory of a 110M model
+
+
+def training_memory(config: GPTConfig = MODEL_110M, batch_size: int = 8,
+                    precision: str = "fp32") -> dict[str, Any]:
+    """Bytes one training step of `config` holds, counted from the tensors: the parameters, a
+    gradient per parameter, AdamW's state after a step, and what autograd saves for backward
+    during the forward of `batch_size` sequences of `block_size` tokens (under bf16 autocast
+    with `precision="bf16"`). Run on fake tensors (shapes and dtypes, no data, no arithmetic)
+    with the CPU kernels' choices, so a 110M model is counted in seconds. Leaves out what
+    varies by machine: the CUDA context, allocator caching and fragmentation, and temporaries
+    freed within the step."""
+    import torch
+    import torch.nn.functional as F
+    from torch._subclasses.fake_tensor import FakeTensorMode  # tensors without storage behind them
+
+    from labkit.torch.models import build_model
+
+    if precision not in ("fp32", "bf16"):
+        raise ValueError(f"precision must be 'fp32' or 'bf16' (got {precision!r})")
+    with FakeTensorMode():
+        model = build_model(config)
+        params = list(model.parameters())  # unique: the tied output layer is the embedding
+        param_bytes = sum(p.numel() * p.element_size() for p in params)
+        keep = {id(p.untyped_storage()) for p in params}
+        saved: dict[int, Any] = {}
+
+        def pack(t):
+            storage = t.untyped_storage()
+            if id(storage) not in keep:
+                saved[id(storage)] = storage  # kept alive, so its id is not reused
+            return t
+
+        ids = torch.zeros(batch_size, config.block_size, dtype=torch.long)
+        keep.add(id(ids.untyped_storage()))
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
+            loss = F.cross_entropy(model(ids).flatten(0, 1).float(), ids.flatten())
+        activation_bytes = sum(s.nbytes() for s in saved.values())
+        loss.backward()
+        grad_bytes = sum(p.grad.numel() * p.grad.element_size() for p in params)
+        optimizer = torch.optim.AdamW(params, lr=1e-3)
+        optimizer.step()
+        optimizer_bytes = sum(t.numel() * t.element_size() for state in optimizer.state.values()
+                              for t in state.values() if torch.is_tensor(t))
+    n = sum(p.numel() for p in params)
+    total = param_bytes + grad_bytes + optimizer_bytes + activation_bytes
+    return {"model": asdict(config), "parameters": n, "batch_size": batch_size,
+            "tokens_per_step": batch_size * config.block_size, "precision": precision,
+            "guess_bytes": n * 4, "param_bytes": param_bytes, "grad_bytes": grad_bytes,
+            "optimizer_bytes": optimizer_bytes, "activation_bytes": activation_bytes,
+            "total_bytes": total, "total_over_guess": total / (n * 4)}

@@ -1,0 +1,18 @@
+"""Plain-framework recipes: the code a learner copies, one technique per file, each proven by
+tests to give `labkit train`'s per-step losses for the same settings.
+
+| recipe                | technique                                                              |
+|-----------------------|------------------------------------------------------------------------|
+| ddp                   | torchrun, DistributedSampler + set_epoch, DDP, `no_sync` accumulation  |
+| fsdp                  | FSDP2 `fully_shard`                                                    |
+| mixed_precision       | TF32 switches, autocast bf16 / fp16, GradScaler                        |
+| preemptible           | SIGTERM handler, fsspec checkpoints with a commit marker, resume       |
+| profile               | torch.profiler schedule, record_function, TensorBoard trace            |
+| tfrecord_pipeline     | TFRecord shards, tf.data interleave / map / prefetch, torch DataLoader |
+| keras_mixed_precision | Keras dtype policy, LossScaleOptimizer                                 |
+| tf_multiworker        | TF_CONFIG, MultiWorkerMirroredStrategy, custom step, Keras fit         |
+| vertex_job            | google-cloud-aiplatform CustomJob: worker pools, Spot, Reduction Server |
+
+Run one with `python -m labkit.recipes.NAME --help`. `common` holds the plumbing none of them
+teaches (flags, labkit's models and synthetic data, the metrics file).
+"""

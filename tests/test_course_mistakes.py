@@ -1,0 +1,84 @@
+"""The mistake-beside-the-fix measurements: each returns numbers computed in the run that can
+show the mistake (and would fail these tests if the mistake stopped showing)."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from labkit.core.models import GPTConfig  # noqa: E402
+from labkit.course import mistakes  # noqa: E402
+
+
+def test_softmax_into_cross_entropy_shrinks_gradients_and_floors_the_logged_loss():
+    r = mistakes.softmax_into_cross_entropy(model="gpt", steps=6, batch_size=8, optimizer="sgd")
+    assert r["classes"] == 512
+    assert r["gradient_shrink"] > 100  # about the class count, at uniform predictions
+    assert min(r["mistaken_logged"]) >= r["logged_floor"] > 5.2
+    assert r["right"][-1] < r["right"][0] - 0.05  # right: learns
+    assert r["mistaken"][-1] > r["mistaken"][0] - 0.01  # mistaken: SGD steps ~500x too small
+    assert r["right"][0] == r["mistaken"][0]  # same weights, same first batch
+
+
+def test_softmax_mistake_with_adamw_hides_in_the_logged_loss():
+    r = mistakes.softmax_into_cross_entropy(model="cnn", steps=3, batch_size=8, optimizer="adamw")
+    assert r["lr"] == 1e-3 and len(r["mistaken_logged"]) == 3
+    with pytest.raises(ValueError, match="optimizer"):
+        mistakes.softmax_into_cross_entropy(optimizer="adam")
+
+
+def test_torch_save_to_a_gs_string_lands_in_a_local_folder(tmp_path):
+    r = mistakes.save_to_bucket_url(tmp_path, "my-bucket/run/model.pt")
+    assert r["mistake_local_folder"] == "gs:"
+    assert (tmp_path / "gs:" / "my-bucket" / "run" / "model.pt").is_file()
+    assert r["mistake_files_in_workdir"] == ["gs:/my-bucket/run/model.pt"]  # nothing from the fix
+    assert r["fix_url"] == "memory://my-bucket/run/model.pt" and r["fix_bytes"] > 4000
+    assert r["fix_round_trip_equal"]
+
+
+@pytest.mark.slow
+def test_tf32_defaults_are_read_from_a_fresh_process():
+    r = mistakes.tf32_defaults()
+    assert r["torch.backends.cuda.matmul.allow_tf32"] is False  # off for matmuls since torch 1.12
+    assert isinstance(r["torch.backends.cudnn.allow_tf32"], bool)
+    assert r["torch.get_float32_matmul_precision()"] == "highest"
+    if r["cuda"]:
+        assert r["matmul_rel_error_tf32"] > r["matmul_rel_error_default"]
+
+
+def test_embedding_gradient_rows_against_the_dense_all_reduce():
+    r = mistakes.embedding_gradient_traffic(vocab_size=4096, dim=32, batch_size=2, block_size=128,
+                                            world_size=4)
+    assert r["tokens"] == 2 * 129 - 2 == r["sparse_grad_rows_uncoalesced"]
+    assert 0 < r["rows_touched"] <= r["tokens"]
+    assert r["dense_gradient_bytes"] == 4096 * 32 * 4
+    assert r["dense_allreduce_bytes_per_rank"] == 2 * 3 / 4 * r["dense_gradient_bytes"]
+    assert r["touched_rows_allgather_bytes_per_rank"] == 3 * r["rows_touched"] * (32 * 4 + 8)
+    assert r["tied_embedding_rows_touched_fraction"] == 1.0  # the output layer touches every row
+
+
+def test_training_memory_counts_every_kind_of_byte():
+    cfg = GPTConfig(vocab_size=1000, block_size=32, n_layer=2, n_head=2, n_embd=64)
+    small, big = (mistakes.training_memory(cfg, batch_size=b) for b in (2, 4))
+    n = small["parameters"]
+    assert small["param_bytes"] == small["grad_bytes"] == small["guess_bytes"] == 4 * n
+    tensors = 2 + 2 * 6 + 1  # embeddings, six per block, final norm (the head is tied)
+    assert small["optimizer_bytes"] == 2 * 4 * n + 4 * tensors  # exp_avg, exp_avg_sq, step
+    assert big["activation_bytes"] == pytest.approx(2 * small["activation_bytes"], rel=0.01)
+    half = mistakes.training_memory(cfg, batch_size=4, precision="bf16")
+    assert half["activation_bytes"] < big["activation_bytes"]
+
+
+def test_a_110m_model_needs_far_more_than_parameters_times_four():
+    r = mistakes.training_memory(batch_size=8)
+    assert 105e6 < r["parameters"] < 115e6
+    assert r["total_over_guess"] > 5 and r["activation_bytes"] > r["param_bytes"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_per_process_batch_taken_for_the_global_one_changes_the_curve():
+    r = mistakes.per_process_batch(model="cnn", steps=4, batch_size=16, nproc=2, num_samples=128)
+    assert r["right_max_gap"] <= 1e-5
+    assert r["mistaken_max_gap"] > 1e-3 and r["mistaken_global_batch"] == 32
