@@ -2,11 +2,14 @@
 
 - `config`: parameter checks whose errors name the parameter, and `scale` resolution
 - `train_config`: `TrainConfig` (help beside each field) and its one argv round trip
-- `models`: model configurations both engines build their twins from
+- `models`: model configurations both engines build their twins from, and their training FLOPs
 - `cluster`: where this process sits in a (Vertex AI) cluster: `ClusterInfo`, `from_env`
 - `checkpoint`: named blobs committed by a marker written last, through fsspec
 - `metrics`: the per-step metrics schema both engines write
 - `preemption`: the one SIGTERM guard
+- `loop`: the training loop both engines run (step cadence, the preemption drill, checkpoint
+  cadence, metrics, the non-finite loss check), with `schedule` (the LR warm-up rule) and
+  `scalars` (TensorBoard event files)
 - `devices`, `frameworks`, `gcp`, `doctor`: what this machine and cloud configuration offer
 
 Nothing here imports torch or TensorFlow at module level, and nothing imports upward.

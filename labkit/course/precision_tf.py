@@ -105,7 +105,7 @@ def overflow_demo(steps: int = 14, init_scale: float = 2.0**28, model: str = "cn
     rows = []
     for step in range(steps):
         scale = float(optimizer.dynamic_scale.numpy())
-        loss, _, skipped = step_fn(it, tf.constant(0.0))
+        loss, _, skipped = step_fn(next(it), tf.constant(0.0))
         rows.append({"step": step, "loss_scale": scale, "skipped": bool(skipped > 0),
                      "loss": float(loss)})
     return rows

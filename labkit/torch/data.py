@@ -16,13 +16,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
-from labkit.core.models import GPTConfig, ModelConfig
-from labkit.data.synthetic import (
-    ImageDatasetConfig,
-    SyntheticImages,
-    SyntheticTokens,
-    TokenDatasetConfig,
-)
+from labkit.core.models import ModelConfig
+from labkit.data import synthetic
+from labkit.data.synthetic import SyntheticImages, SyntheticTokens
 
 
 @dataclass
@@ -76,14 +72,7 @@ class MicroBatchSampler(Sampler[list[int]]):
 def make_dataset(model_cfg: ModelConfig, num_samples: int, seed: int,
                  latency_s: float = 0.0) -> BatchDataset:
     """The synthetic dataset matching a model config (images for conv nets, tokens for GPT)."""
-    if isinstance(model_cfg, GPTConfig):
-        src = SyntheticTokens(TokenDatasetConfig(num_sequences=num_samples, block_size=model_cfg.block_size,
-                                                 vocab_size=model_cfg.vocab_size, seed=seed))
-    else:
-        src = SyntheticImages(ImageDatasetConfig(num_samples=num_samples, image_size=model_cfg.image_size,
-                                                 channels=model_cfg.channels,
-                                                 num_classes=model_cfg.num_classes, seed=seed))
-    return BatchDataset(src, latency_s)
+    return BatchDataset(synthetic.for_model(model_cfg, num_samples, seed), latency_s)
 
 
 class ResumableLoader:
