@@ -37,11 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_torch import _time_per_step, peer_gpt_step  # noqa: E402
 
-from labkit.core.models import GPTConfig  # noqa: E402
+from labkit.core.models import GPTConfig, flops_per_sample  # noqa: E402
 from labkit.core.train_config import TrainConfig  # noqa: E402
 from labkit.torch import engine, fp8, peak  # noqa: E402
 from labkit.torch.distributed import DistInfo  # noqa: E402
-from labkit.torch.models import flops_per_sample  # noqa: E402
 
 # lever -> TrainConfig settings on top of bf16 + compile; fp8-all switches every Linear instead.
 LEVERS = {"base": {}, "graphs": {"compile_mode": "reduce-overhead"}, "fp8-head": {"fp8_head": True},

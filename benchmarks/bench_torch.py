@@ -33,11 +33,10 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from labkit.core.models import GPTConfig, ResNetConfig  # noqa: E402
+from labkit.core.models import GPTConfig, ResNetConfig, flops_per_sample  # noqa: E402
 from labkit.core.train_config import TrainConfig  # noqa: E402
 from labkit.torch import engine, fp8, peak  # noqa: E402
 from labkit.torch.distributed import DistInfo  # noqa: E402
-from labkit.torch.models import flops_per_sample  # noqa: E402
 
 
 # ---- the peer: a minimal GPT trainer's model, written the way its benchmark script runs it ----

@@ -86,3 +86,35 @@ def test_fsspec_memory_filesystem_url():
     d = "memory://labkit-test-ckpt"
     checkpoint.save(d, 10, {"x": b"remote bytes"})
     assert checkpoint.load(d).files["x"] == b"remote bytes"
+
+
+def test_restore_decodes_the_newest_step_and_falls_back_past_one_that_does_not_decode(tmp_path):
+    d = str(tmp_path)
+    checkpoint.save(d, 1, {"s.json": b'{"step": 1}'})
+    checkpoint.save(d, 2, {"s.json": b"{not json"})  # verifies against its marker, does not decode
+
+    def decode(ck):
+        return json.loads(ck.files["s.json"])["step"]
+
+    with pytest.warns(checkpoint.CheckpointWarning, match=r"step 2 .*falling back"):
+        assert checkpoint.restore(d, decode, (json.JSONDecodeError,)) == 1
+    with pytest.raises(json.JSONDecodeError):  # an error the caller did not name is no corruption
+        checkpoint.restore(d, decode)
+    assert checkpoint.restore(str(tmp_path / "empty"), decode) is None
+
+
+def test_background_write_runs_one_at_a_time_and_hands_back_its_error(tmp_path):
+    d = str(tmp_path)
+    writes = checkpoint.BackgroundWrite(d)
+    writes.start(1, lambda: checkpoint.save(d, 1, {"s": b"one"}))
+    writes.start(2, lambda: checkpoint.save(d, 2, {"s": b"two"}))  # waits for step 1 first
+    writes.wait()
+    assert checkpoint.committed_steps(d) == [1, 2] and not writes.in_flight
+
+    def fail() -> None:
+        raise OSError("disk full")
+
+    writes.start(3, fail)
+    with pytest.raises(RuntimeError, match=f"writing a checkpoint to {d} failed: disk full"):
+        writes.wait()
+    writes.wait()  # the error is handed over once

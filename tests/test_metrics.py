@@ -33,3 +33,10 @@ def test_load_metrics_names_the_bad_file(tmp_path):
     bad.write_text(json.dumps({"loss": 1}))
     with pytest.raises(ValueError, match="'steps' list"):
         load_metrics(bad)
+
+
+def test_append_returns_the_row_it_wrote_with_unset_fields_left_out():
+    log = MetricsLog()
+    row = log.append(StepMetrics(step=0, loss=1.0, lr=0.1, extra={"grad_norm": 2.0}))
+    assert row is log.steps[0]
+    assert row == {"step": 0, "loss": 1.0, "lr": 0.1, "skipped": False, "grad_norm": 2.0}

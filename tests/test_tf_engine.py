@@ -1,10 +1,12 @@
-"""The TF engine end to end in real processes: metrics schema, preemption and resume (custom
-loop and Keras BackupAndRestore), CPU-only device set-up."""
+"""The TF engine end to end in real processes: metrics schema (with data time and MFU),
+preemption and resume through labkit's checkpoints (identical losses, fallback past a corrupt
+step) and through Keras BackupAndRestore, CPU-only device set-up."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from labkit.core import checkpoint
 from labkit.core.config import ParameterError
 from labkit.core.metrics import load_metrics
-from labkit.core.train_config import PREEMPTED_EXIT_CODE, TrainConfig
+from labkit.core.train_config import PREEMPTED_EXIT_CODE, Preempted, TrainConfig
 
 pytest.importorskip("tensorflow")
 REPO = Path(__file__).resolve().parents[1]
@@ -62,12 +65,50 @@ def test_tensorboard_scalars(tmp_path):
 def test_metrics_schema(reference):
     steps = reference["steps"]
     assert [s["step"] for s in steps] == list(range(8))
-    for key in ("loss", "step_time_s", "samples_per_s", "lr", "peak_memory_bytes"):
+    for key in ("loss", "step_time_s", "data_time_s", "samples_per_s", "mfu", "lr",
+                "peak_memory_bytes"):
         assert all(key in s for s in steps), key
     run = reference["run"]
     assert (run["framework"], run["strategy"], run["world_size"]) == ("tf", "default", 1)
     assert run["parameters"] == 20042
+    assert run["mfu_peak"].startswith("measured: 512x512x512 float32 matmul on cpu")
+    s = steps[-1]
+    assert s["mfu"] == pytest.approx(s["samples_per_s"] * run["flops_per_sample"] / run["peak_flops"])
     assert reference["summary"]["num_steps"] == 8
+
+
+def test_preempted_run_resumes_with_the_uninterrupted_losses(tmp_path, reference):
+    """The drill (SIGTERM to itself during step 4), then the same run again: it continues with
+    step 5 and the per-step losses are the uninterrupted run's, exactly."""
+    ckpt = str(tmp_path / "ck")
+    with pytest.raises(Preempted) as info:
+        _fit_here(tmp_path, checkpoint_dir=ckpt, checkpoint_every=3, preempt_at=4)
+    assert info.value.step == 4
+    assert checkpoint.committed_steps(ckpt) == [2, 4]
+    assert checkpoint.load(ckpt).meta == {"world_size": 1, "framework": "tf"}
+    resumed = _fit_here(tmp_path, checkpoint_dir=ckpt, checkpoint_every=3)
+    assert [s["step"] for s in resumed["steps"]] == [5, 6, 7]
+    assert resumed["run"]["resumed_from_step"] == 4
+    assert [s["loss"] for s in resumed["steps"]] == [s["loss"] for s in reference["steps"][5:]]
+    assert resumed["run"]["final_weights"] == reference["run"]["final_weights"]
+
+
+@pytest.mark.slow
+def test_a_corrupt_checkpoint_falls_back_to_the_previous_committed_step(tmp_path, reference):
+    ckpt = tmp_path / "ck"
+    _fit_here(tmp_path, steps=5, checkpoint_every=2, checkpoint_dir=str(ckpt))
+    blob = ckpt / "step-00000004" / "optimizer.npz"
+    blob.write_bytes(blob.read_bytes()[:100])
+    with pytest.warns(checkpoint.CheckpointWarning, match=r"step 4.*optimizer\.npz.*truncated"):
+        resumed = _fit_here(tmp_path, checkpoint_dir=str(ckpt))
+    assert [s["step"] for s in resumed["steps"]] == [4, 5, 6, 7]
+    assert [s["loss"] for s in resumed["steps"]] == [s["loss"] for s in reference["steps"][4:]]
+
+
+def test_a_torch_checkpoint_is_refused_naming_the_folder(tmp_path):
+    checkpoint.save(str(tmp_path), 3, {"model.pt": b"torch bytes"}, {"framework": "torch"})
+    with pytest.raises(ParameterError, match="checkpoint_dir.*torch engine"):
+        _fit_here(tmp_path, steps=2, checkpoint_dir=str(tmp_path))
 
 
 @pytest.mark.slow
@@ -80,7 +121,8 @@ def test_sigterm_then_resume_continues_with_the_next_step(tmp_path, reference):
     lines = []
     for line in proc.stdout:  # SIGTERM from outside, as Vertex sends it, once training runs
         lines.append(line)
-        if line.startswith("step 2/"):
+        done = re.search(r"(\d+)/8 \[", line)  # the progress bar (the emulator watches it too)
+        if done and int(done.group(1)) >= 2:
             proc.send_signal(signal.SIGTERM)
             break
     rest, _ = proc.communicate(timeout=240)

@@ -1,12 +1,17 @@
 """Two real TensorFlow workers on loopback (MultiWorkerMirroredStrategy, CPU, gRPC collectives),
-started by labkit's launcher with a TF_CONFIG each; and the Keras 3 `model.fit` watch."""
+started by labkit's launcher with a TF_CONFIG each: training, a preempted job resumed from the
+chief's checkpoint, the parameter-server job; and the Keras 3 `model.fit` watch."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from labkit.core import checkpoint
 from labkit.core.metrics import load_metrics
-from labkit.tf.launch import LaunchConfig, launch
+from labkit.core.train_config import PREEMPTED_EXIT_CODE, TrainConfig, to_argv
+from labkit.tf.launch import LaunchConfig, launch, run_local
 
 pytest.importorskip("tensorflow")
 ARGS = ("--model", "cnn", "--batch-size", "32", "--num-samples", "256", "--steps", "5")
@@ -53,6 +58,48 @@ def test_two_workers_follow_the_single_process_curve(two_workers, tmp_path):
                              steps=5, device="cpu", progress=False))
     multi = [s["loss"] for s in load_metrics(out)["steps"]]
     assert multi == pytest.approx(single.losses, rel=1e-4)
+
+
+def _wait_for_every_worker(config: TrainConfig, num_workers: int = 2) -> list[int]:
+    """Run `config` as a local MultiWorkerMirrored job and wait for every worker, whatever its
+    exit code (`launch` stops the others as soon as one exits non-zero, 143 included)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from labkit.tf.launch import tf_configs, worker_env
+
+    cmd = [sys.executable, "-m", "labkit", "train", *to_argv(config)]
+    outputs = [tempfile.TemporaryFile() for _ in range(num_workers)]
+    procs = [subprocess.Popen(cmd, env=worker_env(tfc, LaunchConfig(num_workers=num_workers)),
+                              stdout=out, stderr=subprocess.STDOUT)
+             for tfc, out in zip(tf_configs(num_workers), outputs, strict=True)]
+    codes = [p.wait(timeout=300) for p in procs]
+    if set(codes) != {PREEMPTED_EXIT_CODE}:
+        for out in outputs:
+            out.seek(0)
+        pytest.fail(f"exit codes {codes}:\n" + "\n---\n".join(
+            out.read().decode(errors="replace")[-3000:] for out in outputs))
+    return codes
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_two_preempted_workers_resume_from_the_chiefs_checkpoint(two_workers, tmp_path):
+    """The drill on both workers at step 2: the chief commits the checkpoint and both exit 143;
+    the same job again restores it on both workers and continues with the uninterrupted
+    job's losses, exactly, ending on the same weights on both."""
+    out, results = two_workers
+    assert [r.returncode for r in results] == [0, 0], _outputs(results)
+    config = TrainConfig(framework="tf", model="cnn", batch_size=32, num_samples=256, steps=5,
+                         checkpoint_dir=str(tmp_path / "ck"), metrics_out=str(tmp_path / "m.json"))
+    _wait_for_every_worker(replace(config, preempt_at=2))
+    assert checkpoint.committed_steps(config.checkpoint_dir) == [2]
+    resumed = run_local(config, 2, timeout_s=300)
+    assert [s["step"] for s in resumed.steps] == [3, 4]
+    assert resumed.losses == [s["loss"] for s in load_metrics(out)["steps"][3:]]
+    worker = load_metrics(tmp_path / "m.worker0.json")
+    assert resumed.run["final_weights"] == worker["run"]["final_weights"]
 
 
 @pytest.mark.slow

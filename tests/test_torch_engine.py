@@ -256,9 +256,11 @@ def test_loader_workers_give_the_same_batches_as_the_main_process():
     assert workers.losses == plain.losses
 
 
-def test_vertex_output_variables_fill_unset_dirs_only():
+def test_vertex_output_variables_fill_unset_dirs_only_through_the_gcs_mount():
+    """Vertex gives gs:// addresses; a run uses them through the /gcs/ mount (no gcsfs or
+    TensorFlow needed to write TensorBoard events there)."""
     env = {"AIP_CHECKPOINT_DIR": "gs://b/run/checkpoints/", "AIP_TENSORBOARD_LOG_DIR": "gs://b/run/logs/"}
     filled = engine.with_vertex_dirs(BASE, env)
-    assert (filled.checkpoint_dir, filled.tensorboard_dir) == ("gs://b/run/checkpoints/", "gs://b/run/logs/")
+    assert (filled.checkpoint_dir, filled.tensorboard_dir) == ("/gcs/b/run/checkpoints/", "/gcs/b/run/logs/")
     assert engine.with_vertex_dirs(replace(BASE, checkpoint_dir="/mine"), env).checkpoint_dir == "/mine"
     assert engine.with_vertex_dirs(BASE, {}) == BASE

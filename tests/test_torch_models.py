@@ -1,5 +1,5 @@
-"""Torch models built from labkit.core.models configs: sizes of the reference models, FLOP counts
-used for MFU, and the options (channels_last, activation checkpointing) change nothing numerically."""
+"""Torch models built from labkit.core.models configs: sizes of the reference models, the
+framework-free FLOP counts used for MFU against MACs counted on the real modules, and the options (channels_last, activation checkpointing) change nothing numerically."""
 
 from __future__ import annotations
 
@@ -7,8 +7,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from labkit.core.models import CNNConfig, GPTConfig, ResNetConfig  # noqa: E402
-from labkit.torch.models import build_model, count_parameters, flops_per_sample  # noqa: E402
+from labkit.core.models import (  # noqa: E402
+    CNNConfig,
+    GPTConfig,
+    ResNetConfig,
+    flops_per_sample,
+    forward_macs,
+)
+from labkit.torch.models import build_model, count_parameters  # noqa: E402
 
 
 def test_resnet50_matches_torchvision_parameter_count():
@@ -28,6 +34,29 @@ def test_gpt2_small_size_and_flops_per_token():
 
 def test_resnet50_flops_per_image():
     assert flops_per_sample(ResNetConfig.resnet50()) == pytest.approx(24.3e9, rel=0.03)
+
+
+@pytest.mark.parametrize("cfg", [
+    CNNConfig(), CNNConfig(image_size=33, width=8, depth=3), ResNetConfig(),
+    ResNetConfig(image_size=33, width=8, bottleneck=True),
+    ResNetConfig(image_size=65, width=8, layers=(2, 1, 2, 1), imagenet_stem=True),
+], ids=["cnn", "cnn-odd", "resnet", "resnet-bottleneck", "resnet-imagenet-stem"])
+def test_the_formula_counts_what_the_modules_compute(cfg):
+    """The framework-free MAC count equals the MACs of every Conv2d and Linear of the torch twin,
+    counted on its outputs in a real forward pass."""
+    model, total = build_model(cfg), [0]
+
+    def count(m, inputs, out):
+        per_output = m.in_features if isinstance(m, torch.nn.Linear) else \
+            m.in_channels // m.groups * m.kernel_size[0] * m.kernel_size[1]
+        total[0] += out.numel() * per_output
+
+    for m in model.modules():
+        if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
+            m.register_forward_hook(count)
+    with torch.no_grad():
+        model(torch.zeros(1, cfg.channels, cfg.image_size, cfg.image_size))
+    assert forward_macs(cfg) == total[0]
 
 
 @pytest.mark.parametrize("cfg", [CNNConfig(), ResNetConfig(), GPTConfig()], ids=["cnn", "resnet", "gpt"])

@@ -124,7 +124,8 @@ def test_submit_sends_the_training_job_with_pools_spot_and_reduction_server(fake
     config = TrainConfig(model="gpt", steps=7, batch_size=64)
     spec = vertex.training_job(config, output_uri="gs://bucket/run1", replica_count=3, spot=True,
                                reduction_server_count=2, machine_type="g2-standard-8",
-                               accelerator_type="NVIDIA_L4", accelerator_count=1)
+                               accelerator_type="NVIDIA_L4", accelerator_count=1,
+                               package_uri="gs://bucket/run1/inputs/labkit.tar.gz")  # pip-installs labkit
     bucket = tmp_path / "gcs"
     job = vertex.submit(spec, display_name="labkit-test", project="p", region="us-central1",
                         bucket="gs://bucket", endpoint=fake.endpoint, env={"HOME": str(tmp_path)},
@@ -146,7 +147,8 @@ def test_submit_sends_the_training_job_with_pools_spot_and_reduction_server(fake
 
 
 def test_submit_to_a_local_endpoint_needs_a_stand_in_for_the_bucket(fake, tmp_path):
-    spec = vertex.training_job(TrainConfig(), output_uri="gs://bucket/run1")
+    spec = vertex.training_job(TrainConfig(), output_uri="gs://bucket/run1",
+                               package_uri="gs://bucket/run1/inputs/labkit.tar.gz")
     with pytest.raises(ValueError, match="filesystem"):
         vertex.submit(spec, display_name="t", project="p", region="us-central1", bucket="gs://bucket",
                       endpoint=fake.endpoint, env={"HOME": str(tmp_path)})

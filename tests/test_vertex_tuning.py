@@ -11,7 +11,7 @@ import pytest
 
 from labkit import vertex
 from labkit.core.config import ParameterError
-from labkit.core.train_config import from_argv
+from labkit.core.train_config import TrainConfig, from_argv
 from labkit.vertex.tuning import StudyCost, TrialRecord, trial_spec
 
 OUT = "gs://bkt/study"
@@ -162,7 +162,8 @@ def test_lr_and_batch_size_study_runs_labkit_train_trials(tmp_path):
 
 
 def test_a_trial_trains_in_its_own_aip_folders_through_the_mount():
-    from labkit.vertex.trial import objective, trial_config
+    from labkit.core.hypertune import objective
+    from labkit.vertex.trial import trial_config
 
     env = {"AIP_MODEL_DIR": "gs://bkt/study/3/model/", "AIP_CHECKPOINT_DIR": "gs://bkt/study/3/checkpoints/",
            "AIP_TENSORBOARD_LOG_DIR": "gs://bkt/study/3/logs/"}
@@ -173,3 +174,21 @@ def test_a_trial_trains_in_its_own_aip_folders_through_the_mount():
     metrics = {"steps": [{"step": 0, "loss": 2.0}, {"step": 1, "loss": 1.5}], "summary": {"final_loss": 1.5}}
     assert objective(metrics, "loss") == (2, 1.5) and objective(metrics, "final_loss") == (2, 1.5)
     assert objective({"steps": []}, "loss") is None
+
+
+@pytest.mark.parametrize("framework", ["torch", "tf"])
+def test_both_engines_report_the_trial_metric_once_per_evaluation(framework, tmp_path, monkeypatch):
+    """Inside a trial each metrics write (every checkpoint and the end) reports the metric in
+    cloudml-hypertune's format, one report per step."""
+    pytest.importorskip("torch" if framework == "torch" else "tensorflow")
+    from labkit.core import hypertune
+    from labkit.train import run_training
+
+    monkeypatch.setenv(hypertune.TUNING_METRIC_ENV, "loss")
+    monkeypatch.setenv(hypertune.METRIC_FILE_ENV, str(tmp_path / "hypertune" / "output.metrics"))
+    log = run_training(TrainConfig(framework=framework, steps=4, batch_size=8, checkpoint_every=2,
+                                   checkpoint_dir=str(tmp_path / "ck"), metrics_out=str(tmp_path / "m.json"),
+                                   device="cpu", progress=False))
+    reported = hypertune.reported_values(hypertune.read_reports(tmp_path / "hypertune" / "output.metrics"), "loss")
+    assert [step for step, _ in reported] == [2, 4]
+    assert [value for _, value in reported] == [log.losses[1], log.losses[3]]

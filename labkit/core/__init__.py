@@ -2,7 +2,7 @@
 
 - `config`: parameter checks whose errors name the parameter, and `scale` resolution
 - `train_config`: `TrainConfig` (help beside each field) and its one argv round trip
-- `models`: model configurations both engines build their twins from
+- `models`: model configurations both engines build their twins from, and their training FLOPs
 - `cluster`: where this process sits in a (Vertex AI) cluster: `ClusterInfo`, `from_env` (the
   one reader of CLUSTER_SPEC, TF_CONFIG and the torch variables)
 - `launcher`: the one process launcher: start, watch, stop local processes (`run_group`)
@@ -12,6 +12,9 @@
 - `hypertune`: reporting a tuning objective the way Vertex's tuning service reads it
 - `metrics`: the per-step metrics schema both engines write
 - `preemption`: the one SIGTERM guard
+- `loop`: the training loop both engines run (step cadence, the preemption drill, checkpoint
+  cadence, metrics, the non-finite loss check), with `schedule` (the LR warm-up rule) and
+  `scalars` (TensorBoard event files)
 - `stats`: repeated measurements, their spread, and verdicts that say "no measurable difference"
 - `devices`, `frameworks`, `gcp`, `doctor`: what this machine and cloud configuration offer
 

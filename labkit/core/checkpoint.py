@@ -1,8 +1,8 @@
 """Full-state checkpoints through fsspec, committed by a marker written last.
 
-Framework-free: a checkpoint is a set of named byte blobs (the torch engine serialises its state
-with `torch.save` into them, the TF engine writes its own). Layout under a directory URL (a local
-path, `gs://bucket/run`, or a `/gcs/bucket/run` mount):
+Framework-free: a checkpoint is a set of named byte blobs, which each engine fills with its state
+(`labkit.torch.state`: `torch.save` objects; `labkit.tf.state`: NumPy arrays and JSON). Layout
+under a directory URL (a local path, `gs://bucket/run`, or a `/gcs/bucket/run` mount):
 
     step-00000042/model.pt            the blobs, written first
     step-00000042/COMMITTED           JSON {step, files: {name: {size, crc32c}}, meta}, written last
@@ -10,7 +10,9 @@ path, `gs://bucket/run`, or a `/gcs/bucket/run` mount):
 A step counts only once its marker exists: no rename is relied on (folder renames are not atomic
 on Cloud Storage or its `/gcs` mount). Loading verifies every blob against the sizes and
 checksums in the marker; a truncated or corrupt blob makes `load` warn, naming the file, and fall
-back to the previous committed step.
+back to the previous committed step; `restore` does the same for a blob that verifies but does
+not decode. `BackgroundWrite` runs one save at a time in a thread, so training waits only for
+the host copy of its state.
 
 The checksum is CRC-32C, the one Cloud Storage uses to check objects end to end: it catches
 truncation and corruption (not tampering) several times faster than sha256 (see the checkpoint
@@ -23,14 +25,17 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import crc32c
 import fsspec
 
 MARKER = "COMMITTED"
+T = TypeVar("T")
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
 
 
@@ -157,6 +162,58 @@ def load(directory: str, step: int | None = None) -> Checkpoint | None:
             warnings.warn(f"ignoring checkpoint step {candidate}: {e}; falling back to the "
                           "previous committed step", CheckpointWarning, stacklevel=2)
     return None
+
+
+def restore(directory: str, decode: Callable[[Checkpoint], T],
+            errors: tuple[type[BaseException], ...] = ()) -> T | None:
+    """`decode` of the newest committed step that verifies and decodes; None when there is none.
+    A step whose blobs fail verification, or whose decoding raises one of `errors` (the
+    deserialiser's errors), is skipped with a CheckpointWarning and the previous committed step
+    is tried. `decode` should only read the blobs: the caller applies its result to live state,
+    so a failed decode leaves nothing half restored."""
+    for step in reversed(committed_steps(directory)):
+        try:
+            return decode(read_step(directory, step))
+        except (CheckpointError, *errors) as e:
+            warnings.warn(f"ignoring checkpoint step {step} in {directory}: {e}; falling back to "
+                          "the previous committed step", CheckpointWarning, stacklevel=2)
+    return None
+
+
+class BackgroundWrite:
+    """Checkpoint writes in a background thread, at most one in flight (so host memory holds at
+    most one extra copy of the state). `start` waits for the previous write first; `wait()`
+    joins the one in flight and re-raises its error."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def start(self, step: int, write: Callable[[], None]) -> None:
+        self.wait()
+
+        def run() -> None:
+            try:
+                write()
+            except BaseException as e:  # noqa: BLE001 - handed to the training thread in wait()
+                self._error = e
+
+        self._thread = threading.Thread(target=run, name=f"checkpoint-step-{step}", daemon=False)
+        self._thread.start()
+
+    @property
+    def in_flight(self) -> bool:
+        """A write has started and not finished yet."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise RuntimeError(f"writing a checkpoint to {self.directory} failed: {error}") from error
 
 
 def prune(directory: str, keep: int) -> list[int]:

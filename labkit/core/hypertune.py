@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from labkit.core.metrics import StepMetrics
+
 METRIC_FILE_ENV = "CLOUD_ML_HP_METRIC_FILE"
 TRIAL_ID_ENV = "CLOUD_ML_TRIAL_ID"
 DEFAULT_METRIC_FILE = "/tmp/hypertune/output.metrics"
@@ -81,3 +83,42 @@ def report_metric(tag: str, value: float, step: int | None = None, *, checkpoint
 def reported_values(reports: list[dict[str, Any]], tag: str) -> list[tuple[int, float]]:
     """(step, value) of every report of `tag`, in the order written."""
     return [(int(r.get("global_step") or 0), float(r[tag])) for r in reports if tag in r]
+
+
+# Metrics a trial can report: a per-step value (the latest step's) or a run summary value.
+STEP_METRICS = tuple(n for n, f in StepMetrics.__dataclass_fields__.items()
+                     if f.type in ("float", "float | None", "int | None") and n != "step")
+SUMMARY_METRICS = ("first_loss", "final_loss", "median_step_time_s", "median_data_time_s",
+                   "median_samples_per_s", "median_tokens_per_s", "median_mfu", "peak_memory_bytes")
+METRICS = (*STEP_METRICS, *[m for m in SUMMARY_METRICS if m not in STEP_METRICS])
+
+
+def objective(metrics: dict[str, Any], metric: str) -> tuple[int, float] | None:
+    """(step, value) of `metric` in a metrics file's content: the latest step's value for a
+    per-step metric, the summary's for a summary metric; None when not there yet. `step` counts
+    finished steps (the service's global_step)."""
+    steps = metrics.get("steps") or []
+    if metric in STEP_METRICS:
+        for entry in reversed(steps):
+            if entry.get(metric) is not None:
+                return int(entry["step"]) + 1, float(entry[metric])
+        return None
+    value = (metrics.get("summary") or {}).get(metric)
+    if value is None:
+        return None
+    return (int(steps[-1]["step"]) + 1 if steps else 0), float(value)
+
+
+def report_latest(metrics: dict[str, Any], metric: str, env: Mapping[str, str] | None = None) -> int | None:
+    """Report `metric`'s newest value in `metrics` (a metrics file's content) unless its step
+    was reported already; returns the step reported, or None. Both engines call it (through
+    `labkit.core.loop`) each time they write their metrics inside a tuning trial, and the
+    trial wrapper after them, so the service sees one measurement per evaluation."""
+    found = objective(metrics, metric)
+    if found is None:
+        return None
+    step, value = found
+    if not math.isfinite(value) or step in {s for s, _ in reported_values(read_reports(metric_file(env)), metric)}:
+        return None
+    report_metric(metric, value, step, env=env)
+    return step

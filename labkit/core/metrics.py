@@ -12,7 +12,7 @@ import json
 import os
 import statistics
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +34,13 @@ class StepMetrics:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in asdict(self).items() if k != "extra" and v is not None}
+        """The fields that are set, then `extra` (one per step: kept cheap, no deep copy)."""
+        d = {k: v for k in _STEP_FIELDS if (v := getattr(self, k)) is not None}
         d.update(self.extra)
         return d
+
+
+_STEP_FIELDS = tuple(f.name for f in fields(StepMetrics) if f.name != "extra")
 
 
 def summarize(steps: list[dict[str, Any]], *, warmup: int = 1) -> dict[str, Any]:
@@ -71,8 +75,11 @@ class MetricsLog:
         log.steps = list(data["steps"])
         return log
 
-    def append(self, metrics: StepMetrics) -> None:
-        self.steps.append(metrics.to_dict())
+    def append(self, metrics: StepMetrics) -> dict[str, Any]:
+        """Add one step; returns its row as written to the file."""
+        row = metrics.to_dict()
+        self.steps.append(row)
+        return row
 
     @property
     def losses(self) -> list[float]:

@@ -1,8 +1,10 @@
 """SIGTERM handling: finish the step, checkpoint, exit.
 
 Vertex AI (Spot preemption, maintenance) sends SIGTERM and allows about 15 s. The handler only
-sets a flag; the engine checks it at the end of the step, checkpoints, calls the handler that was
-installed before ours (chaining), and raises `labkit.core.train_config.Preempted` (the CLI exits 143).
+sets a flag; the training loop (`labkit.core.loop`, and the TF parameter-server and Keras loops
+through its parts) checks it at the end of the step, checkpoints, calls the handler that was
+installed before ours (chaining), and raises `labkit.core.train_config.Preempted` (the CLI exits
+143). Every training loop of both engines uses this guard.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import argparse
 import typing
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from labkit.core.config import (
@@ -25,6 +26,7 @@ from labkit.core.config import (
     check_float,
     check_int,
 )
+from labkit.core.gcs import aip_mount_paths
 from labkit.core.models import MODEL_NAMES
 
 FRAMEWORKS = ("torch", "tf")
@@ -162,10 +164,31 @@ class TrainConfig:
                                  f"needs a single process (got {world_size}): DDP's gradient all-reduce "
                                  f"is driven from the host, outside any graph")
 
+    def peak_lr(self, replicas: int) -> float:
+        """The LR after warm-up for a run of `replicas` data-parallel replicas: `lr`, times the
+        replica count under the linear scaling rule (`scale_lr_with_world_size`)."""
+        return self.lr * (replicas if self.scale_lr_with_world_size else 1)
+
     def num_samples_or_default(self) -> int:
         """The synthetic dataset size: independent of `steps`, so extending a run keeps the data
         order of the steps already run (both engines use this rule)."""
         return self.num_samples or max(4096, 64 * self.batch_size)
+
+
+def with_vertex_dirs(config: TrainConfig, env: Mapping[str, str] | None = None) -> TrainConfig:
+    """Fill unset checkpoint / TensorBoard folders from the variables Vertex AI sets when a job
+    has a base output directory (AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR), so a restarted
+    Spot job resumes without extra flags. Vertex gives them as ``gs://`` addresses; they are
+    used through the job's ``/gcs/`` mount (`labkit.core.gcs.aip_mount_paths`), which needs
+    neither gcsfs nor TensorFlow in the image. Explicit settings always win. Both engines apply
+    it when a run starts."""
+    folders = aip_mount_paths(env)
+    updates = {}
+    if config.checkpoint_dir is None and folders.get("AIP_CHECKPOINT_DIR"):
+        updates["checkpoint_dir"] = folders["AIP_CHECKPOINT_DIR"]
+    if config.tensorboard_dir is None and folders.get("AIP_TENSORBOARD_LOG_DIR"):
+        updates["tensorboard_dir"] = folders["AIP_TENSORBOARD_LOG_DIR"]
+    return replace(config, **updates) if updates else config
 
 
 # ---------------------------------------------------------------- the command-line form

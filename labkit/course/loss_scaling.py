@@ -67,6 +67,6 @@ def _tf_steps(cfg: TrainConfig, steps: int, init_scale: float) -> list[dict[str,
     rows = []
     for step in range(steps):
         scale = float(optimizer.dynamic_scale.numpy())
-        loss, _, skipped = step_fn(it, tf.constant(0.0))
+        loss, _, skipped = step_fn(next(it), tf.constant(0.0))
         rows.append({"step": step, "loss_scale": scale, "skipped": bool(skipped > 0), "loss": float(loss)})
     return rows

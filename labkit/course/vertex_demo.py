@@ -24,7 +24,6 @@ import argparse
 import io
 import json
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ from pathlib import Path
 from labkit.core import checkpoint
 from labkit.core.cluster import from_env
 from labkit.core.gcs import mount_path
+from labkit.core.preemption import PreemptionGuard
 
 PREEMPTED_EXIT_CODE = 143
 FEATURES = 16
@@ -66,8 +66,6 @@ def run_ddp(args) -> int:
     info = from_env()
     backend = init_process_group(info)
     rank, world = (dist.get_rank(), dist.get_world_size()) if backend else (0, 1)
-    stop = {"flag": False}
-    signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__("flag", True))
     torch.manual_seed(args.seed)
     model = torch.nn.Linear(FEATURES, 1)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
@@ -91,26 +89,27 @@ def run_ddp(args) -> int:
         if backend:
             dist.barrier()
 
-    for step in range(start, args.steps):
-        x, y = (torch.from_numpy(a) for a in _batch(args.seed, step, args.batch_size))
-        x, y = x[rank::world], y[rank::world]
-        loss = torch.nn.functional.mse_loss(ddp(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        # Global loss and the stop flag travel in one all-reduce: every rank stops at the same step.
-        sync = torch.tensor([loss.item() / world, float(stop["flag"])], dtype=torch.float64)
-        if backend:
-            dist.all_reduce(sync)
-        losses.append(float(sync[0]))
-        print(f"step {step + 1} loss {sync[0]:.6f}", flush=True)
-        time.sleep(args.step_sleep)
-        if sync[1] > 0:
-            save(step + 1)
-            print(f"rank {rank}: SIGTERM: checkpointed step {step + 1}, exiting", flush=True)
-            return PREEMPTED_EXIT_CODE
-        if args.checkpoint_every and (step + 1) % args.checkpoint_every == 0:
-            save(step + 1)
+    with PreemptionGuard() as guard:  # SIGTERM only sets a flag: the step finishes first
+        for step in range(start, args.steps):
+            x, y = (torch.from_numpy(a) for a in _batch(args.seed, step, args.batch_size))
+            x, y = x[rank::world], y[rank::world]
+            loss = torch.nn.functional.mse_loss(ddp(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            # Global loss and the stop flag travel in one all-reduce: every rank stops at the same step.
+            sync = torch.tensor([loss.item() / world, float(guard.requested)], dtype=torch.float64)
+            if backend:
+                dist.all_reduce(sync)
+            losses.append(float(sync[0]))
+            print(f"step {step + 1} loss {sync[0]:.6f}", flush=True)
+            time.sleep(args.step_sleep)
+            if sync[1] > 0:
+                save(step + 1)
+                print(f"rank {rank}: SIGTERM: checkpointed step {step + 1}, exiting", flush=True)
+                return PREEMPTED_EXIT_CODE
+            if args.checkpoint_every and (step + 1) % args.checkpoint_every == 0:
+                save(step + 1)
     if rank == 0:
         out_dir.mkdir(parents=True, exist_ok=True)
         weights = [float(v) for v in torch.cat([p.detach().flatten() for p in model.parameters()])]

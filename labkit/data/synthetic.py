@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from labkit.core.config import check_float, check_int
+from labkit.core.models import GPTConfig, ModelConfig
 
 
 @dataclass(frozen=True)
@@ -121,3 +122,16 @@ class SyntheticTokens:
         """(inputs, targets), each (N, block_size) int64."""
         seqs = np.stack([self[int(i)] for i in indices])
         return seqs[:, :-1], seqs[:, 1:]
+
+
+def for_model(model_cfg: ModelConfig, num_samples: int, seed: int) -> SyntheticImages | SyntheticTokens:
+    """The synthetic dataset a model trains on (images for conv nets, token sequences for GPT),
+    the same for both engines; `TrainConfig.num_samples_or_default()` gives a run's count."""
+    if isinstance(model_cfg, GPTConfig):
+        return SyntheticTokens(TokenDatasetConfig(num_sequences=num_samples, seed=seed,
+                                                  block_size=model_cfg.block_size,
+                                                  vocab_size=model_cfg.vocab_size))
+    return SyntheticImages(ImageDatasetConfig(num_samples=num_samples, seed=seed,
+                                              image_size=model_cfg.image_size,
+                                              channels=model_cfg.channels,
+                                              num_classes=model_cfg.num_classes))

@@ -9,22 +9,10 @@ GFLOP per token, the figure the performance targets use. For any torch model,
 
 from __future__ import annotations
 
-from labkit.core.models import GPTConfig
+from labkit.core.models import gpt_flops_per_token  # the one formula, also used for MFU
 
-
-def gpt_params(cfg: GPTConfig, include_position: bool = False) -> int:
-    """Parameters of the GPT of `cfg` (tied embeddings; biases when cfg.bias)."""
-    d, L = cfg.n_embd, cfg.n_layer
-    per_layer = 12 * d * d + 2 * d  # attention 4d², MLP 8d², two layer norms
-    if cfg.bias:
-        per_layer += 3 * d + d + 4 * d + d + 2 * d  # qkv, proj, fc, fc_proj biases, ln biases
-    n = cfg.vocab_size * d + L * per_layer + d * (2 if cfg.bias else 1)
-    return n + (cfg.block_size * d if include_position else 0)
-
-
-def gpt_flops_per_token(cfg: GPTConfig) -> float:
-    """Training FLOPs per token: 6·N + 12·n_layer·n_embd·block_size."""
-    return 6.0 * gpt_params(cfg) + 12.0 * cfg.n_layer * cfg.n_embd * cfg.block_size
+__all__ = ["count_training_flops", "gpt_flops_per_token", "mlp_training_flops",
+           "model_flops_per_sample"]
 
 
 def mlp_training_flops(width: int, depth: int, batch_size: int, out_features: int = 10) -> float:

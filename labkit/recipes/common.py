@@ -87,9 +87,9 @@ def num_samples(args: argparse.Namespace) -> int:
 
 def synthetic_samples(args: argparse.Namespace):
     """labkit's synthetic samples for `--model` (images or token sequences), indexable."""
-    from labkit.torch.data import synthetic_source
+    from labkit.data.synthetic import for_model
 
-    return synthetic_source(model_config(args), num_samples(args), args.seed)
+    return for_model(model_config(args), num_samples(args), args.seed)
 
 
 def dataset_name(args: argparse.Namespace) -> str:

@@ -1,14 +1,16 @@
 """TensorFlow side of labkit (Keras 3 on the TensorFlow backend).
 
 - `models`: Keras twins of the torch models, built from the same `labkit.core.models` configs.
-- `engine.fit(config)`: the training engine behind `labkit train --framework tf` (custom loop;
-  `keras_fit` is the `model.fit` + BackupAndRestore variant, `ps` the ParameterServer one).
+- `engine.fit(config)`: the training engine behind `labkit train --framework tf` (the custom loop,
+  driven by `labkit.core.loop`; `keras_fit` is the `model.fit` + BackupAndRestore variant, `ps`
+  the ParameterServer one); `step`: what one optimizer step is made of (model, optimizer,
+  schedule, the replica and distributed steps); `state`: checkpoints through
+  `labkit.core.checkpoint`; `peak`: the measured matmul peak MFU is relative to.
 - `strategy`: default / Mirrored / MultiWorkerMirrored / ParameterServer from TF_CONFIG
   (Vertex's `master` mapped to `chief`); `runtime`: CPU-only or GPU memory growth.
 - `data`: global-batch layout and tf.data input over the synthetic samples or TFRecord shards.
-- `precision`: fp32 / tf32 / mixed_bfloat16 / mixed_float16 + loss scaling; `ladder`: notebook 04.
-- `launch`: N workers on loopback with a TF_CONFIG each (`labkit launch-tf`); `distribution`:
-  notebook 02's DDP vs tf.distribute measurements.
+- `precision`: fp32 / tf32 / mixed_bfloat16 / mixed_float16 + loss scaling.
+- `launch`: N workers on loopback with a TF_CONFIG each (`labkit launch-tf`).
 
 Nothing here is imported by the framework-free top level; import `labkit.tf.*` only when
 `labkit.core.frameworks.has_tf()` is true.

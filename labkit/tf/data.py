@@ -28,12 +28,7 @@ import numpy as np
 
 from labkit.core.config import ParameterError
 from labkit.core.models import GPTConfig, ModelConfig
-from labkit.data.synthetic import (
-    ImageDatasetConfig,
-    SyntheticImages,
-    SyntheticTokens,
-    TokenDatasetConfig,
-)
+from labkit.data import synthetic
 
 
 @dataclass(frozen=True)
@@ -62,17 +57,9 @@ class BatchLayout:
 
 def load_arrays(model_cfg: ModelConfig, num_samples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """All samples in memory: (images uint8 NHWC, labels int32) or (tokens int32, targets int32)."""
+    x, y = synthetic.for_model(model_cfg, num_samples, seed).batch(range(num_samples))
     if isinstance(model_cfg, GPTConfig):
-        src = SyntheticTokens(TokenDatasetConfig(num_sequences=num_samples, seed=seed,
-                                                 block_size=model_cfg.block_size,
-                                                 vocab_size=model_cfg.vocab_size))
-        x, y = src.batch(range(num_samples))
         return x.astype(np.int32), y.astype(np.int32)
-    src = SyntheticImages(ImageDatasetConfig(num_samples=num_samples, seed=seed,
-                                             image_size=model_cfg.image_size,
-                                             channels=model_cfg.channels,
-                                             num_classes=model_cfg.num_classes))
-    x, y = src.batch(range(num_samples))
     return x, y.astype(np.int32)
 
 
@@ -94,14 +81,8 @@ def arrays_from_shards(model_cfg: ModelConfig, num_samples: int, seed: int,
     if not (final / "data-manifest.json").exists():
         # Workers of one job may race here: each writes a private folder, the first rename wins.
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=_mkdir(data_dir)))
-        if gpt:
-            write_token_shards(tmp, SyntheticTokens(TokenDatasetConfig(
-                num_sequences=num_samples, seed=seed, block_size=model_cfg.block_size,
-                vocab_size=model_cfg.vocab_size)), ShardConfig())
-        else:
-            write_image_shards(tmp, SyntheticImages(ImageDatasetConfig(
-                num_samples=num_samples, seed=seed, image_size=model_cfg.image_size,
-                channels=model_cfg.channels, num_classes=model_cfg.num_classes)), ShardConfig())
+        write = write_token_shards if gpt else write_image_shards
+        write(tmp, synthetic.for_model(model_cfg, num_samples, seed), ShardConfig())
         try:
             os.replace(tmp, final)
         except OSError:

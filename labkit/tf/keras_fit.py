@@ -11,6 +11,13 @@ path fails under MultiWorkerMirroredStrategy on two workers ("Attempt to convert
 (PerReplica...) to a Tensor"; a test notices the day it works); work since the last epoch
 boundary is redone after a restart; Keras reports a running mean loss per epoch, from which
 the per-step loss is recovered exactly (see `_step_metrics_callback`); no gradient accumulation.
+
+Checkpoints: this path keeps Keras' own `BackupAndRestore` (under `<checkpoint_dir>/backup`), not
+`labkit.core.checkpoint`: it exists to show the Keras way, and what BackupAndRestore restores is
+part of that lesson. The custom loop's checkpoints carry the commit marker and fall back past a
+corrupt step; these do not. The rest is shared with the other loops (`labkit.core.loop`): the
+SIGTERM guard, the metrics reporter (TensorBoard, progress, `on_step`, the non-finite loss check)
+and the metrics file.
 """
 
 from __future__ import annotations
@@ -20,10 +27,20 @@ import os
 import time
 from typing import Any
 
-from labkit.core.config import ParameterError, resolve_scale
-from labkit.core.metrics import MetricsLog, StepMetrics
-from labkit.core.models import GPTConfig, build_config
+from labkit.core.config import ParameterError
+from labkit.core.loop import Reporter, StepCallback
+from labkit.core.metrics import MetricsLog
+from labkit.core.preemption import PreemptionGuard
 from labkit.core.train_config import Preempted, TrainConfig
+from labkit.tf.step import (
+    build,
+    precision_and_model,
+    run_info,
+    scheduled_lr,
+    throughput,
+    training_arrays,
+    write_final_metrics,
+)
 
 
 class _Interrupted(Exception):
@@ -52,17 +69,17 @@ def backed_up_epoch(backup_dir: str | None) -> int:
         return int(json.load(f)["epoch"])
 
 
-def fit_keras(config: TrainConfig, *, on_step=None, data_dir: str | None = None) -> MetricsLog:
+def fit_keras(config: TrainConfig, *, on_step: StepCallback | None = None,
+              data_dir: str | None = None) -> MetricsLog:
+    """Train `config` with Keras `model.fit` and BackupAndRestore (see the module docstring)."""
     from labkit.tf import runtime
 
     device = runtime.configure(config.device)
     import keras
     import tensorflow as tf
 
-    from labkit.tf import engine
     from labkit.tf import strategy as strategies
-    from labkit.tf.data import BatchLayout, gather_fn, index_table
-    from labkit.tf.precision import TFPrecision, apply_matmul_precision
+    from labkit.tf.data import BatchLayout
 
     if config.grad_accum != 1:
         raise ParameterError("grad_accum", config.grad_accum,
@@ -70,40 +87,24 @@ def fit_keras(config: TrainConfig, *, on_step=None, data_dir: str | None = None)
     per_epoch, epochs = epoch_plan(config)
     plan = strategies.plan_strategy(local_gpus=len(tf.config.get_visible_devices("GPU")))
     strategy = strategies.make_strategy(plan)
-    precision = TFPrecision.for_mode(config.precision)
-    apply_matmul_precision(precision)
-    model_cfg = build_config(config.model, resolve_scale(config.scale))
+    precision, model_cfg = precision_and_model(config)
     layout = BatchLayout(config.batch_size, strategy.num_replicas_in_sync, 1)
     with strategy.scope():
-        parts = engine.build(config, model_cfg, precision, strategy.num_replicas_in_sync)
+        parts = build(config, model_cfg, precision, layout.num_replicas)
         model = parts["model"]
-        clip = {"global_clipnorm": config.grad_clip} if config.grad_clip else {}
-        optimizer = keras.optimizers.AdamW(learning_rate=parts["schedule"], beta_1=0.9,
-                                           beta_2=0.95, epsilon=1e-8, weight_decay=0.1, **clip)
-        optimizer.exclude_from_weight_decay(
-            var_list=[v for v in model.trainable_variables if len(v.shape) < 2])
-        if precision.loss_scaling:
-            optimizer = keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=2.0**16)
-        model.compile(optimizer=optimizer,
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        _compile(model, parts["schedule"], config, precision)
 
     backup_dir = os.path.join(config.checkpoint_dir, "backup") if config.checkpoint_dir else None
-    first_epoch = backed_up_epoch(backup_dir)
-    x_all, y_all = engine.training_arrays(model_cfg, config, data_dir)
-    # Global batches in the custom loop's order (one replica = the global sample order).
-    table = index_table(first_epoch * per_epoch, config.steps, range(1),
-                        BatchLayout(config.batch_size, 1, 1), len(x_all), config.seed)
-    table = table.reshape(len(table), config.batch_size)
-    dataset = tf.data.Dataset.from_tensor_slices(table).map(
-        gather_fn(x_all, y_all, config.input_latency_ms / 1000.0)).prefetch(2)
-
-    tokens = model_cfg.block_size if isinstance(model_cfg, GPTConfig) else None
-    log = MetricsLog(run=engine._run_info(config, plan, layout, model, device,
-                                          first_epoch * per_epoch))
+    first_step = backed_up_epoch(backup_dir) * per_epoch
+    dataset = _global_batches(config, training_arrays(model_cfg, config, data_dir), first_step)
+    rates = throughput(config, model_cfg, precision, device, layout.num_replicas)
+    log = MetricsLog(run=run_info(config, plan, layout, model, device, rates, precision))
     log.run.update(loop="keras", steps_per_epoch=per_epoch, epochs=epochs,
-                   resumed_from_epoch=first_epoch or None)
-    with engine._SigtermFlag() as flag:
-        steps_cb = _step_metrics_callback(config, plan, per_epoch, log, tokens, on_step, flag)
+                   resumed_from_epoch=first_step // per_epoch or None,
+                   resumed_from_step=first_step - 1 if first_step else None)
+    with PreemptionGuard() as guard, Reporter(config, rates, log, is_main=plan.is_chief,
+                                              start=first_step, on_step=on_step) as reporter:
+        steps_cb = _step_metrics_callback(config, per_epoch, layout.num_replicas, reporter, guard)
         callbacks: list[Any] = [steps_cb]
         if backup_dir:
             callbacks.insert(0, keras.callbacks.BackupAndRestore(backup_dir, save_freq="epoch"))
@@ -111,13 +112,46 @@ def fit_keras(config: TrainConfig, *, on_step=None, data_dir: str | None = None)
             model.fit(dataset, epochs=epochs, steps_per_epoch=per_epoch, callbacks=callbacks,
                       shuffle=False, verbose=0)
         except _Interrupted:
-            engine._finish(log, config, plan, model)
+            write_final_metrics(log, config, plan, model)
+            guard.chain()
             raise Preempted(steps_cb.last_step) from None
-    return engine._finish(log, config, plan, model)
+    write_final_metrics(log, config, plan, model)
+    return log
 
 
-def _step_metrics_callback(config, plan, per_epoch, log, tokens, on_step, flag):
-    """Per-step loss and timings from Keras callbacks, in labkit's metrics schema.
+def _global_batches(config: TrainConfig, arrays, first_step: int):
+    """Steps `first_step` … as one global batch each, in the custom loop's sample order (one
+    replica sees the global order)."""
+    import tensorflow as tf
+
+    from labkit.tf.data import BatchLayout, gather_fn, index_table
+
+    x_all, y_all = arrays
+    table = index_table(first_step, config.steps, range(1), BatchLayout(config.batch_size, 1, 1),
+                        len(x_all), config.seed)
+    table = table.reshape(len(table), config.batch_size)
+    return tf.data.Dataset.from_tensor_slices(table).map(
+        gather_fn(x_all, y_all, config.input_latency_ms / 1000.0)).prefetch(2)
+
+
+def _compile(model, schedule, config: TrainConfig, precision) -> None:
+    """Keras' own AdamW (it clips and all-reduces itself) with the engine's hyper-parameters."""
+    import keras
+
+    clip = {"global_clipnorm": config.grad_clip} if config.grad_clip else {}
+    optimizer = keras.optimizers.AdamW(learning_rate=schedule, beta_1=0.9, beta_2=0.95,
+                                       epsilon=1e-8, weight_decay=0.1, **clip)
+    optimizer.exclude_from_weight_decay(
+        var_list=[v for v in model.trainable_variables if len(v.shape) < 2])
+    if precision.loss_scaling:
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer, initial_scale=2.0**16)
+    model.compile(optimizer=optimizer,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+
+def _step_metrics_callback(config: TrainConfig, per_epoch: int, replicas: int, reporter: Reporter,
+                           guard: PreemptionGuard):
+    """Per-step loss and timings from Keras callbacks, reported like the other loops' steps.
 
     Keras logs the epoch's running mean m_b after batch b, so the loss of batch b alone is
     (b+1)·m_b − b·m_(b−1). SIGTERM (or the `preempt_at` drill) interrupts fit by raising."""
@@ -136,26 +170,19 @@ def _step_metrics_callback(config, plan, per_epoch, log, tokens, on_step, flag):
             self.prev_mean = 0.0
 
         def on_train_batch_begin(self, batch, logs=None):
-            if config.preempt_at is not None and self.epoch * per_epoch + batch == config.preempt_at:
-                flag.trigger()
+            if self.epoch * per_epoch + batch == config.preempt_at:
+                guard.trigger()
 
         def on_train_batch_end(self, batch, logs=None):
             mean = float(logs["loss"])
             loss = (batch + 1) * mean - batch * self.prev_mean
             self.prev_mean = mean
             now = time.perf_counter()
-            dt, self.last = now - self.last, now
+            step_time, self.last = now - self.last, now
             step = self.epoch * per_epoch + batch
-            b = config.batch_size
-            m = StepMetrics(step=step, loss=loss, step_time_s=dt, samples_per_s=b / dt,
-                            tokens_per_s=b * tokens / dt if tokens else None)
-            log.append(m)
             self.last_step = step
-            if on_step is not None:
-                on_step(step, m.to_dict())
-            if config.progress and plan.is_chief and not os.environ.get("LABKIT_NO_PROGRESS"):
-                print(f"step {step + 1}/{config.steps} loss {loss:.4f}", flush=True)
-            if flag.requested:
+            reporter.record(step, loss, step_time, lr=scheduled_lr(config, replicas, step))
+            if guard.requested:
                 raise _Interrupted()
 
     return StepMetricsCallback()

@@ -9,46 +9,57 @@ models on GPUs. labkit keeps the step's meaning: optimizer step `s` trains on gl
 server and a scheduled step gathers its rows there, so which worker runs a step does not
 change what it trains on. Per-step losses are collected; step times are window averages
 (steps overlap, so a single step has no wall time of its own).
+
+Steps are scheduled a window at a time, then joined, so the shared loop of `labkit.core.loop`
+cannot hand them over one by one; this loop uses its parts instead: the SIGTERM guard, the
+checkpoint policy (a window ends at each periodic checkpoint: `checkpoint_every` steps, else
+10), the metrics reporter and the metrics file. Checkpoints go through `labkit.core.checkpoint`
+(`labkit.tf.state`): the coordinator reads the variables from the parameter servers, writes the
+blobs and commits the marker; a restarted job assigns them back before scheduling any step.
 """
 
 from __future__ import annotations
 
 import time
 
-from labkit.core.config import resolve_scale
-from labkit.core.metrics import MetricsLog, StepMetrics
-from labkit.core.models import GPTConfig, build_config
+from labkit.core.loop import CheckpointPolicy, Reporter, StepCallback
+from labkit.core.metrics import MetricsLog
+from labkit.core.preemption import PreemptionGuard
 from labkit.core.train_config import Preempted, TrainConfig
+from labkit.tf import state
+from labkit.tf.step import (
+    build,
+    make_replica_step,
+    precision_and_model,
+    scheduled_lr,
+    throughput,
+    training_arrays,
+    write_final_metrics,
+)
 
 
-def fit_parameter_server(config: TrainConfig, plan, on_step, data_dir) -> MetricsLog:
+def fit_parameter_server(config: TrainConfig, plan, device: str, on_step: StepCallback | None,
+                         data_dir: str | None) -> MetricsLog:
+    """Train `config` as the coordinator of a parameter-server job (the chief's part)."""
     import tensorflow as tf
 
-    from labkit.tf import engine
     from labkit.tf import strategy as strategies
     from labkit.tf.data import BatchLayout, replica_indices
-    from labkit.tf.precision import TFPrecision, apply_matmul_precision
 
     strategy = strategies.make_strategy(plan)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
-    precision = TFPrecision.for_mode(config.precision)
-    apply_matmul_precision(precision)
-    model_cfg = build_config(config.model, resolve_scale(config.scale))
+    precision, model_cfg = precision_and_model(config)
     layout = BatchLayout(config.batch_size, 1, config.grad_accum)  # one worker per step
-    x_all, y_all = engine.training_arrays(model_cfg, config, data_dir)
+    x_all, y_all = training_arrays(model_cfg, config, data_dir)
     with strategy.scope():
-        parts = engine.build(config, model_cfg, precision, 1)
+        parts = build(config, model_cfg, precision, 1)
         x_var = tf.Variable(x_all, trainable=False, name="samples")  # lands on a ps task
         y_var = tf.Variable(y_all, trainable=False, name="targets")
-    model, optimizer, step_var = parts["model"], parts["optimizer"], parts["step"]
-    ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer, step=step_var)
-    manager = (tf.train.CheckpointManager(ckpt, config.checkpoint_dir, max_to_keep=2)
-               if config.checkpoint_dir else None)
+    model, optimizer = parts["model"], parts["optimizer"]
     start = 0
-    if manager is not None and manager.latest_checkpoint:
-        ckpt.restore(manager.latest_checkpoint).expect_partial()
-        start = int(step_var.numpy())
-    replica_step = engine.make_replica_step(model, optimizer, layout, config.grad_clip, precision)
+    if config.checkpoint_dir:
+        start = state.restore(config.checkpoint_dir, model, optimizer) or 0
+    replica_step = make_replica_step(model, optimizer, layout, config.grad_clip, precision)
 
     @tf.function
     def ps_step(idx):
@@ -56,40 +67,54 @@ def fit_parameter_server(config: TrainConfig, plan, on_step, data_dir) -> Metric
         loss, _, skipped = strategy.run(replica_step, args=(batch, tf.constant(0.0)))
         return loss, skipped
 
-    run_info = {"framework": "tf", "model": config.model, "strategy": plan.kind,
-                  "world_size": plan.num_workers, "task": f"{plan.task_type}:{plan.task_index}",
-                  "micro_batch": layout.micro_batch, "asynchronous": True,
-                  "resumed_from_step": start - 1 if start else None}
-    log = MetricsLog(run=run_info)
-    tokens = model_cfg.block_size if isinstance(model_cfg, GPTConfig) else None
+    def schedule(s: int):  # step s trains on global batch s, whichever worker runs it
+        idx = replica_indices(s, 0, layout, len(x_all), config.seed)
+        return coordinator.schedule(ps_step, args=(tf.constant(idx),))
+
+    log = MetricsLog(run={"framework": "tf", "model": config.model, "strategy": plan.kind,
+                          "world_size": plan.num_workers,
+                          "task": f"{plan.task_type}:{plan.task_index}",
+                          "micro_batch": layout.micro_batch, "asynchronous": True,
+                          "resumed_from_step": start - 1 if start else None})
+    saver = state.Saver(config.checkpoint_dir, model, optimizer, replicas=1) \
+        if config.checkpoint_dir else None
+    reporter = Reporter(config, throughput(config, model_cfg, precision, device, 1), log,
+                        start=start, on_step=on_step)
+    with PreemptionGuard() as guard, reporter:
+        stopped = _run_windows(config, start, schedule, coordinator, guard, reporter, saver)
+        write_final_metrics(log, config, plan, model)
+        if stopped is not None:
+            guard.chain()
+            raise Preempted(stopped)
+    return log
+
+
+def _run_windows(config: TrainConfig, start: int, schedule, coordinator, guard: PreemptionGuard,
+                 reporter: Reporter, saver: state.Saver | None) -> int | None:
+    """Steps `start` … `config.steps - 1`, scheduled a window at a time. When SIGTERM (or the
+    drill) arrives, the window finishes and is checkpointed, and its last step is returned;
+    None when every step ran."""
+    policy = CheckpointPolicy.of(config, enabled=saver is not None)
     window = max(1, config.checkpoint_every or 10)
-    with engine._SigtermFlag() as flag:
-        # Steps are scheduled a window at a time, then joined: the window is the checkpoint
-        # cadence (`checkpoint_every`, else 10) and the unit of SIGTERM response.
+    try:
         for first in range(start, config.steps, window):
             last = min(first + window, config.steps)
+            if config.preempt_at is not None and first <= config.preempt_at < last:
+                guard.trigger()  # the drill: SIGTERM during this window
             t0 = time.perf_counter()
-            pending = []
-            for s in range(first, last):
-                idx = replica_indices(s, 0, layout, len(x_all), config.seed)
-                pending.append((s, coordinator.schedule(ps_step, args=(tf.constant(idx),))))
+            pending = [(s, schedule(s)) for s in range(first, last)]
             coordinator.join()
             per_step = (time.perf_counter() - t0) / (last - first)
             for s, remote in pending:
                 loss, skipped = remote.fetch()
-                m = StepMetrics(step=s, loss=float(loss), step_time_s=per_step,
-                                samples_per_s=config.batch_size / per_step,
-                                tokens_per_s=config.batch_size * tokens / per_step if tokens else None,
-                                skipped=bool(skipped > 0))
-                log.append(m)
-                if on_step is not None:
-                    on_step(s, m.to_dict())
-            step_var.assign(last)
-            if manager is not None:
-                manager.save(checkpoint_number=last)
-            if config.preempt_at is not None and first <= config.preempt_at < last:
-                flag.trigger()
-            if flag.requested and last < config.steps:
-                engine._finish(log, config, plan, model)
-                raise Preempted(last - 1)
-    return engine._finish(log, config, plan, model)
+                reporter.record(s, float(loss), per_step, skipped=bool(skipped > 0),
+                                lr=scheduled_lr(config, 1, s))
+            stop = guard.requested and last < config.steps
+            if saver is not None and policy.saves_after(last - 1, stop):
+                saver.save(last - 1, wait=policy.waits_after(last - 1, stop))
+            if stop:
+                return last - 1
+    finally:
+        if saver is not None:
+            saver.wait()
+    return None

@@ -1,3 +1,5 @@
 """PyTorch side of labkit: models built from `labkit.core.models` configs, data adapters, the training
-engine (`labkit.torch.engine.fit`), precision modes, the local DDP launcher and memory tools.
-Importing this package imports torch; the framework-free top level never does."""
+engine (`labkit.torch.engine.fit`, driven by `labkit.core.loop`), its checkpoints
+(`labkit.torch.state`), precision modes, the local DDP launcher and memory tools.
+This package's own `__init__` imports nothing; its modules import torch, so import them only
+when `labkit.core.frameworks.has_torch()` is true (the framework-free layers never do)."""

@@ -20,13 +20,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
-from labkit.core.models import GPTConfig, ModelConfig
-from labkit.data.synthetic import (
-    ImageDatasetConfig,
-    SyntheticImages,
-    SyntheticTokens,
-    TokenDatasetConfig,
-)
+from labkit.core.models import ModelConfig
+from labkit.data import synthetic
+from labkit.data.synthetic import SyntheticImages, SyntheticTokens
 
 
 @dataclass
@@ -96,25 +92,16 @@ class MicroBatchSampler(Sampler[list[int]]):
             yield indices[b * self.micro_batch:(b + 1) * self.micro_batch]
 
 
-def synthetic_source(model_cfg: ModelConfig, num_samples: int, seed: int) -> SyntheticImages | SyntheticTokens:
-    """The synthetic samples matching a model config (images for conv nets, tokens for GPT)."""
-    if isinstance(model_cfg, GPTConfig):
-        return SyntheticTokens(TokenDatasetConfig(num_sequences=num_samples, block_size=model_cfg.block_size,
-                                                  vocab_size=model_cfg.vocab_size, seed=seed))
-    return SyntheticImages(ImageDatasetConfig(num_samples=num_samples, image_size=model_cfg.image_size,
-                                              channels=model_cfg.channels,
-                                              num_classes=model_cfg.num_classes, seed=seed))
-
-
 def make_dataset(model_cfg: ModelConfig, num_samples: int, seed: int,
                  latency_s: float = 0.0) -> BatchDataset:
-    """The engine's batch-at-a-time dataset for a model config."""
-    return BatchDataset(synthetic_source(model_cfg, num_samples, seed), latency_s)
+    """The engine's batch-at-a-time dataset for a model config (images for conv nets, tokens
+    for GPT)."""
+    return BatchDataset(synthetic.for_model(model_cfg, num_samples, seed), latency_s)
 
 
 def make_sample_dataset(model_cfg: ModelConfig, num_samples: int, seed: int) -> SampleDataset:
     """The same samples one at a time (for a plain `DataLoader` with a sampler)."""
-    return SampleDataset(synthetic_source(model_cfg, num_samples, seed))
+    return SampleDataset(synthetic.for_model(model_cfg, num_samples, seed))
 
 
 class ResumableLoader:

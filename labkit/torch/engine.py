@@ -1,4 +1,4 @@
-"""The PyTorch training engine: `fit(config, on_step=None)`.
+"""The PyTorch training engine: `fit(config, on_step=None)`, driven by `labkit.core.loop`.
 
 One optimizer step = `grad_accum` micro-steps on every replica; `config.batch_size` is the global
 batch of that step. Features switch on one at a time from `TrainConfig`: precision (fp32, tf32,
@@ -6,10 +6,16 @@ bf16, fp16 + GradScaler), channels_last, torch.compile (model and loss; `compile
 graphs and kernel tuning), the whole step as one CUDA graph (`cuda_graph_step`), the fp8 output
 head for GPT, fused AdamW (CUDA), accumulation with
 `no_sync` on all but the last micro-step, clipping, activation checkpointing, LR warm-up and
-world-size scaling, DDP (gloo on CPU, nccl on CUDA). Every step is measured (loss, step and data
-time, throughput, MFU against the measured peak, peak memory) into a `MetricsLog`, TensorBoard
-and a tqdm bar (rank 0); full-state checkpoints go through `labkit.core.checkpoint` (written in the
-background once serialised on the host), and a resumed run continues bit for bit on CPU.
+world-size scaling, DDP (gloo on CPU, nccl on CUDA).
+
+The loop itself (step cadence, the preemption drill, checkpoint cadence, metrics, TensorBoard,
+progress, the non-finite loss check) is `labkit.core.loop`, shared with the TF engine; this
+module hands it the torch parts (`_loop_engine`): micro-batches placed on the device, the
+dispatched step, its loss read back (on one GPU one step late; under DDP the replicas' loss and
+stop flag ride on the gradient all-reduce, `labkit.torch.agreement`), the LR, and checkpoints
+through `labkit.torch.state` (written in the background once copied to the host). MFU is
+against a GEMM measured on this device (`labkit.torch.peak`). A resumed run continues bit for
+bit on CPU.
 
 Building blocks are public so benchmarks and notebooks reuse exactly what `fit` trains:
 `build(config, info, device)` → `Components` (whose `compute_loss(x, y)` is the forward pass and
@@ -19,13 +25,9 @@ loss, compiled when asked), `to_device`, `train_step(components, micro_batches, 
 from __future__ import annotations
 
 import contextlib
-import math
-import os
 import resource
-import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.distributed as dist
@@ -33,19 +35,19 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from labkit.core import loop
 from labkit.core.config import ParameterError, resolve_scale
-from labkit.core.metrics import MetricsLog, StepMetrics
-from labkit.core.models import GPTConfig, ModelConfig, build_config
-from labkit.core.preemption import PreemptionGuard
-from labkit.core.train_config import Preempted, TrainConfig
+from labkit.core.loop import StepCallback
+from labkit.core.metrics import MetricsLog
+from labkit.core.models import GPTConfig, ModelConfig, build_config, flops_per_sample
+from labkit.core.schedule import WarmupThenConstant
+from labkit.core.train_config import Preempted, TrainConfig, with_vertex_dirs
 from labkit.torch import distributed, fp8, peak, state
 from labkit.torch.agreement import StepAgreement
 from labkit.torch.data import DataPosition, ResumableLoader, make_dataset, to_float_images
-from labkit.torch.models import build_model, count_parameters, flops_per_sample
+from labkit.torch.models import build_model, count_parameters
 from labkit.torch.precision import PrecisionPolicy, apply_matmul_precision
 from labkit.torch.step_graph import StepGraph
-
-StepCallback = Callable[[int, dict[str, Any]], None]
 
 
 def resolve_device(choice: str, info: distributed.DistInfo) -> torch.device:
@@ -64,17 +66,6 @@ def micro_batch_size(config: TrainConfig, world_size: int) -> int:
                              f"must be divisible by world_size × grad_accum = {world_size} × "
                              f"{config.grad_accum}")
     return config.batch_size // parts
-
-
-class WarmupThenConstant:
-    """LR multiplier: linear warm-up over `warmup` steps, then 1. A class (not a lambda) so the
-    scheduler's state_dict round-trips."""
-
-    def __init__(self, warmup: int):
-        self.warmup = warmup
-
-    def __call__(self, step: int) -> float:
-        return min(1.0, (step + 1) / self.warmup) if self.warmup else 1.0
 
 
 @dataclass
@@ -136,7 +127,7 @@ def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
         cudagraphs = not config.cuda_graph_step
         forward_model = compile_(forward_model, config.compile_mode, cudagraphs)
         loss_of_logits = compile_(loss_fn, config.compile_mode, cudagraphs)
-    lr = config.lr * (info.world_size if config.scale_lr_with_world_size else 1)
+    lr = config.peak_lr(info.world_size)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
@@ -279,19 +270,6 @@ def _peak_memory(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # process peak RSS
 
 
-def with_vertex_dirs(config: TrainConfig, env: dict[str, str] | None = None) -> TrainConfig:
-    """Fill unset checkpoint / TensorBoard folders from the variables Vertex AI sets when a job
-    has a base output directory (AIP_CHECKPOINT_DIR, AIP_TENSORBOARD_LOG_DIR), so a restarted
-    Spot job resumes without extra flags. Explicit settings always win."""
-    env = os.environ if env is None else env
-    updates = {}
-    if config.checkpoint_dir is None and env.get("AIP_CHECKPOINT_DIR"):
-        updates["checkpoint_dir"] = env["AIP_CHECKPOINT_DIR"]
-    if config.tensorboard_dir is None and env.get("AIP_TENSORBOARD_LOG_DIR"):
-        updates["tensorboard_dir"] = env["AIP_TENSORBOARD_LOG_DIR"]
-    return replace(config, **updates) if updates else config
-
-
 def fit(config: TrainConfig, *, on_step: StepCallback | None = None,
         read_loss_late: bool | None = None) -> MetricsLog:
     """Train as configured; returns the MetricsLog (also written to `config.metrics_out` by rank
@@ -320,114 +298,55 @@ def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
          on_step: StepCallback | None, read_loss_late: bool | None) -> MetricsLog:
     micro = micro_batch_size(config, info.world_size)
     c = build(config, info, device)
-    position = DataPosition()
-    start = 0
+    start, position = 0, DataPosition()
     if config.checkpoint_dir:
-        restored = state.restore(config.checkpoint_dir, c, info)
-        if restored is not None:
-            start, position = restored
+        start, position = state.restore(config.checkpoint_dir, c, info) or (start, position)
     dataset = make_dataset(c.model_config, config.num_samples_or_default(), config.seed,
                            config.input_latency_ms / 1000.0)
     loader = ResumableLoader(dataset, micro, world_size=info.world_size, rank=info.rank,
                              seed=config.seed, num_workers=config.num_workers,
                              pin_memory=config.pin_memory and device.type == "cuda", position=position)
-    per_sample = flops_per_sample(c.model_config)
-    tokens_per_sample = c.model_config.block_size if isinstance(c.model_config, GPTConfig) else None
-    peak_flops = peak.measured_peak_flops(device, c.policy.peak_dtype)
+    throughput = loop.Throughput(
+        config.batch_size, c.model_config.block_size if isinstance(c.model_config, GPTConfig) else None,
+        flops_per_sample(c.model_config), peak.measured_peak_flops(device, c.policy.peak_dtype),
+        devices=info.world_size)
     log = MetricsLog(run={"framework": "torch", "model": config.model, "config": asdict(config),
                           "world_size": info.world_size, "micro_batch": micro, "device": str(device),
-                          "parameters": count_parameters(c.model), "flops_per_sample": per_sample,
-                          "peak_flops": peak_flops, "resumed_from_step": start - 1 if start else None})
-    writer = _tensorboard(config, info)
-    bar = _progress(config, info, start)
-    guard = PreemptionGuard()
+                          "parameters": count_parameters(c.model),
+                          "flops_per_sample": throughput.flops_per_sample,
+                          "peak_flops": throughput.peak_flops,
+                          "mfu_peak": peak.describe(device, c.policy.peak_dtype)})
     saver = state.Saver(config.checkpoint_dir, info) if config.checkpoint_dir else None
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    try:
-        with guard:
-            # On a single GPU the loss of step i is read after step i+1 is queued, so the host
-            # never waits for the device between steps; elsewhere it is read at once.
-            lag = (device.type == "cuda" if read_loss_late is None else read_loss_late) and not info.distributed
-            pending: list[_Pending] = []
-            clock = [time.perf_counter()]
-
-            def finish(p: _Pending, loss_value: float) -> None:
-                now = time.perf_counter()
-                step_time, clock[0] = now - clock[0], now
-                m = StepMetrics(step=p.step, loss=loss_value, step_time_s=step_time, data_time_s=p.data_time,
-                                samples_per_s=config.batch_size / step_time,
-                                tokens_per_s=(config.batch_size * tokens_per_sample / step_time
-                                              if tokens_per_sample else None),
-                                mfu=(per_sample * config.batch_size / step_time / info.world_size / peak_flops
-                                     if peak_flops else None),
-                                peak_memory_bytes=_peak_memory(device), lr=p.lr,
-                                skipped=bool(p.skipped.item()) if p.skipped is not None else False)
-                log.append(m)
-                _report(m, writer, bar, on_step)
-                if math.isnan(loss_value):
-                    raise FloatingPointError(f"loss is NaN at step {p.step}")
-
-            def drain() -> None:
-                while pending:
-                    p = pending.pop(0)
-                    finish(p, float(p.loss.item()))
-
-            for step in range(start, config.steps):
-                if config.preempt_at is not None and step == config.preempt_at:
-                    guard.trigger()  # the drill: SIGTERM to ourselves, mid-step
-                data_time = 0.0
-                batches = []
-                for _ in range(config.grad_accum):
-                    t = time.perf_counter()
-                    batches.append(to_device(next(loader), c, config.channels_last))
-                    data_time += time.perf_counter() - t
-                lr = scheduled_lr(c)
-                loss, skipped = train_step(c, batches, config.grad_clip, guard.requested)
-                current = _Pending(step, loss, skipped, data_time, lr)
-                if lag:
-                    drain()  # the previous step: its loss is ready or nearly so
-                    pending.append(current)
-                    stop = guard.requested
-                else:
-                    loss_value, stop = _agree(loss, guard.requested, info, c.agreement)
-                    finish(current, loss_value)
-                done = step + 1 == config.steps
-                due = config.checkpoint_every and (step + 1) % config.checkpoint_every == 0
-                if done or stop or (config.checkpoint_dir and due):
-                    drain()
-                if saver is not None and (due or done or stop):
-                    # Periodic saves write in the background; the last one and a preemption's
-                    # are waited for (the process is about to exit).
-                    saver.save(c, step, loader.position, wait=bool(done or stop))
-                    if info.is_main and config.metrics_out:
-                        log.write(config.metrics_out)
-                if stop:
-                    if info.is_main and config.metrics_out:
-                        log.write(config.metrics_out)
-                    guard.chain()
-                    raise Preempted(step)
-    finally:
-        if saver is not None:
-            saver.wait()
-        if bar is not None:
-            bar.close()
-        if writer is not None:
-            writer.close()
-    if info.is_main and config.metrics_out:
-        log.write(config.metrics_out)
-    return log
+    # On a single GPU the loss of step i is read after step i+1 is queued, so the host never
+    # waits for the device between steps; elsewhere it is read at once.
+    late = (device.type == "cuda" if read_loss_late is None else read_loss_late) and not info.distributed
+    role = loop.ProcessRole(info.is_main, info.world_size, config.metrics_out if info.is_main else None)
+    return loop.run(config, _loop_engine(config, c, loader, saver), log, start=start, role=role,
+                    throughput=throughput, on_step=on_step, read_loss_late=late)
 
 
-@dataclass
-class _Pending:
-    """A dispatched step whose loss has not been read yet."""
+def _loop_engine(config: TrainConfig, c: Components, loader: ResumableLoader,
+                 saver: state.Saver | None) -> loop.Engine:
+    """This run's steps as the shared loop drives them (`labkit.core.loop.Engine`)."""
 
-    step: int
-    loss: torch.Tensor
-    skipped: torch.Tensor | None
-    data_time: float
-    lr: float
+    def next_batch() -> list:
+        return [to_device(next(loader), c, config.channels_last) for _ in range(config.grad_accum)]
+
+    def run_step(batches: list, stop_requested: bool) -> tuple:
+        return (*train_step(c, batches, config.grad_clip, stop_requested), stop_requested)
+
+    def read_step(handle: tuple) -> loop.StepOutcome:
+        loss, skipped, stop_requested = handle
+        loss_value, stop = _agree(loss, stop_requested, c.info, c.agreement)
+        return loop.StepOutcome(loss_value, stop, bool(skipped.item()) if skipped is not None else False)
+
+    checkpoints = {} if saver is None else {
+        "save": lambda step, wait: saver.save(c, step, loader.position, wait=wait),
+        "wait_for_saves": saver.wait}
+    return loop.Engine(next_batch, run_step, read_step, lambda step: scheduled_lr(c),
+                       peak_memory=lambda: _peak_memory(c.device), **checkpoints)
 
 
 def _agree(loss: torch.Tensor, stop: bool, info: distributed.DistInfo,
@@ -443,32 +362,3 @@ def _agree(loss: torch.Tensor, stop: bool, info: distributed.DistInfo,
     t = torch.stack([loss.detach().float(), torch.tensor(float(stop), device=loss.device)])
     dist.all_reduce(t)
     return float(t[0].item()) / info.world_size, bool(t[1].item() > 0)
-
-
-def _report(m: StepMetrics, writer, bar, on_step: StepCallback | None) -> None:
-    d = m.to_dict()
-    if on_step is not None:
-        on_step(m.step, d)
-    if writer is not None:
-        for key in ("loss", "step_time_s", "samples_per_s", "tokens_per_s", "mfu", "lr"):
-            if d.get(key) is not None:
-                writer.add_scalar(f"train/{key}", d[key], m.step)
-    if bar is not None:
-        bar.update(1)
-        bar.set_postfix(loss=f"{m.loss:.4f}", refresh=False)
-
-
-def _tensorboard(config: TrainConfig, info: distributed.DistInfo):
-    if not (config.tensorboard_dir and info.is_main):
-        return None
-    from torch.utils.tensorboard import SummaryWriter
-
-    return SummaryWriter(log_dir=config.tensorboard_dir)
-
-
-def _progress(config: TrainConfig, info: distributed.DistInfo, start: int):
-    if not (config.progress and info.is_main) or os.environ.get("LABKIT_NO_PROGRESS"):
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=config.steps, initial=start, desc=f"train {config.model}", unit="step")

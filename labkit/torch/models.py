@@ -3,7 +3,8 @@
 CNN (no batch norm, so DDP replicas carry no buffers), a ResNet (torchvision-equivalent
 ResNet-50 at `ResNetConfig.resnet50()`), and a GPT-2-style decoder (nanoGPT layout, fused
 scaled-dot-product attention). `activation_checkpointing=True` recomputes each block's
-activations in the backward pass instead of storing them.
+activations in the backward pass instead of storing them. Training FLOPs per sample (for MFU)
+are framework-free: `labkit.core.models.flops_per_sample`.
 """
 
 from __future__ import annotations
@@ -205,46 +206,3 @@ def build_model(cfg: ModelConfig, *, activation_checkpointing: bool = False) -> 
 def count_parameters(model: nn.Module) -> int:
     """Unique parameters (tied weights counted once)."""
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
-
-
-def flops_per_sample(cfg: ModelConfig) -> float:
-    """Training FLOPs (forward + backward ≈ 3× forward) per sample: per token × block for GPT
-    (6·N plus attention, the PaLM formula), per image for the conv nets (from counted MACs)."""
-    if isinstance(cfg, GPTConfig):
-        n = _gpt_params_non_embedding(cfg)
-        per_token = 6 * n + 12 * cfg.n_layer * cfg.n_embd * cfg.block_size
-        return float(per_token * cfg.block_size)
-    return 3.0 * 2.0 * _conv_macs(cfg)
-
-
-def _gpt_params_non_embedding(cfg: GPTConfig) -> int:
-    # Tied output head counts (it is a matmul per token); position embeddings do not.
-    d = cfg.n_embd
-    per_block = 12 * d * d + (13 * d if cfg.bias else 2 * d)
-    return cfg.n_layer * per_block + cfg.vocab_size * d + (2 * d if cfg.bias else d)
-
-
-def _conv_macs(cfg: ModelConfig) -> float:
-    """Multiply-accumulates of one forward pass, counted with forward hooks on a meta-free CPU
-    model at batch 1 (cached per config)."""
-    key = repr(cfg)
-    if key not in _MACS_CACHE:
-        model = build_model(cfg)
-        total = [0.0]
-
-        def hook(m, inp, out):
-            if isinstance(m, nn.Conv2d):
-                total[0] += out.numel() * m.in_channels // m.groups * m.kernel_size[0] * m.kernel_size[1]
-            elif isinstance(m, nn.Linear):
-                total[0] += out.numel() * m.in_features
-
-        handles = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
-        with torch.no_grad():
-            model(torch.zeros(1, cfg.channels, cfg.image_size, cfg.image_size))
-        for h in handles:
-            h.remove()
-        _MACS_CACHE[key] = total[0]
-    return _MACS_CACHE[key]
-
-
-_MACS_CACHE: dict[str, float] = {}

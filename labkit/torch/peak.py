@@ -13,17 +13,32 @@ import torch
 _CACHE: dict[tuple[str, torch.dtype], float] = {}
 
 
+def _gemm(device: torch.device, dtype: torch.dtype) -> tuple[int, int, torch.dtype]:
+    """(n, repeats, dtype) of the timed matmul on `device`."""
+    cuda = device.type == "cuda"
+    if not cuda and dtype in (torch.float16,):
+        dtype = torch.float32  # CPU fp16 GEMMs are emulated; fp32 is the honest CPU ceiling
+    return (8192, 20, dtype) if cuda else (512, 5, dtype)
+
+
+def describe(device: torch.device, dtype: torch.dtype = torch.bfloat16) -> str:
+    """What MFU is relative to, for the metrics `run` section."""
+    n, repeats, dtype = _gemm(device, dtype)
+    timing = f"mean of {repeats} back to back" if device.type == "cuda" else f"best of {repeats}"
+    return f"measured: {n}x{n}x{n} {str(dtype).removeprefix('torch.')} matmul on {device.type}, {timing}"
+
+
 def measured_peak_flops(device: torch.device, dtype: torch.dtype = torch.bfloat16,
                         size: int | None = None, repeats: int | None = None) -> float:
-    """FLOP/s of an n×n×n matmul in `dtype` (n = 8192 on CUDA, 512 on CPU); best of `repeats`."""
+    """FLOP/s of an n×n×n matmul in `dtype` (n = 8192 on CUDA, 512 on CPU): the mean of `repeats`
+    back-to-back runs on CUDA, the best of `repeats` on the CPU."""
     key = (str(device), dtype)
     if key in _CACHE and size is None:
         return _CACHE[key]
     cuda = device.type == "cuda"
-    if not cuda and dtype in (torch.float16,):
-        dtype = torch.float32  # CPU fp16 GEMMs are emulated; fp32 is the honest CPU ceiling
-    n = size or (8192 if cuda else 512)
-    repeats = repeats or (20 if cuda else 5)
+    default_n, default_repeats, dtype = _gemm(device, dtype)
+    n = size or default_n
+    repeats = repeats or default_repeats
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     for _ in range(2):

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import io
+import pickle
 import random
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any
+import zipfile
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -26,7 +28,15 @@ from labkit.torch.data import DataPosition
 
 if TYPE_CHECKING:
     from labkit.torch.distributed import DistInfo
-    from labkit.torch.engine import Components
+
+
+class TrainingState(Protocol):
+    """What a checkpoint holds of a run (`labkit.torch.engine.Components` is one)."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    scaler: torch.amp.GradScaler
 
 
 def to_bytes(obj: Any) -> bytes:
@@ -71,7 +81,7 @@ def set_rng_state(s: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(s["cuda"])
 
 
-def snapshot(c: Components, info: DistInfo, step: int, position: DataPosition, *,
+def snapshot(c: TrainingState, info: DistInfo, step: int, position: DataPosition, *,
              copy: bool = True) -> dict[str, Any]:
     """This rank's state after `step`, one object per blob, as host copies: all that training
     must wait for, since once it returns the live tensors may change while `encode` and the
@@ -115,13 +125,13 @@ def encode(objects: dict[str, Any]) -> dict[str, bytes]:
     return {name: to_bytes(obj) for name, obj in objects.items()}
 
 
-def serialize(c: Components, info: DistInfo, step: int, position: DataPosition) -> dict[str, bytes]:
+def serialize(c: TrainingState, info: DistInfo, step: int, position: DataPosition) -> dict[str, bytes]:
     """This rank's blobs for the state after `step`, as bytes on the host (no copy first:
     `torch.save` reads the live tensors)."""
     return encode(snapshot(c, info, step, position, copy=False))
 
 
-def save(directory: str, c: Components, info: DistInfo, step: int, position: DataPosition) -> None:
+def save(directory: str, c: TrainingState, info: DistInfo, step: int, position: DataPosition) -> None:
     """Checkpoint the state after `step` (the resumed run starts at step + 1), synchronously."""
     _write_and_commit(directory, info, step, serialize(c, info, step, position))
 
@@ -141,79 +151,68 @@ def _write_and_commit(directory: str, info: DistInfo, step: int, blobs: dict[str
 
 class Saver:
     """Checkpoints for one run. A single process copies the state to host memory (training
-    stalls only for that copy) and serialises, writes and commits it in a background thread;
-    replicas of a DDP job save synchronously, since commit needs collectives. At most one save
-    is in flight, so host memory holds at most one extra copy of the state (plus its bytes while
-    they are written); `wait()` joins it and re-raises its error."""
+    stalls only for that copy) and serialises, writes and commits it in a background thread
+    (`labkit.core.checkpoint.BackgroundWrite`: one save in flight at most); replicas of a DDP job
+    save synchronously, since commit needs collectives. `wait()` joins the save in flight and
+    re-raises its error."""
 
     def __init__(self, directory: str, info: DistInfo, asynchronous: bool = True):
         self.directory = directory
         self.info = info
         self.asynchronous = asynchronous and not info.distributed
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
+        self._background = checkpoint.BackgroundWrite(directory)
 
-    def save(self, c: Components, step: int, position: DataPosition, *, wait: bool = False) -> None:
+    def save(self, c: TrainingState, step: int, position: DataPosition, *, wait: bool = False) -> None:
         self.wait()
         if not self.asynchronous or wait:
             _write_and_commit(self.directory, self.info, step, serialize(c, self.info, step, position))
             return
         objects = snapshot(c, self.info, step, position)
-
-        def run() -> None:
-            try:
-                _write_and_commit(self.directory, self.info, step, encode(objects))
-            except BaseException as e:  # noqa: BLE001 - handed to the training thread in wait()
-                self._error = e
-
-        self._thread = threading.Thread(target=run, name=f"checkpoint-step-{step}", daemon=False)
-        self._thread.start()
+        self._background.start(step, lambda: _write_and_commit(self.directory, self.info, step,
+                                                               encode(objects)))
 
     @property
     def in_flight(self) -> bool:
         """A background write has started and not finished yet."""
-        return self._thread is not None and self._thread.is_alive()
+        return self._background.in_flight
 
     def wait(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise RuntimeError(f"writing a checkpoint to {self.directory} failed: {error}") from error
+        self._background.wait()
 
 
-def restore(directory: str, c: Components, info: DistInfo) -> tuple[int, DataPosition] | None:
+# What a blob that verified against its marker but does not load raises.
+_DECODE_ERRORS = (KeyError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError,
+                  zipfile.BadZipFile)
+
+
+def restore(directory: str, c: TrainingState, info: DistInfo) -> tuple[int, DataPosition] | None:
     """Load the newest committed intact checkpoint into `c`; returns (next step, data position),
     or None when there is none. A blob that fails to deserialise counts as corrupt: the previous
     committed step is tried, with a warning."""
-    steps = checkpoint.committed_steps(directory)
-    for step in reversed(steps):
-        try:
-            ckpt = checkpoint.read_step(directory, step)
-            model = from_bytes(ckpt.files["model.pt"])
-            train = from_bytes(ckpt.files["train.pt"])
-            rng_blob = ckpt.files.get(f"rng-rank{info.rank}.pt")
-            rng = from_bytes(rng_blob) if rng_blob is not None else None
-        except (checkpoint.CheckpointError, KeyError, RuntimeError, EOFError, ValueError) as e:
-            warnings.warn(f"ignoring checkpoint step {step} in {directory}: {e}; falling back to the "
-                          "previous committed step", checkpoint.CheckpointWarning, stacklevel=2)
-            continue
-        c.model.load_state_dict(model)
-        c.optimizer.load_state_dict(train["optimizer"])
-        for group in c.optimizer.param_groups:
-            # Saved by a run under cuda_graph_step; StepGraph sets both again when it captures.
-            if isinstance(group["lr"], torch.Tensor):
-                group["lr"] = float(group["lr"])
-            group["capturable"] = False
-        c.scheduler.load_state_dict(train["scheduler"])
-        c.scaler.load_state_dict(train["scaler"])
-        if rng is not None:
-            set_rng_state(rng)
-        else:
-            warnings.warn(f"checkpoint step {step} has no RNG state for rank {info.rank} (saved with "
-                          f"{ckpt.meta.get('world_size')} replicas); continuing with seeded RNG",
-                          checkpoint.CheckpointWarning, stacklevel=2)
-        pos = train["data_position"]
-        return int(train["next_step"]), DataPosition(int(pos["epoch"]), int(pos["batch"]))
-    return None
+
+    def decode(ckpt: checkpoint.Checkpoint) -> tuple[checkpoint.Checkpoint, Any, Any, Any]:
+        rng_blob = ckpt.files.get(f"rng-rank{info.rank}.pt")
+        return (ckpt, from_bytes(ckpt.files["model.pt"]), from_bytes(ckpt.files["train.pt"]),
+                from_bytes(rng_blob) if rng_blob is not None else None)
+
+    found = checkpoint.restore(directory, decode, _DECODE_ERRORS)
+    if found is None:
+        return None
+    ckpt, model, train, rng = found
+    c.model.load_state_dict(model)
+    c.optimizer.load_state_dict(train["optimizer"])
+    for group in c.optimizer.param_groups:
+        # Saved by a run under cuda_graph_step; StepGraph sets both again when it captures.
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"] = float(group["lr"])
+        group["capturable"] = False
+    c.scheduler.load_state_dict(train["scheduler"])
+    c.scaler.load_state_dict(train["scaler"])
+    if rng is not None:
+        set_rng_state(rng)
+    else:
+        warnings.warn(f"checkpoint step {ckpt.step} has no RNG state for rank {info.rank} (saved "
+                      f"with {ckpt.meta.get('world_size')} replicas); continuing with seeded RNG",
+                      checkpoint.CheckpointWarning, stacklevel=2)
+    pos = train["data_position"]
+    return int(train["next_step"]), DataPosition(int(pos["epoch"]), int(pos["batch"]))

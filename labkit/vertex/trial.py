@@ -34,16 +34,9 @@ from typing import Any
 from labkit.core.cluster import from_env
 from labkit.core.config import ParameterError
 from labkit.core.gcs import aip_mount_paths
-from labkit.core.hypertune import TUNING_METRIC_ENV, read_reports, report_metric, reported_values
-from labkit.core.metrics import StepMetrics
+from labkit.core.hypertune import METRICS, TUNING_METRIC_ENV, report_latest
 from labkit.core.train_config import TrainConfig, from_argv, to_argv
 
-# Metrics a trial can report: a per-step value (the latest step's) or a run summary value.
-STEP_METRICS = tuple(n for n, f in StepMetrics.__dataclass_fields__.items()
-                     if f.type in ("float", "float | None", "int | None") and n != "step")
-SUMMARY_METRICS = ("first_loss", "final_loss", "median_step_time_s", "median_data_time_s",
-                   "median_samples_per_s", "median_tokens_per_s", "median_mfu", "peak_memory_bytes")
-METRICS = (*STEP_METRICS, *[m for m in SUMMARY_METRICS if m not in STEP_METRICS])
 POLL_S = 0.5
 
 
@@ -51,21 +44,6 @@ def check_metric(metric: str) -> str:
     if metric not in METRICS:
         raise ParameterError("metric", metric, f"must be a metric labkit train records: {', '.join(METRICS)}")
     return metric
-
-
-def objective(metrics: dict[str, Any], metric: str) -> tuple[int, float] | None:
-    """(step, value) of `metric` in a metrics file's content: the latest step's value for a
-    per-step metric, the summary's for a summary metric; None when not there yet."""
-    steps = metrics.get("steps") or []
-    if metric in STEP_METRICS:
-        for entry in reversed(steps):
-            if entry.get(metric) is not None:
-                return int(entry["step"]) + 1, float(entry[metric])
-        return None
-    value = (metrics.get("summary") or {}).get(metric)
-    if value is None:
-        return None
-    return (int(steps[-1]["step"]) + 1 if steps else 0), float(value)
 
 
 def trial_config(train_args: list[str], env=None) -> TrainConfig:
@@ -94,14 +72,7 @@ def _read(path: str) -> dict[str, Any] | None:
 def report_new(metrics_out: str, metric: str) -> int | None:
     """Report the metric of the newest step in `metrics_out` unless that step was reported."""
     content = _read(metrics_out)
-    found = objective(content, metric) if content else None
-    if found is None:
-        return None
-    step, value = found
-    if step in {s for s, _ in reported_values(read_reports(), metric)}:
-        return None
-    report_metric(metric, value, step)
-    return step
+    return report_latest(content, metric) if content else None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,324 @@
+"""The training loop both engines run, without torch or TensorFlow.
+
+`run(config, engine, log, start=..., role=..., throughput=...)` drives optimizer steps `start` …
+`config.steps - 1` and owns everything about them that is not framework maths:
+
+- cadence: fetch the step's input (timed: the step's data time), dispatch the step, read its
+  loss, at once or, with `read_loss_late`, once the next step is dispatched (the host never
+  waits for the device between steps);
+- the preemption drill: at `config.preempt_at` the process sends itself SIGTERM mid-step;
+- the one SIGTERM guard (`labkit.core.preemption.PreemptionGuard`): a requested stop goes into
+  the step, the engine reports the stop its processes agreed on, and every process checkpoints
+  and raises `Preempted` at that step;
+- checkpoint cadence (`CheckpointPolicy`): every `checkpoint_every` steps, after the last step
+  and on a stop; periodic saves may finish in the background, the last one and a preemption's
+  are waited for;
+- metrics (`Reporter`): loss, step and data time, samples/s, tokens/s, MFU, peak memory, LR,
+  skipped steps into the `MetricsLog`, the `on_step` callback, TensorBoard scalars and a tqdm
+  bar (main process); a loss that is NaN or infinite raises FloatingPointError naming the step;
+- the metrics file, written by this process when `role.metrics_path` is set: at each
+  checkpoint, on a stop and at the end.
+
+An engine supplies only what is framework-specific, as an `Engine` of plain callables. It
+restores its state before calling `run` (it needs the resume step to position its input) and
+passes the step to continue from as `start`.
+
+The parts are public for loops that cannot hand their steps over one at a time: the TF
+parameter-server loop (steps run in windows) and the Keras `model.fit` loop (callbacks) use
+`PreemptionGuard`, `CheckpointPolicy`, `Reporter` and `write_metrics` directly.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from labkit.core import hypertune
+from labkit.core.metrics import MetricsLog, StepMetrics
+from labkit.core.preemption import PreemptionGuard
+from labkit.core.train_config import Preempted, TrainConfig
+
+StepCallback = Callable[[int, dict[str, Any]], None]
+SCALARS = ("loss", "step_time_s", "data_time_s", "samples_per_s", "tokens_per_s", "mfu", "lr")
+
+
+@dataclass(frozen=True)
+class StepOutcome:
+    """What a finished step reports: its loss (the mean over replicas), whether the processes
+    agreed to stop after it, and whether fp16 overflow skipped its update."""
+
+    loss: float
+    stop: bool = False
+    skipped: bool = False
+
+
+def _nothing() -> None:
+    return None
+
+
+def _no_entries() -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What an engine supplies to `run`; each is called on every process.
+
+    - `next_batch()`: the input of the next step (placed where the step reads it);
+    - `run_step(batch, stop_requested)`: dispatch one optimizer step and return a handle to its
+      results without waiting for them; `stop_requested` is this process's SIGTERM flag, for
+      engines that agree on it across processes inside the step;
+    - `read_step(handle)`: the step's `StepOutcome` (may wait for the device); with several
+      processes `stop` must be the agreed flag, the same on every process;
+    - `lr(step)`: the learning rate step `step` uses (read before it is dispatched);
+    - `save(step, wait)`: checkpoint the state after `step` (None: this run keeps none); with
+      `wait=False` it may return before the write finishes;
+    - `wait_for_saves()`: join a save still in flight, re-raising its error;
+    - `peak_memory()`: peak bytes of the device (or process) so far, None if unknown;
+    - `final_run_info()`: entries for the metrics `run` section, added before its last write.
+    """
+
+    next_batch: Callable[[], Any]
+    run_step: Callable[[Any, bool], Any]
+    read_step: Callable[[Any], StepOutcome]
+    lr: Callable[[int], float]
+    save: Callable[[int, bool], None] | None = None
+    wait_for_saves: Callable[[], None] = _nothing
+    peak_memory: Callable[[], int | None] = _nothing
+    final_run_info: Callable[[], dict[str, Any]] = _no_entries
+
+
+@dataclass(frozen=True)
+class ProcessRole:
+    """Where this process sits. `is_main` (rank 0, the TF chief) shows progress and writes
+    TensorBoard; `processes > 1` means stop flags count only as the engine agreed them;
+    `metrics_path` is the file this process writes (None: none)."""
+
+    is_main: bool = True
+    processes: int = 1
+    metrics_path: str | None = None
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """What turns a step time into samples/s, tokens/s and MFU. MFU is the model FLOPs of a step
+    per second on one device, over `peak_flops`, the peak of one device (`devices` share each
+    step)."""
+
+    batch_size: int
+    tokens_per_sample: int | None = None
+    flops_per_sample: float | None = None
+    peak_flops: float | None = None
+    devices: int = 1
+
+    def rates(self, step_time: float) -> tuple[float, float | None, float | None]:
+        """(samples/s, tokens/s, MFU) of a step that took `step_time` seconds."""
+        samples = self.batch_size / step_time
+        tokens = samples * self.tokens_per_sample if self.tokens_per_sample else None
+        mfu = (samples * self.flops_per_sample / self.devices / self.peak_flops
+               if self.flops_per_sample and self.peak_flops else None)
+        return samples, tokens, mfu
+
+
+@dataclass(frozen=True)
+class CheckpointPolicy:
+    """When a run checkpoints: every `every` steps (0: never periodically), after the last step,
+    and when it stops early; only when `enabled`. Only the periodic saves may still be writing
+    when training goes on."""
+
+    steps: int
+    every: int = 0
+    enabled: bool = True
+
+    @classmethod
+    def of(cls, config: TrainConfig, enabled: bool) -> CheckpointPolicy:
+        return cls(config.steps, config.checkpoint_every, enabled)
+
+    def saves_after(self, step: int, stop: bool) -> bool:
+        if not self.enabled:
+            return False
+        return stop or step + 1 == self.steps or bool(self.every and (step + 1) % self.every == 0)
+
+    def waits_after(self, step: int, stop: bool) -> bool:
+        """The save after `step` must be finished before going on (the process is about to exit)."""
+        return stop or step + 1 == self.steps
+
+
+def shows_progress(config: TrainConfig, is_main: bool) -> bool:
+    """A progress bar on the main process, unless `config.progress` is off or LABKIT_NO_PROGRESS
+    is set."""
+    return config.progress and is_main and not os.environ.get("LABKIT_NO_PROGRESS")
+
+
+class Reporter:
+    """Turns a finished step's numbers into `StepMetrics` and reports them: the `MetricsLog`,
+    `on_step(step, row)` on every process, TensorBoard scalars (`train/<key>`) and the tqdm bar
+    on the main process. A context manager: the bar and the event file close on exit."""
+
+    def __init__(self, config: TrainConfig, throughput: Throughput, log: MetricsLog, *,
+                 is_main: bool = True, start: int = 0, on_step: StepCallback | None = None):
+        self.throughput = throughput
+        self.log = log
+        self.on_step = on_step
+        self._tensorboard_dir = config.tensorboard_dir if is_main else None
+        self._bar_settings = ((config.steps, start, f"train {config.model}")
+                              if shows_progress(config, is_main) else None)
+        self._writer = None
+        self._bar = None
+
+    def __enter__(self) -> Reporter:
+        if self._tensorboard_dir:
+            from labkit.core.scalars import ScalarWriter
+
+            self._writer = ScalarWriter(self._tensorboard_dir)
+        if self._bar_settings is not None:
+            from tqdm.auto import tqdm
+
+            total, initial, desc = self._bar_settings
+            self._bar = tqdm(total=total, initial=initial, desc=desc, unit="step")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        if self._writer is not None:
+            self._writer.close()
+
+    def record(self, step: int, loss: float, step_time: float, *, data_time: float | None = None,
+               lr: float | None = None, skipped: bool = False,
+               peak_memory: int | None = None) -> dict[str, Any]:
+        """Report one step; returns its metrics row. Raises FloatingPointError after reporting a
+        loss that is NaN or infinite."""
+        samples, tokens, mfu = self.throughput.rates(step_time)
+        row = self.log.append(StepMetrics(
+            step=step, loss=loss, step_time_s=step_time, data_time_s=data_time,
+            samples_per_s=samples, tokens_per_s=tokens, mfu=mfu, peak_memory_bytes=peak_memory,
+            lr=lr, skipped=skipped))
+        if self.on_step is not None:
+            self.on_step(step, row)
+        if self._writer is not None:
+            self._writer.add(step, {f"train/{k}": row[k] for k in SCALARS if k in row})
+        if self._bar is not None:
+            self._bar.update(1)
+            self._bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"loss is {loss} at step {step}")
+        return row
+
+
+def write_metrics(log: MetricsLog, path: str | None, final_entries: dict[str, Any] | None = None) -> None:
+    """Write the metrics file (when this process has one), with `final_entries` added to its
+    `run` section first. Inside a hyperparameter-tuning trial the trial's metric is reported
+    too, the way Vertex's tuning service reads it: one measurement per evaluation (each write
+    comes with a checkpoint or the end of the run)."""
+    if final_entries:
+        log.run.update(final_entries)
+    if path:
+        log.write(path)
+        metric = hypertune.tuning_metric()
+        if metric:
+            hypertune.report_latest(log.to_dict(), metric)
+
+
+@dataclass
+class _Dispatched:
+    """A step whose results have not been read yet."""
+
+    step: int
+    handle: Any
+    data_time: float
+    lr: float
+
+
+class _Driver:
+    """The state of one `run`: the step awaiting its read (with `read_loss_late`) and the clock."""
+
+    def __init__(self, config: TrainConfig, engine: Engine, reporter: Reporter,
+                 guard: PreemptionGuard, role: ProcessRole, read_loss_late: bool):
+        self.config, self.engine, self.reporter = config, engine, reporter
+        self.guard, self.role, self.late = guard, role, read_loss_late
+        self.save = engine.save
+        self.policy = CheckpointPolicy.of(config, enabled=self.save is not None)
+        self.waiting: _Dispatched | None = None
+        self.clock = time.perf_counter()
+
+    def step(self, step: int) -> None:
+        """Run optimizer step `step`; raises `Preempted` once it is checkpointed after a stop."""
+        if step == self.config.preempt_at:
+            self.guard.trigger()  # the drill: SIGTERM to ourselves, mid-step
+        t = time.perf_counter()
+        batch = self.engine.next_batch()
+        data_time = time.perf_counter() - t
+        lr = self.engine.lr(step)
+        dispatched = _Dispatched(step, self.engine.run_step(batch, self.guard.requested), data_time, lr)
+        if self.late:
+            self.drain()  # the previous step: its loss is ready or nearly so
+            self.waiting = dispatched
+            stop = self.guard.requested  # one process: nothing to agree on
+        else:
+            stop = self.finish(dispatched)
+        save = self.policy.saves_after(step, stop)
+        if save or stop or step + 1 == self.config.steps:
+            self.drain()
+        if save and self.save is not None:
+            self.save(step, self.policy.waits_after(step, stop))
+        if stop:
+            self.write_metrics(final=True)
+            self.guard.chain()
+            raise Preempted(step)
+        if save:
+            self.write_metrics()
+
+    def finish(self, d: _Dispatched) -> bool:
+        """Read a dispatched step, report it; returns whether to stop after it."""
+        outcome = self.engine.read_step(d.handle)
+        now = time.perf_counter()
+        step_time, self.clock = now - self.clock, now
+        self.reporter.record(d.step, outcome.loss, step_time, data_time=d.data_time, lr=d.lr,
+                             skipped=outcome.skipped, peak_memory=self.engine.peak_memory())
+        # Several processes must stop at the same step: only the agreed flag counts. A lone
+        # process also acts on a SIGTERM that arrived during the step.
+        return outcome.stop or (self.role.processes == 1 and self.guard.requested)
+
+    def drain(self) -> None:
+        if self.waiting is not None:
+            waiting, self.waiting = self.waiting, None
+            self.finish(waiting)
+
+    def write_metrics(self, final: bool = False) -> None:
+        write_metrics(self.reporter.log, self.role.metrics_path,
+                      self.engine.final_run_info() if final else None)
+
+
+def run(config: TrainConfig, engine: Engine, log: MetricsLog, *, start: int = 0,
+        role: ProcessRole | None = None, throughput: Throughput | None = None,
+        on_step: StepCallback | None = None, read_loss_late: bool = False) -> MetricsLog:
+    """Train steps `start` … `config.steps - 1` with `engine`; returns `log` (also written to
+    `role.metrics_path`). Raises `Preempted` after checkpointing when SIGTERM arrives (or at
+    `config.preempt_at`), FloatingPointError when a loss is NaN or infinite. `read_loss_late`
+    (one process only) reads each step's results once the next step is dispatched, so
+    `on_step` sees a step one step later."""
+    if read_loss_late and role is not None and role.processes > 1:
+        raise ValueError("read_loss_late needs a single process: replicas agree on each step's "
+                         "stop flag before the next step")
+    role = role or ProcessRole()
+    log.run["resumed_from_step"] = start - 1 if start else None
+    throughput = throughput or Throughput(config.batch_size)
+    try:
+        with PreemptionGuard() as guard, Reporter(config, throughput, log, is_main=role.is_main,
+                                                  start=start, on_step=on_step) as reporter:
+            driver = _Driver(config, engine, reporter, guard, role, read_loss_late)
+            try:
+                for step in range(start, config.steps):
+                    driver.step(step)
+            except FloatingPointError:
+                driver.write_metrics(final=True)  # the file shows the step that diverged
+                raise
+    finally:
+        engine.wait_for_saves()
+    driver.write_metrics(final=True)
+    return log
