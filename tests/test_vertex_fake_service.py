@@ -185,3 +185,59 @@ def test_the_vertex_job_recipe_sends_pools_spot_reduction_server_and_its_command
     # what the client library put on the wire: enums as numbers, camelCase, int64 as strings
     posted = next(q.body for q in fake.requests if q.method == "POST")
     assert json.dumps(posted["jobSpec"]["scheduling"]) == '{"restartJobOnWorkerRestart": true, "strategy": 4}'
+
+
+def _submit(spec, fake, tmp_path, **kw):
+    from fsspec.implementations.dirfs import DirFileSystem
+    from fsspec.implementations.local import LocalFileSystem
+
+    return vertex.submit(spec, display_name=kw.pop("display_name", "labkit-test"), project="p",
+                         region="us-central1", bucket="gs://bucket", endpoint=fake.endpoint,
+                         env={"HOME": str(tmp_path)},
+                         filesystem=DirFileSystem(str(tmp_path / "gcs"), LocalFileSystem()), **kw)
+
+
+@pytest.mark.parametrize("kind", ["custom", "tuning"])
+def test_submit_then_poll_until_it_succeeds(kind, fake, tmp_path):
+    """`submit` creates a CustomJob or a HyperparameterTuningJob; `job_state` and `wait` follow
+    it through the states the service reports."""
+    config = TrainConfig(model="cnn", steps=5)
+    if kind == "custom":
+        spec = vertex.training_job(config, output_uri="gs://bucket/run")
+    else:
+        spec = vertex.tuning_job(config, output_uri="gs://bucket/study", metric="loss", goal="MINIMIZE",
+                                 parameters={"lr": ("log", 1e-4, 1e-2), "batch_size": [16, 32]},
+                                 max_trial_count=4, parallel_trial_count=2)
+    job = _submit(spec, fake, tmp_path)
+    collection = "customJobs" if kind == "custom" else "hyperparameterTuningJobs"
+    assert f"/{collection}/" in job.name and job.state.name == "JOB_STATE_PENDING"
+    arrived = fake.created(collection)[0]
+    assert arrived["display_name"] == "labkit-test"
+    if kind == "tuning":
+        assert int(arrived["max_trial_count"]) == 4 and int(arrived["parallel_trial_count"]) == 2
+        assert {p["parameter_id"] for p in arrived["study_spec"]["parameters"]} == {"lr", "batch-size"}  # flag names
+    states = []
+    final = vertex.wait(job.name, poll_s=0.0, timeout_s=30, on_state=states.append, endpoint=fake.endpoint)
+    assert final.state.name == "JOB_STATE_SUCCEEDED" and states[-1] == "JOB_STATE_SUCCEEDED"
+    assert vertex.job_state(job.name, endpoint=fake.endpoint) == "JOB_STATE_SUCCEEDED"
+
+
+@pytest.mark.parametrize("kind", ["custom", "tuning"])
+def test_cancel_a_running_job(kind, tmp_path):
+    with FakeVertex(polls_per_state=100) as fake:  # stays RUNNING long enough to cancel
+        config = TrainConfig(model="cnn", steps=5)
+        spec = (vertex.training_job(config, output_uri="gs://bucket/run") if kind == "custom" else
+                vertex.tuning_job(config, output_uri="gs://bucket/study", metric="loss", goal="MINIMIZE",
+                                  parameters={"lr": ("log", 1e-4, 1e-2)}, max_trial_count=2,
+                                  parallel_trial_count=1))
+        job = _submit(spec, fake, tmp_path)
+        vertex.cancel(job.name, endpoint=fake.endpoint)
+        final = vertex.wait(job.name, poll_s=0.0, timeout_s=30, endpoint=fake.endpoint)
+        assert final.state.name == "JOB_STATE_CANCELLED"
+        with pytest.raises(exceptions.GoogleAPICallError):  # an ended job cannot be cancelled
+            vertex.cancel(job.name, endpoint=fake.endpoint)
+
+
+def test_a_job_name_that_is_no_job_is_refused_naming_it():
+    with pytest.raises(ValueError, match="projects/p/locations/r/models/1"):
+        vertex.job_state("projects/p/locations/r/models/1", endpoint="http://127.0.0.1:9")

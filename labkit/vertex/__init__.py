@@ -27,7 +27,19 @@ from labkit.vertex.specs import (
     training_job,
     validate,
 )
-from labkit.vertex.submit import DryRun, Preflight, VertexNotConfigured, dry_run, preflight, submit
+from labkit.vertex.submit import (
+    DryRun,
+    Preflight,
+    VertexNotConfigured,
+    cancel,
+    dry_run,
+    get_job,
+    job_service_client,
+    job_state,
+    preflight,
+    submit,
+    wait,
+)
 from labkit.vertex.tuning import (
     StudyCost,
     TrialRecord,
@@ -46,5 +58,5 @@ __all__ = [
     "estimate_cost", "gcs_fuse_path", "labkit_container", "labkit_image", "notebook_job",
     "preflight", "reduction_server_pool", "replica_envs", "run_local", "run_local_tuning",
     "study_cost", "study_summary", "submit", "to_rest_json", "training_job", "tuning_job",
-    "validate", "validate_tuning_job",
+    "validate", "validate_tuning_job", "cancel", "get_job", "job_service_client", "job_state", "wait",
 ]

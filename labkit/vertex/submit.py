@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import tarfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from labkit.core import gcp
 from labkit.core.frameworks import has_aiplatform, missing_reason
 from labkit.vertex.pricing import CostEstimate, estimate_cost
 from labkit.vertex.specs import to_rest_json, validate
+from labkit.vertex.tuning import validate_tuning_job
 
 
 class VertexNotConfigured(RuntimeError):
@@ -149,11 +151,24 @@ def job_service_client(*, region: str | None = None, endpoint: str | None = None
                                           client_options={"api_endpoint": endpoint})
 
 
+def is_tuning_job(spec: Mapping[str, Any]) -> bool:
+    """Whether `spec` is a HyperparameterTuningJob (`labkit.vertex.tuning_job`) rather than a
+    CustomJobSpec."""
+    return "trial_job_spec" in spec
+
+
+def _job_spec(spec: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The CustomJobSpec a job runs: the spec itself, or a tuning job's trial job."""
+    return spec["trial_job_spec"] if is_tuning_job(spec) else spec
+
+
 def submit(spec: Mapping[str, Any], *, display_name: str, notebook: str | None = None,
            env: Mapping[str, str] | None = None, project: str | None = None,
            region: str | None = None, bucket: str | None = None, endpoint: str | None = None,
            credentials: Any = None, filesystem: Any = None):
-    """Create the CustomJob on Vertex AI; returns the created job resource (aiplatform_v1).
+    """Create the job on Vertex AI: a CustomJob for a CustomJobSpec dict (`custom_job_spec`,
+    `notebook_job`, `training_job`), a HyperparameterTuningJob for a `tuning_job` dict. Returns
+    the created resource (aiplatform_v1); follow it with `job_state`, `wait` and `cancel`.
 
     `notebook`: the local notebook a `notebook_job` spec reads from ``<output_uri>/inputs/``;
     it is uploaded first, with the labkit source archive when the spec pip-installs it.
@@ -168,16 +183,21 @@ def submit(spec: Mapping[str, Any], *, display_name: str, notebook: str | None =
     check = preflight(env, project=project, region=region, bucket=bucket, credentials=credentials)
     if not check.ready:
         raise VertexNotConfigured(check.missing)
-    validate(spec)
+    tuning = is_tuning_job(spec)
+    if tuning:
+        validate_tuning_job(spec)
+    else:
+        validate(spec)
     from google.cloud import aiplatform_v1
 
     ctx = check.context
-    base = (spec.get("base_output_directory") or {}).get("output_uri_prefix", "").rstrip("/")
+    job_spec = _job_spec(spec)
+    base = (job_spec.get("base_output_directory") or {}).get("output_uri_prefix", "").rstrip("/")
     uploads = {}
     if notebook and base:
         uploads[f"{base}/inputs/{Path(notebook).name}"] = Path(notebook).read_bytes()
     if base and any(f"{base}/inputs/labkit.tar.gz".replace("gs://", "/gcs/") in str(p)
-                    for p in spec.get("worker_pool_specs", [])):
+                    for p in job_spec.get("worker_pool_specs", [])):
         uploads[f"{base}/inputs/labkit.tar.gz"] = source_archive()
     if uploads:
         if filesystem is None:
@@ -191,6 +211,70 @@ def submit(spec: Mapping[str, Any], *, display_name: str, notebook: str | None =
         for uri, data in uploads.items():
             _upload(filesystem, uri, data)
     client = job_service_client(region=ctx.region, endpoint=endpoint, credentials=credentials)
+    parent = f"projects/{ctx.project}/locations/{ctx.region}"
+    if tuning:
+        job = aiplatform_v1.HyperparameterTuningJob(**{**spec, "display_name": display_name})
+        return client.create_hyperparameter_tuning_job(parent=parent, hyperparameter_tuning_job=job)
     job = aiplatform_v1.CustomJob(display_name=display_name, job_spec=aiplatform_v1.CustomJobSpec(**spec))
-    return client.create_custom_job(parent=f"projects/{ctx.project}/locations/{ctx.region}",
-                                    custom_job=job)
+    return client.create_custom_job(parent=parent, custom_job=job)
+
+
+# ---------------------------------------------------------------- following a submitted job
+
+FINAL_STATES = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED")
+
+
+def _region_of(name: str) -> str:
+    """`projects/p/locations/us-central1/customJobs/1` -> `us-central1`."""
+    parts = name.split("/")
+    if len(parts) < 6 or parts[0] != "projects" or parts[2] != "locations":
+        raise ValueError(f"job name {name!r} is not projects/P/locations/R/<kind>/ID")
+    return parts[3]
+
+
+def _calls(name: str) -> tuple[str, str]:
+    """The JobService get and cancel methods for a job's resource name."""
+    if "/hyperparameterTuningJobs/" in name:
+        return "get_hyperparameter_tuning_job", "cancel_hyperparameter_tuning_job"
+    if "/customJobs/" in name:
+        return "get_custom_job", "cancel_custom_job"
+    raise ValueError(f"job name {name!r} names neither a customJobs nor a hyperparameterTuningJobs resource")
+
+
+def get_job(name: str, *, endpoint: str | None = None, credentials: Any = None):
+    """The job resource named `name` (CustomJob or HyperparameterTuningJob), as Vertex has it now."""
+    get, _ = _calls(name)
+    client = job_service_client(region=_region_of(name), endpoint=endpoint, credentials=credentials)
+    return getattr(client, get)(name=name)
+
+
+def job_state(name: str, **connection: Any) -> str:
+    """The job's state name now, e.g. ``JOB_STATE_RUNNING``."""
+    return get_job(name, **connection).state.name
+
+
+def cancel(name: str, *, endpoint: str | None = None, credentials: Any = None) -> None:
+    """Ask Vertex to cancel the job (it moves through JOB_STATE_CANCELLING to CANCELLED; a job
+    that already ended cannot be cancelled and the service says so)."""
+    _, cancel_call = _calls(name)
+    client = job_service_client(region=_region_of(name), endpoint=endpoint, credentials=credentials)
+    getattr(client, cancel_call)(name=name)
+
+
+def wait(name: str, *, poll_s: float = 30.0, timeout_s: float = 24 * 3600.0,
+         on_state: Any = None, **connection: Any):
+    """Poll the job until it reaches a final state; returns the job resource. `on_state(state)`
+    is called whenever the state changes. Raises TimeoutError naming the job and its last state."""
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while True:
+        job = get_job(name, **connection)
+        state = job.state.name
+        if state != last and on_state is not None:
+            on_state(state)
+        last = state
+        if state in FINAL_STATES:
+            return job
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name}: still {state} after {timeout_s:.0f} s")
+        time.sleep(poll_s)
