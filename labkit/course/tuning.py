@@ -1,0 +1,95 @@
+"""Notebook 11's presentation of a hyperparameter study: the metric against each tuned value,
+the study's cost on Spot against on-demand, and sentences computed from the trial records that
+`labkit.vertex.run_local_tuning` returns."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from labkit.course.plots import finish, new_figure
+from labkit.vertex.tuning import StudyCost, StudySummary, TrialRecord
+
+
+def plot_study(records: Sequence[TrialRecord], parameter: str, *, metric: str = "loss",
+               log_x: bool = True, path=None):
+    """The last reported metric of every trial against one tuned parameter; trials stopped
+    early are marked apart (their metric is from before they would have finished)."""
+    fig, ax = new_figure((6.5, 3.8))
+    for state, marker, label in (("SUCCEEDED", "o", "finished"), ("STOPPED", "x", "stopped early"),
+                                 ("FAILED", "s", "failed")):
+        chosen = [r for r in records if r.state == state and r.metric is not None]
+        if chosen:
+            ax.scatter([float(r.parameters[parameter]) for r in chosen], [r.metric for r in chosen],
+                       marker=marker, label=f"{label} ({len(chosen)})")
+    if log_x:
+        ax.set_xscale("log")
+    ax.set_xlabel(parameter)
+    ax.set_ylabel(f"{metric} (last report)")
+    ax.set_title(f"{len(records)} trials")
+    ax.legend()
+    return finish(fig, path)
+
+
+def cost_rows(spot: StudyCost, on_demand: StudyCost) -> list[dict[str, Any]]:
+    """The study's trial-hours priced both ways."""
+    return [{"pricing": "Spot" if c.spot else "on-demand", "usd_per_hour": c.usd_per_hour,
+             "trial_minutes": c.trial_hours * 60, "total_usd": c.total_usd} for c in (on_demand, spot)]
+
+
+def conclusions(summary: StudySummary, records: Sequence[TrialRecord], spot: StudyCost,
+                on_demand: StudyCost, parameters: Mapping[str, Any]) -> list[str]:
+    """Sentences from this study's records and costs (nothing typed in)."""
+    out = []
+    best = summary.best
+    if best is None:
+        out.append("No trial finished, so the study has no best configuration.")
+    else:
+        values = ", ".join(f"{k}={_fmt(v)}" for k, v in best.parameters.items())
+        out.append(f"Best of {len(records)} trials: trial {best.trial_id} ({values}), metric "
+                   f"{best.metric:.4f} at its last report.")
+        finished = sorted(r.metric for r in records if r.state == "SUCCEEDED" and r.metric is not None)
+        if len(finished) > 1:
+            spread = (finished[-1] - finished[0]) / abs(finished[0]) if finished[0] else math.inf
+            out.append(f"The finished trials ended between {finished[0]:.4f} and {finished[-1]:.4f} "
+                       f"({spread:.1%} apart): that is how much {', '.join(parameters)} moved the "
+                       f"metric in runs this short.")
+    stopped = [r for r in records if r.early_stopped]
+    if stopped:
+        saved = sum(r.seconds for r in stopped)
+        out.append(f"{len(stopped)} trial(s) were stopped early by the median rule after {saved:.0f} s "
+                   f"in all, instead of running to the end.")
+    if on_demand.total_usd > 0:
+        out.append(f"On Spot the study's trial time costs ${spot.total_usd:,.4f} instead of "
+                   f"${on_demand.total_usd:,.4f} on demand ({1 - spot.total_usd / on_demand.total_usd:.0%} "
+                   f"less), at the trial machine's catalog prices, for the trial times measured here.")
+    return out
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float) and value and (abs(value) < 1e-2 or abs(value) >= 1e4):
+        return f"{value:.2e}"
+    return f"{value:.4g}" if isinstance(value, float) and math.isfinite(value) else str(value)
+
+
+def submit_or_preview(spec: Mapping[str, Any], display_name: str) -> str:
+    """Submit `spec` (a `vertex.tuning_job` dict) when this environment can (project, region,
+    bucket, credentials); otherwise send the same request to a local stand-in of the Vertex
+    JobService (`labkit.vertex.fake_service.FakeVertex`) and say what it received. Returns one
+    line either way."""
+    from labkit import vertex
+    from labkit.vertex.fake_service import FakeVertex
+
+    if vertex.preflight().ready:
+        return f"submitted: {vertex.submit(spec, display_name=display_name).name}"
+    with FakeVertex() as fake:
+        job = vertex.submit(spec, display_name=display_name, project="my-project", region="us-central1",
+                            bucket="gs://my-bucket", endpoint=fake.endpoint)
+        arrived = fake.created("hyperparameterTuningJobs")[0]
+        final = vertex.wait(job.name, poll_s=0, timeout_s=30, endpoint=fake.endpoint)
+    metric = arrived["study_spec"]["metrics"][0]
+    return (f"not configured to submit, so the request went to a local stand-in of the Vertex "
+            f"JobService, which received {arrived['display_name']!r}: {int(arrived['max_trial_count'])} "
+            f"trials, {int(arrived['parallel_trial_count'])} in parallel, metric {metric['metric_id']} "
+            f"({metric['goal']}); state after polling: {final.state.name}")

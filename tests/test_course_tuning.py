@@ -1,0 +1,53 @@
+"""Notebook 11's presentation of a study: sentences and cost rows computed from trial records."""
+
+from __future__ import annotations
+
+from labkit.course import tuning
+from labkit.vertex.tuning import StudyCost, TrialRecord, study_summary
+
+
+def _records():
+    return [TrialRecord("1", {"lr": 1e-3, "batch_size": 32.0}, 2.10, "SUCCEEDED", 10.0),
+            TrialRecord("2", {"lr": 3e-2, "batch_size": 16.0}, 2.60, "STOPPED", 4.0),
+            TrialRecord("3", {"lr": 3e-4, "batch_size": 64.0}, 2.31, "SUCCEEDED", 12.0)]
+
+
+def _cost(spot: bool, rate: float) -> StudyCost:
+    hours = 26.0 / 3600
+    return StudyCost(spot, rate, hours, hours * rate, {}, [], [])
+
+
+def test_conclusions_come_from_the_records_and_prices():
+    records = _records()
+    text = "\n".join(tuning.conclusions(study_summary(records), records, _cost(True, 0.2), _cost(False, 0.5),
+                                        ["lr", "batch_size"]))
+    assert "trial 1 (lr=1.00e-03, batch_size=32)" in text and "2.1000" in text
+    assert "between 2.1000 and 2.3100 (10.0% apart)" in text
+    assert "1 trial(s) were stopped early" in text and "after 4 s" in text
+    assert "(60% less)" in text
+
+
+def test_a_study_with_no_finished_trial_says_so():
+    records = [TrialRecord("1", {"lr": 1e-3}, None, "FAILED", 1.0)]
+    text = tuning.conclusions(study_summary(records), records, _cost(True, 0.2), _cost(False, 0.5), ["lr"])
+    assert text[0] == "No trial finished, so the study has no best configuration."
+
+
+def test_cost_rows_and_plot(tmp_path):
+    rows = tuning.cost_rows(_cost(True, 0.2), _cost(False, 0.5))
+    assert [r["pricing"] for r in rows] == ["on-demand", "Spot"]
+    fig = tuning.plot_study(_records(), "lr", path=tmp_path / "study.png")
+    assert (tmp_path / "study.png").stat().st_size > 0 and len(fig.axes[0].collections) == 2
+
+
+def test_without_a_cloud_the_request_goes_to_the_local_stand_in(monkeypatch, tmp_path):
+    from labkit import vertex
+    from labkit.core.train_config import TrainConfig
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # no gcloud configuration
+    for name in ("GOOGLE_CLOUD_PROJECT", "GOOGLE_CLOUD_REGION", "LABKIT_BUCKET", "GOOGLE_APPLICATION_CREDENTIALS"):
+        monkeypatch.delenv(name, raising=False)
+    spec = vertex.tuning_job(TrainConfig(steps=3), output_uri="gs://b/s", metric="loss", goal="minimize",
+                             parameters={"lr": ("log", 1e-4, 1e-2)}, max_trial_count=3, parallel_trial_count=1)
+    line = tuning.submit_or_preview(spec, "t")
+    assert "local stand-in" in line and "3 trials, 1 in parallel" in line and "JOB_STATE_SUCCEEDED" in line
