@@ -194,13 +194,19 @@ def make_loader(paths, read: ReadConfig | None = None, loader: LoaderConfig | No
                   "persistent_workers": loader.persistent_workers,
                   "multiprocessing_context": loader.multiprocessing_context}
     if loader.mechanism == "batch":
+        # The dataset already yields batches of tensors: nothing for the loader to convert.
         return DataLoader(dataset, batch_size=None, num_workers=loader.num_workers,
-                          pin_memory=loader.pin_memory, **kwargs)
+                          pin_memory=loader.pin_memory, collate_fn=_as_is, **kwargs)
     return DataLoader(dataset, batch_size=read.batch_size, drop_last=read.drop_remainder,
                       num_workers=loader.num_workers, pin_memory=loader.pin_memory, **kwargs)
 
 
 _END = object()
+
+
+def _as_is(batch):
+    """The collate function of a dataset that yields whole batches (module level: picklable)."""
+    return batch
 
 
 class ThreadedLoader:
