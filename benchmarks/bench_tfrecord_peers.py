@@ -2,6 +2,7 @@
 
     python benchmarks/bench_tfrecord_peers.py                  # 5 alternating runs, both sizes
     python benchmarks/bench_tfrecord_peers.py --runs 7 --json benchmarks/results/DATE-cpu-tfrecord-peers.json
+    python benchmarks/bench_tfrecord_peers.py --baseline /path/to/older/checkout   # + labkit then vs now
 
 Peers: tf.data's `TFRecordDataset` (verifies CRCs), the `tfrecord` package from PyPI (reads
 without checking any CRC; `pip install tfrecord`, in the `dev` extra) and the machine itself (a
@@ -12,7 +13,9 @@ pass each per run, the order rotated every run, so a noisy neighbour hurts all o
 Reported: the median GB/s over the runs and the spread (min-max).
 
 The shards: `--shards` files of `tf.train.Example` records (`index`, `label`, `image` bytes),
-about 100 KB and about 1 KB per record, uncompressed and GZIP. GB/s is always bytes of the
+about 100 KB and about 1 KB per record, uncompressed and GZIP. Pixels are random values in
+0..15 (GZIP halves them, as it does raw pixels of natural images), from a pool of images large
+enough that no image repeats within GZIP's 32 KB window. GB/s is always bytes of the
 uncompressed record stream per second, so plain and GZIP rows compare directly. All files are
 read from the page cache (every reader warms up with one untimed pass).
 
@@ -40,16 +43,17 @@ from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+if "--serve" not in sys.argv:  # a reader process imports labkit from its PYTHONPATH (here or a baseline)
+    sys.path.insert(0, str(REPO))
 
 SIZES = {"100KB": 182, "1KB": 18}  # image side: 182x182x3 = 99,372 B, 18x18x3 = 972 B per record
 BATCH = 64
-PIECE = 256 << 10  # the ceiling rows read and checksum 256 KiB at a time (fits in L2)
+PIECE = 512 << 10  # the ceiling rows read and checksum 512 KiB at a time, as labkit reads
 
 # reader name -> (group, framework the process imports, compression)
 READERS = {
-    "read() only, 256 KiB pieces": ("ceiling", None, ""),
-    "crc32c only, 256 KiB pieces in memory": ("ceiling", None, ""),
+    "read() only, 512 KiB pieces": ("ceiling", None, ""),
+    "crc32c only, 512 KiB pieces in memory": ("ceiling", None, ""),
     "read() + crc32c of each piece": ("ceiling", None, ""),
     "labkit iter_views (CRC verified)": ("records", None, ""),
     "labkit read_records (CRC verified)": ("records", None, ""),
@@ -65,6 +69,7 @@ READERS = {
     "GZIP: tfrecord pkg tfrecord_iterator (no CRC)": ("records", "tfrecord", "GZIP"),
     "GZIP: tf.data TFRecordDataset, batch 64, 2 reads": ("records", "tf", "GZIP"),
     "GZIP: labkit make_loader, in-process": ("DataLoader", "torch", "GZIP"),
+    "GZIP: labkit make_loader, 2 workers": ("DataLoader", "torch", "GZIP"),
     "GZIP: tf.data parse_example pipeline, AUTOTUNE": ("DataLoader", "tf", "GZIP"),
 }
 
@@ -80,6 +85,7 @@ RATIOS = [
     ("GZIP: labkit iter_views", "GZIP: tf.data TFRecordDataset, batch 64, 2 reads"),
     ("GZIP: labkit iter_views", "GZIP: tfrecord pkg tfrecord_iterator (no CRC)"),
     ("GZIP: labkit make_loader, in-process", "GZIP: tf.data parse_example pipeline, AUTOTUNE"),
+    ("GZIP: labkit make_loader, 2 workers", "GZIP: tf.data parse_example pipeline, AUTOTUNE"),
 ]
 
 
@@ -197,6 +203,10 @@ def _ceiling_pass(name: str, files: list[str]):
     return read
 
 
+def _spec(name: str) -> tuple[str, str | None, str]:
+    return READERS[name.removeprefix(BASELINE)]
+
+
 def serve(name: str, shard_dir: str, size: str) -> int:
     """One reader: build it, warm it up, then time one pass per line read from stdin."""
     group, framework, comp = READERS[name]
@@ -232,12 +242,13 @@ def write_shards(out: Path, size: str, total_mb: int, shards: int) -> dict:
     from labkit.data.shards import write_shards as write
 
     side = SIZES[size]
-    image = np.random.default_rng(0).integers(0, 256, (side, side, 3), dtype=np.uint8)
-    record = len(image_example(0, image, 0)) + 16
+    pool = np.random.default_rng(0).integers(0, 16, (max(64, 2 * 32_768 // (3 * side * side)), side, side, 3),
+                                             dtype=np.uint8)
+    record = len(image_example(0, pool[0], 0)) + 16
     n = shards * max(1, total_mb * 1_000_000 // record // shards)
     info = {}
     for comp, sub in (("", "plain"), ("GZIP", "gzip")):
-        s = write(out / sub, n, lambda i: image_example(i, image, i % 10),
+        s = write(out / sub, n, lambda i: image_example(i, pool[i % len(pool)], i % 10),
                   ShardConfig(records_per_shard=n // shards, compression=comp or None), kind="images")
         info[sub] = {"dir": str(out / sub), "files": len(s.paths),
                      "bytes_on_disk": sum(os.path.getsize(p) for p in s.paths)}
@@ -258,6 +269,18 @@ def _version(dist: str) -> str | None:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
+
+
+def _git_describe(path: str) -> str:
+    """The commit of a checkout ("abc1234 subject"), else the folder's name (never a full path)."""
+    try:
+        r = subprocess.run(["git", "-C", path, "log", "-1", "--format=%h %s"], capture_output=True, text=True,
+                           timeout=10)
+        if r.returncode == 0 and r.stdout.strip():
+            return r.stdout.strip()[:80]
+    except OSError:
+        pass
+    return Path(path).name
 
 
 def _cpu_model() -> str:
@@ -281,11 +304,17 @@ def _available(framework: str | None) -> bool:
     return _version(dist) is not None
 
 
-def start(name: str, shard_dir: str, size: str) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+BASELINE = "baseline: "
+
+
+def start(name: str, shard_dir: str, size: str, baseline: str | None) -> subprocess.Popen:
+    """A reader process. A `BASELINE` reader runs the same code with labkit imported from the
+    baseline checkout (this script itself always comes from this checkout)."""
+    code = baseline if name.startswith(BASELINE) else str(REPO)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([code, os.environ.get("PYTHONPATH", "")]),
                TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.Popen([sys.executable, __file__, "--serve", name, "--dir", shard_dir, "--size", size],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen([sys.executable, __file__, "--serve", name.removeprefix(BASELINE), "--dir", shard_dir,
+                             "--size", size], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
 
 def _reply(proc: subprocess.Popen, name: str) -> dict:
@@ -295,12 +324,12 @@ def _reply(proc: subprocess.Popen, name: str) -> dict:
     return json.loads(line)
 
 
-def bench_size(size: str, info: dict, names: list[str], runs: int) -> dict:
+def bench_size(size: str, info: dict, names: list[str], runs: int, baseline: str | None) -> dict:
     procs = {}
     try:
         for name in names:  # start and warm up one at a time, so warm-ups do not overlap
-            comp = READERS[name][2]
-            procs[name] = start(name, info["gzip" if comp else "plain"]["dir"], size)
+            comp = _spec(name)[2]
+            procs[name] = start(name, info["gzip" if comp else "plain"]["dir"], size, baseline)
             _reply(procs[name], name)
         seconds: dict[str, list[float]] = {n: [] for n in names}
         for r in range(runs):
@@ -309,7 +338,7 @@ def bench_size(size: str, info: dict, names: list[str], runs: int) -> dict:
                 procs[name].stdin.write("run\n")
                 procs[name].stdin.flush()
                 out = _reply(procs[name], name)
-                if READERS[name][0] != "ceiling" and out["records"] != info["records"]:
+                if _spec(name)[0] != "ceiling" and out["records"] != info["records"]:
                     raise RuntimeError(f"{name} delivered {out['records']} records, not {info['records']}")
                 seconds[name].append(out["seconds"])
     finally:
@@ -322,7 +351,7 @@ def bench_size(size: str, info: dict, names: list[str], runs: int) -> dict:
     rows = {}
     for name, ts in seconds.items():
         rates = [info["stream_bytes"] / t / 1e9 for t in ts]
-        rows[name] = {"group": READERS[name][0], "gb_per_s": rates, "median_gb_per_s": statistics.median(rates),
+        rows[name] = {"group": _spec(name)[0], "gb_per_s": rates, "median_gb_per_s": statistics.median(rates),
                       "min_gb_per_s": min(rates), "max_gb_per_s": max(rates),
                       "median_records_per_s": info["records"] / statistics.median(ts)}
     return rows
@@ -341,7 +370,8 @@ def report(results: dict) -> str:
             lines.append(f"| {name:60s} | {row['median_gb_per_s']:.2f} | {row['min_gb_per_s']:.2f}-"
                          f"{row['max_gb_per_s']:.2f} | {row['median_records_per_s']:,.0f} |")
         lines.append("ratios of medians:")
-        for a, b in RATIOS:
+        pairs = RATIOS + [(n.removeprefix(BASELINE), n) for n in r["rows"] if n.startswith(BASELINE)]
+        for a, b in pairs:
             if a in r["rows"] and b in r["rows"]:
                 ratio = r["rows"][a]["median_gb_per_s"] / r["rows"][b]["median_gb_per_s"]
                 lines.append(f"  {a} / {b}: {ratio:.2f}x")
@@ -357,6 +387,7 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", default="100KB,1KB")
     p.add_argument("--only", default="", help="comma-separated substrings: run only matching readers")
     p.add_argument("--json", help="write the results file here")
+    p.add_argument("--baseline", help="a checkout of another labkit version: its readers run too, alternating")
     p.add_argument("--serve", help=argparse.SUPPRESS)
     p.add_argument("--dir", help=argparse.SUPPRESS)
     p.add_argument("--size", help=argparse.SUPPRESS)
@@ -365,16 +396,24 @@ def main(argv=None) -> int:
         return serve(a.serve, a.dir, a.size)
     if a.runs < 1 or a.shards < 1:
         p.error("--runs and --shards must be >= 1")
-    names = [n for n in READERS if _available(READERS[n][1])
-             and (not a.only or any(s.strip() in n for s in a.only.split(",")))]
-    skipped = [n for n in READERS if n not in names]
+    selected = [n for n in READERS if not a.only or any(s.strip() in n for s in a.only.split(","))]
+    names = [n for n in selected if _available(READERS[n][1])]
+    skipped = [n for n in selected if n not in names]
+    if a.baseline:
+        a.baseline = str(Path(a.baseline).resolve())
+        names = [m for n in names for m in ([n, BASELINE + n] if _spec(n)[0] != "ceiling" and _spec(n)[1] in (None, "torch")
+                                             else [n])]
+    args = list(argv if argv is not None else sys.argv[1:])
+    if a.baseline:  # the results name the baseline by its commit, not by where it sat on this machine
+        args = [Path(x).name if x == a.baseline or x.startswith("--baseline=") else x for x in args]
     results = {
-        "command": "python benchmarks/bench_tfrecord_peers.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "command": "python benchmarks/bench_tfrecord_peers.py " + shlex.join(args),
         "date": time.strftime("%Y-%m-%d %H:%M"),
         "device": {"cpu": _cpu_model(), "cores": os.cpu_count(), "kernel": platform.release()},
         "versions": {"python": platform.python_version(),
                      **{d: _version(d) for d in ("numpy", "crc32c", "torch", "tensorflow", "tensorflow-cpu",
                                                  "tfrecord", "protobuf")}},
+        "baseline": a.baseline and _git_describe(a.baseline), "this_checkout": _git_describe(str(REPO)),
         "runs": a.runs, "batch": BATCH, "skipped": skipped, "load_before": os.getloadavg()[0], "sizes": {},
     }
     with tempfile.TemporaryDirectory(prefix="bench_tfrecord-") as d:
@@ -383,7 +422,7 @@ def main(argv=None) -> int:
             info = write_shards(Path(d) / size, size, mb, a.shards)
             print(f"{size}: {info['records']:,} records written; timing {len(names)} readers x {a.runs} runs",
                   flush=True)
-            results["sizes"][size] = {"shards": info, "rows": bench_size(size, info, names, a.runs)}
+            results["sizes"][size] = {"shards": info, "rows": bench_size(size, info, names, a.runs, a.baseline)}
     results["load_after"] = os.getloadavg()[0]
     print(f"{results['device']['cpu']}, {results['device']['cores']} cores; load average "
           f"{results['load_before']:.1f} before / {results['load_after']:.1f} after; {results['date']}")

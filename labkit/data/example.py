@@ -10,7 +10,9 @@ pipelines are read by the torch path. Only the subset Example needs is implement
     *List     { repeated ... value = 1; }                # packed for floats and ints
 
 Decoding returns bytes features as memoryviews into the record (no copy), so an image is copied
-once, straight into its batch array. Large arrays travel as one bytes feature (raw little-endian
+once, straight into its batch array. `example_layout` records where the values of one record
+sit, so records of the same schema are then read at known offsets without walking their fields
+(`labkit.data.reader` decodes whole runs of records that way). Large arrays travel as one bytes feature (raw little-endian
 values), which both NumPy (`frombuffer`) and TensorFlow (`tf.io.decode_raw`) read at memory speed.
 """
 
