@@ -418,3 +418,38 @@ def test_huge_corrupt_length_without_verification_does_not_allocate_it(tmp_path)
     path.write_bytes(bytes(raw))
     with pytest.raises(CorruptRecordError, match="truncated"):
         list(read_records(path, verify=False))
+
+
+def test_gzip_member_boundary_on_a_read_boundary(tmp_path):
+    # a stream whose reads end exactly where a GZIP member ends: the next member still counts
+    a, b = tmp_path / "a.gz", tmp_path / "b.gz"
+    write_records(a, [b"one", b"two"], compression="GZIP")
+    write_records(b, [b"three"], compression="GZIP")
+
+    class MemberPerRead:
+        def __init__(self, _path):
+            self.parts = [a.read_bytes(), b.read_bytes()]
+
+        def read(self, n=-1):
+            return self.parts.pop(0) if self.parts else b""
+
+        def close(self):
+            pass
+
+    assert list(read_records(a, "GZIP", opener=MemberPerRead)) == [b"one", b"two", b"three"]
+
+
+def test_storage_errors_surface_as_themselves(tmp_path):
+    path = tmp_path / "r.tfrecord"
+    write_records(path, [b"abc"])
+
+    class Failing:
+        def readinto(self, view):
+            raise OSError(5, "Input/output error")
+
+        def close(self):
+            pass
+
+    with pytest.raises(OSError, match="Input/output error") as e:
+        list(read_records(path, opener=lambda p: Failing()))
+    assert not isinstance(e.value, CorruptRecordError)

@@ -247,8 +247,10 @@ class _Inflater:
     def readinto(self, view) -> int:
         while self._pos >= len(self._out):
             if self._z.eof:
-                rest = self._z.unused_data
-                if self._wbits < 16 or not rest:  # ZLIB has one stream; GZIP may have more
+                if self._wbits < 16:  # ZLIB has one stream; GZIP may have more members
+                    return 0
+                rest = self._z.unused_data or self._raw.read(READ_BYTES)
+                if not rest:
                     return 0
                 self._z = zlib.decompressobj(self._wbits)
                 self._out, self._pos = self._z.decompress(rest, READ_BYTES), 0
@@ -326,7 +328,7 @@ def iter_record_chunks(
             end -= start
             start = 0
         if need > len(buf):  # a record bigger than the buffer: grow it, at most doubling at a time
-            grown = bytearray(min(need, 2 * len(buf)) if not eof else need)
+            grown = bytearray(min(need, 2 * len(buf)))
             grown[:end] = view[:end]
             buf, view = grown, memoryview(grown)
         limit = len(buf)
@@ -336,7 +338,9 @@ def iter_record_chunks(
         while end < limit:
             try:
                 n = stream.readinto(view[end:limit])
-            except (OSError, EOFError, zlib.error) as e:  # bad or cut GZIP/ZLIB data
+            except (OSError, EOFError, zlib.error) as e:
+                if not comp:  # the storage failed: its own error says how
+                    raise
                 raise CorruptRecordError(path, base + end, f"cannot decompress ({comp}): {e}") from e
             if not n:
                 eof = True
