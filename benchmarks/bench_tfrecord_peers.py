@@ -313,14 +313,21 @@ def start(name: str, shard_dir: str, size: str, baseline: str | None) -> subproc
     code = baseline if name.startswith(BASELINE) else str(REPO)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([code, os.environ.get("PYTHONPATH", "")]),
                TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.Popen([sys.executable, __file__, "--serve", name.removeprefix(BASELINE), "--dir", shard_dir,
-                             "--size", size], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    log = tempfile.TemporaryFile()  # the framework's start-up chatter; shown if the reader fails
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", name.removeprefix(BASELINE), "--dir", shard_dir,
+                             "--size", size], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+                            env=env)
+    proc.log = log
+    return proc
 
 
 def _reply(proc: subprocess.Popen, name: str) -> dict:
     line = proc.stdout.readline()
     if not line:
-        raise RuntimeError(f"reader {name!r} exited (code {proc.wait()})")
+        code = proc.wait()
+        proc.log.seek(0)
+        tail = proc.log.read().decode(errors="replace")[-3000:]
+        raise RuntimeError(f"reader {name!r} exited (code {code}):\n{tail}")
     return json.loads(line)
 
 
