@@ -127,3 +127,101 @@ def test_layout_is_refused_for_unusual_records():
     missing = encode_example({"image": b"ab"})
     assert example_layout(missing, ("index",), ("image",)) is None
     assert example_layout(b"\x00garbage", ("index",), ()) is None
+
+
+# --- Large records: batches and errors are the same through the default reader and through an
+# opener (a stream read piece by piece, as for a remote or a latency-injected file) ----------
+
+BIG = 182  # 182 x 182 x 3 = 99,372-byte images: ~100 KB records
+CHUNKED = {"opener": lambda p: open(p, "rb", buffering=0)}
+
+
+def _big_shards(tmp_path, n=12, per_shard=12, shape_at=None):
+    rng = np.random.default_rng(3)
+    pool = rng.integers(0, 256, (3, BIG, BIG, 3), dtype=np.uint8)
+    other = rng.integers(0, 256, (BIG, BIG - 1, 3), dtype=np.uint8)
+
+    def make(i):
+        image = other if shape_at is not None and i >= shape_at else pool[i % 3]
+        return image_example(120 + i, image, -1 if i == 5 else i % 10)  # index 127 -> 128 at i = 8
+
+    return write_shards(tmp_path, n, make, ShardConfig(records_per_shard=per_shard), kind="images")
+
+
+def _batches_or_error(paths, batch_size, **kw):
+    got = []
+    try:
+        for b in read_batches(paths, ReadConfig(kind="images", batch_size=batch_size), **kw):
+            got.append({k: np.array(v) for k, v in b.items()})
+    except ValueError as e:
+        return got, e
+    return got, None
+
+
+@pytest.mark.parametrize("batch_size", [1, 5, 64])
+def test_large_records_equal_through_an_opener_and_record_by_record(tmp_path, batch_size):
+    s = _big_shards(tmp_path, n=20, per_shard=9)
+    got, err = _batches_or_error(s.paths, batch_size)
+    want, want_err = _batches_or_error(s.paths, batch_size, **CHUNKED)
+    assert err is None and want_err is None
+    _assert_same(got, want)
+    _assert_same(got, _reference(s.paths, "images", batch_size))
+
+
+@pytest.mark.parametrize("where", [0, 6, 11])
+@pytest.mark.parametrize("what", [12 + 30, 12 + 5000, 12 + 99_440, 3, 9, -2])  # data bytes, length, its CRC, data CRC
+def test_large_records_corruption_is_the_chunked_readers_error(tmp_path, where, what):
+    s = _big_shards(tmp_path)
+    path = s.paths[0]
+    raw = bytearray(open(path, "rb").read())
+    offsets = [r * 0 for r in range(12)]
+    pos = 0
+    for i in range(12):
+        offsets[i] = pos
+        pos += int.from_bytes(raw[pos:pos + 8], "little") + 16
+    at = offsets[where]
+    end = offsets[where + 1] if where + 1 < 12 else len(raw)
+    raw[(at + what) if what >= 0 else (end + what)] ^= 0x04
+    open(path, "wb").write(bytes(raw))
+    got, err = _batches_or_error(s.paths, 5)
+    want, want_err = _batches_or_error(s.paths, 5, **CHUNKED)
+    _assert_same(got, want)
+    assert type(err) is type(want_err) and str(err) == str(want_err) and f"offset {at}" in str(err)
+
+
+@pytest.mark.parametrize("cut", [0, 5, 40_000])
+def test_large_records_truncation_is_the_chunked_readers_error(tmp_path, cut):
+    s = _big_shards(tmp_path)
+    path = s.paths[0]
+    raw = open(path, "rb").read()
+    last = len(raw) - (len(raw) // 12)
+    open(path, "wb").write(raw[: last + cut])
+    got, err = _batches_or_error(s.paths, 5)
+    want, want_err = _batches_or_error(s.paths, 5, **CHUNKED)
+    _assert_same(got, want)
+    assert str(err) == str(want_err)
+    assert (err is None) == (cut == 0)
+
+
+@pytest.mark.parametrize("shape_at,batch_size", [(5, 5), (7, 5)])  # at a batch boundary; inside one
+def test_large_records_shape_change_behaves_as_chunked(tmp_path, shape_at, batch_size):
+    s = _big_shards(tmp_path, shape_at=shape_at)
+    got, err = _batches_or_error(s.paths, batch_size)
+    want, want_err = _batches_or_error(s.paths, batch_size, **CHUNKED)
+    _assert_same(got, want)
+    assert type(err) is type(want_err) and str(err) == str(want_err)
+    assert (err is None) == (shape_at % batch_size == 0)
+
+
+def test_large_raw_records_and_unverified_reads(tmp_path):
+    recs = [bytes([i]) * 70_000 for i in range(9)]
+    s = write_shards(tmp_path, 9, lambda i: recs[i], ShardConfig(records_per_shard=9), kind="raw")
+    (batch,) = read_batches(s.paths, ReadConfig(kind="raw", batch_size=16))
+    assert [bytes(r) for r in batch["record"]] == recs
+    raw = bytearray(open(s.paths[0], "rb").read())
+    raw[3 * 70_016 + 100] ^= 1  # record 3's data
+    open(s.paths[0], "wb").write(bytes(raw))
+    (batch,) = read_batches(s.paths, ReadConfig(kind="raw", batch_size=16, verify=False))
+    assert bytes(batch["record"][3]) != recs[3] and [bytes(r) for r in batch["record"][4:]] == recs[4:]
+    with pytest.raises(ValueError, match=f"offset {3 * 70_016}"):
+        list(read_batches(s.paths, ReadConfig(kind="raw", batch_size=16)))
