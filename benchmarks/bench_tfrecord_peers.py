@@ -10,7 +10,9 @@ plain `read()` of the same files, CRC-32C over them). Each reader lives in its o
 `tfrecord` package and TensorFlow register the same protobuf names, and a process of its own
 keeps one reader's threads and caches from slowing another); the readers take turns, one timed
 pass each per run, the order rotated every run, so a noisy neighbour hurts all of them alike.
-Reported: the median GB/s over the runs and the spread (min-max).
+Reported: the median GB/s over the runs and the spread (min-max), and GB per CPU-second of the
+reader's own process (all its threads; not loader worker processes), which a busy machine
+disturbs far less than wall-clock rates.
 
 The shards: `--shards` files of `tf.train.Example` records (`index`, `label`, `image` bytes),
 about 100 KB and about 1 KB per record, uncompressed and GZIP. Pixels are random values in
@@ -225,9 +227,10 @@ def serve(name: str, shard_dir: str, size: str) -> int:
     for line in sys.stdin:
         if line.strip() != "run":
             break
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         records = run()
-        print(json.dumps({"seconds": time.perf_counter() - t0, "records": records}), flush=True)
+        print(json.dumps({"seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0,
+                          "records": records}), flush=True)
     return 0
 
 
@@ -339,6 +342,7 @@ def bench_size(size: str, info: dict, names: list[str], runs: int, baseline: str
             procs[name] = start(name, info["gzip" if comp else "plain"]["dir"], size, baseline)
             _reply(procs[name], name)
         seconds: dict[str, list[float]] = {n: [] for n in names}
+        cpu: dict[str, list[float]] = {n: [] for n in names}
         for r in range(runs):
             order = names[r % len(names):] + names[:r % len(names)]
             for name in order:
@@ -348,6 +352,7 @@ def bench_size(size: str, info: dict, names: list[str], runs: int, baseline: str
                 if _spec(name)[0] != "ceiling" and out["records"] != info["records"]:
                     raise RuntimeError(f"{name} delivered {out['records']} records, not {info['records']}")
                 seconds[name].append(out["seconds"])
+                cpu[name].append(out["cpu_seconds"])
     finally:
         for p in procs.values():
             try:
@@ -360,7 +365,12 @@ def bench_size(size: str, info: dict, names: list[str], runs: int, baseline: str
         rates = [info["stream_bytes"] / t / 1e9 for t in ts]
         rows[name] = {"group": _spec(name)[0], "gb_per_s": rates, "median_gb_per_s": statistics.median(rates),
                       "min_gb_per_s": min(rates), "max_gb_per_s": max(rates),
-                      "median_records_per_s": info["records"] / statistics.median(ts)}
+                      "median_records_per_s": info["records"] / statistics.median(ts),
+                      # CPU time of the reader's own process (all its threads): GB per CPU-second
+                      # is steadier than GB/s on a shared machine; loader workers are other
+                      # processes, so their rows have none
+                      "median_gb_per_cpu_s": (None if "workers" in name else
+                                              info["stream_bytes"] / statistics.median(cpu[name]) / 1e9)}
     return rows
 
 
@@ -371,11 +381,13 @@ def report(results: dict) -> str:
         lines.append(f"\n{size} records ({info['record_bytes']:,} B framed), {info['plain']['files']} shards, "
                      f"{info['records']:,} records, {info['stream_bytes'] / 1e6:,.0f} MB "
                      f"(GZIP: {info['gzip']['bytes_on_disk'] / 1e6:,.0f} MB on disk), page cache")
-        lines.append(f"| {'reader':60s} | GB/s median | min-max | records/s |")
-        lines.append(f"|{'-' * 62}|---|---|---|")
+        lines.append(f"| {'reader':60s} | GB/s median | min-max | records/s | GB per CPU-s |")
+        lines.append(f"|{'-' * 62}|---|---|---|---|")
         for name, row in r["rows"].items():
+            per_cpu = row.get("median_gb_per_cpu_s")
             lines.append(f"| {name:60s} | {row['median_gb_per_s']:.2f} | {row['min_gb_per_s']:.2f}-"
-                         f"{row['max_gb_per_s']:.2f} | {row['median_records_per_s']:,.0f} |")
+                         f"{row['max_gb_per_s']:.2f} | {row['median_records_per_s']:,.0f} | "
+                         f"{'n/a' if per_cpu is None else f'{per_cpu:.2f}'} |")
         lines.append("ratios of medians:")
         pairs = RATIOS + [(n.removeprefix(BASELINE), n) for n in r["rows"] if n.startswith(BASELINE)]
         for a, b in pairs:
