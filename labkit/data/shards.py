@@ -346,7 +346,8 @@ def _verify_folder(folder: _Folder, comp: str | None, report: VerifyReport) -> N
     if not manifests:
         if not shard_files:
             raise FileNotFoundError(f"{folder.path} holds no TFRecord shards and no shard manifest")
-        raise ManifestError(f"{folder.path} holds {len(shard_files)} TFRecord files but no "
+        files = f"{len(shard_files)} TFRecord file" + ("s" if len(shard_files) != 1 else "")
+        raise ManifestError(f"{folder.path} holds {files} but no "
                             f"*{MANIFEST_SUFFIX} to check them against (name the files to check "
                             f"their CRCs only)")
     listed: set[str] = set()

@@ -67,7 +67,7 @@ def normalize_compression(compression: str | None) -> str:
     """None, "" or "NONE" → ""; "GZIP"/"ZLIB" (any case) as TensorFlow spells them."""
     value = "" if compression is None else compression
     if not isinstance(value, str) or value.upper() not in COMPRESSIONS + ("NONE",):
-        raise ParameterError("compression", compression, "must be None, 'GZIP' or 'ZLIB'")
+        raise ParameterError("compression", compression, "must be 'GZIP', 'ZLIB' or none")
     value = value.upper()
     return "" if value == "NONE" else value
 
