@@ -441,7 +441,10 @@ def main(argv=None) -> int:
             info = write_shards(Path(d) / size, size, mb, a.shards)
             print(f"{size}: {info['records']:,} records written; timing {len(names)} readers x {a.runs} runs",
                   flush=True)
-            results["sizes"][size] = {"shards": info, "rows": bench_size(size, info, names, a.runs, a.baseline)}
+            rows = bench_size(size, info, names, a.runs, a.baseline)
+            shards = {k: ({kk: vv for kk, vv in v.items() if kk != "dir"} if isinstance(v, dict) else v)
+                      for k, v in info.items()}  # the temporary folders are no part of the result
+            results["sizes"][size] = {"shards": shards, "rows": rows}
     results["load_after"] = os.getloadavg()[0]
     print(f"{results['device']['cpu']}, {results['device']['cores']} cores; load average "
           f"{results['load_before']:.1f} before / {results['load_after']:.1f} after; {results['date']}")
