@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from labkit.data import (
+    CorruptRecordError,
     ImageDatasetConfig,
     ReadConfig,
     ShardConfig,
@@ -101,3 +102,41 @@ def test_labkit_image_shards_parsed_by_tf(tmp_path):
     np.testing.assert_array_equal(images, want_images)
     np.testing.assert_array_equal(got["label"].numpy(), want_labels)
     assert got["index"].numpy().tolist() == list(range(6))
+
+
+@pytest.mark.parametrize("size", [1000, 100_000])
+@pytest.mark.parametrize("compression", [None, "GZIP"])
+def test_tensorflow_writer_many_equal_records_read_identically(tmp_path, size, compression):
+    # many records of one size: labkit frames and checks them as runs, in batches too
+    n = 400 if size == 1000 else 12
+    recs = [bytes([i % 256]) * size for i in range(n)]
+    path = str(tmp_path / "tf.tfrecord")
+    with tf.io.TFRecordWriter(path, options=TF_COMPRESSION[compression]) as w:
+        for r in recs:
+            w.write(r)
+    assert list(read_records(path, compression)) == recs
+    (batch, *rest) = read_batches(path, ReadConfig(kind="raw", batch_size=n, compression=compression))
+    assert not rest and batch["record"].shape == (n, size)
+    assert [bytes(row) for row in batch["record"]] == recs
+
+
+@pytest.mark.parametrize("where", [0, 200, 399])
+def test_a_flip_tensorflow_rejects_is_rejected_here_at_the_same_record(tmp_path, where):
+    recs = [bytes([i % 256]) * 1000 for i in range(400)]
+    path = str(tmp_path / "tf.tfrecord")
+    with tf.io.TFRecordWriter(path) as w:
+        for r in recs:
+            w.write(r)
+    raw = bytearray(open(path, "rb").read())
+    at = where * 1016
+    raw[at + 12 + 500] ^= 4
+    open(path, "wb").write(bytes(raw))
+    tf_got = []
+    with pytest.raises(tf.errors.DataLossError):
+        for r in tf.data.TFRecordDataset(path):
+            tf_got.append(r.numpy())
+    got = []
+    with pytest.raises(CorruptRecordError) as e:
+        for r in read_records(path):
+            got.append(r)
+    assert got == tf_got == recs[:where] and e.value.offset == at

@@ -287,3 +287,169 @@ def test_data_layer_works_without_torch_or_tensorflow(tmp_path, hide_frameworks)
     env = hide_frameworks("torch", "tensorflow")
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+# --- Every reading path (one record at a time, runs of equal records, record-level sharding)
+# gives the same records and the same CorruptRecordError (file and offset) --------------------
+
+SIZES = {"1KB": (1000, 300), "100KB": (100_000, 9)}  # record size, records per file
+
+
+def _fixed_file(tmp_path, size_name, *, vary_every=0):
+    """Records of one size (runs), or with every `vary_every`-th record one byte longer (runs
+    broken up), each record's content distinct."""
+    size, n = SIZES[size_name]
+    recs = [bytes([i % 251]) * (size + (1 if vary_every and i % vary_every == 0 else 0)) for i in range(n)]
+    path = tmp_path / f"{size_name}.tfrecord"
+    write_records(path, recs)
+    return path, recs
+
+
+READ_KW = {"direct": {}, "opener": BUFFERED, "small buffer": {"chunk_bytes": 4096}}
+
+
+def _read_all(path, kw):
+    got = []
+    try:
+        for view in iter_views(str(path), **kw):
+            got.append(bytes(view))
+    except CorruptRecordError as e:
+        return got, e
+    return got, None
+
+
+@pytest.mark.parametrize("size_name", list(SIZES))
+@pytest.mark.parametrize("vary", [0, 7])
+@pytest.mark.parametrize("how", list(READ_KW))
+def test_every_path_reads_identical_records(tmp_path, size_name, vary, how):
+    path, recs = _fixed_file(tmp_path, size_name, vary_every=vary)
+    got, err = _read_all(path, READ_KW[how])
+    assert err is None and got == recs
+    assert list(read_records(path)) == recs
+    assert count_records(path) == len(recs)
+
+
+@pytest.mark.parametrize("size_name", list(SIZES))
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+@pytest.mark.parametrize("what", ["data", "length", "length crc", "data crc"])
+@pytest.mark.parametrize("how", list(READ_KW))
+def test_one_flip_anywhere_names_file_and_offset(tmp_path, size_name, where, what, how):
+    path, recs = _fixed_file(tmp_path, size_name)
+    k = {"first": 0, "middle": len(recs) // 2, "last": len(recs) - 1}[where]
+    at = _offsets(recs)[k]
+    byte = {"data": at + 12 + len(recs[k]) // 2, "length": at + 1, "length crc": at + 9,
+            "data crc": at + 12 + len(recs[k]) + 2}[what]
+    raw = bytearray(path.read_bytes())
+    raw[byte] ^= 0x10
+    path.write_bytes(bytes(raw))
+    got, err = _read_all(path, READ_KW[how])
+    assert got == recs[:k], "every record before the bad one is delivered, intact"
+    assert isinstance(err, CorruptRecordError) and err.path == str(path) and err.offset == at
+    assert ("length CRC" if what.startswith("length") else "data CRC") in str(err)
+    assert f"offset {at}" in str(err)
+
+
+@pytest.mark.parametrize("size_name", list(SIZES))
+@pytest.mark.parametrize("cut", ["boundary", "inside header", "inside data"])
+def test_truncation_anywhere(tmp_path, size_name, cut):
+    path, recs = _fixed_file(tmp_path, size_name)
+    k = len(recs) // 2
+    at = _offsets(recs)[k]
+    end = {"boundary": at, "inside header": at + 5, "inside data": at + 12 + 10}[cut]
+    path.write_bytes(path.read_bytes()[:end])
+    for how in READ_KW:
+        got, err = _read_all(path, READ_KW[how])
+        assert got == recs[:k]
+        if cut == "boundary":  # a file cut between records is a valid, shorter file
+            assert err is None
+        else:
+            assert err.offset == at and ("header" if cut == "inside header" else "truncated") in str(err)
+
+
+@pytest.mark.parametrize("every", [2, 3])
+def test_record_level_sharding_partitions_runs(tmp_path, every):
+    path, recs = _fixed_file(tmp_path, "1KB", vary_every=11)
+    parts = [[bytes(v) for v in iter_views(str(path), every=every, offset=o)] for o in range(every)]
+    assert parts == [recs[o::every] for o in range(every)]
+
+
+def test_record_level_sharding_skips_crc_of_records_it_does_not_keep(tmp_path):
+    path, recs = _fixed_file(tmp_path, "1KB")
+    raw = bytearray(path.read_bytes())
+    raw[_offsets(recs)[5] + 20] ^= 1  # record 5's data: not ours with every=2, offset=0
+    path.write_bytes(bytes(raw))
+    assert [bytes(v) for v in iter_views(str(path), every=2, offset=0)] == recs[0::2]
+    with pytest.raises(CorruptRecordError) as e:
+        list(iter_views(str(path), every=2, offset=1))
+    assert e.value.offset == _offsets(recs)[5]
+
+
+def test_gzip_file_read_without_compression_suggests_gzip(tmp_path):
+    path = tmp_path / "r.tfrecord.gz"
+    write_records(path, [b"abc" * 100] * 3, compression="GZIP")
+    with pytest.raises(CorruptRecordError, match=r'offset 0.*compression="GZIP"') as e:
+        list(read_records(path))
+    assert e.value.path == str(path) and isinstance(e.value, ValueError)
+    zpath = tmp_path / "r.tfrecord.zz"
+    write_records(zpath, [b"abc" * 100] * 3, compression="ZLIB")
+    with pytest.raises(CorruptRecordError, match=r'compression="ZLIB"'):
+        list(read_records(zpath))
+    plain = tmp_path / "plain.txt"
+    plain.write_text("not a TFRecord file, not compressed either")
+    with pytest.raises(CorruptRecordError) as e:
+        list(read_records(plain))
+    assert "compression=" not in str(e.value)
+
+
+def test_concatenated_gzip_members_read_as_one_stream(tmp_path):
+    a, b = tmp_path / "a.gz", tmp_path / "b.gz"
+    write_records(a, [b"one", b"two"], compression="GZIP")
+    write_records(b, [b"three"], compression="GZIP")
+    both = tmp_path / "both.tfrecord.gz"
+    both.write_bytes(a.read_bytes() + b.read_bytes())
+    assert list(read_records(both, "GZIP")) == [b"one", b"two", b"three"]
+
+
+def test_huge_corrupt_length_without_verification_does_not_allocate_it(tmp_path):
+    path = tmp_path / "r.tfrecord"
+    write_records(path, [b"x" * 100])
+    raw = bytearray(path.read_bytes())
+    raw[5] = 0x7F  # length ~ 2**46, length CRC not checked
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptRecordError, match="truncated"):
+        list(read_records(path, verify=False))
+
+
+def test_gzip_member_boundary_on_a_read_boundary(tmp_path):
+    # a stream whose reads end exactly where a GZIP member ends: the next member still counts
+    a, b = tmp_path / "a.gz", tmp_path / "b.gz"
+    write_records(a, [b"one", b"two"], compression="GZIP")
+    write_records(b, [b"three"], compression="GZIP")
+
+    class MemberPerRead:
+        def __init__(self, _path):
+            self.parts = [a.read_bytes(), b.read_bytes()]
+
+        def read(self, n=-1):
+            return self.parts.pop(0) if self.parts else b""
+
+        def close(self):
+            pass
+
+    assert list(read_records(a, "GZIP", opener=MemberPerRead)) == [b"one", b"two", b"three"]
+
+
+def test_storage_errors_surface_as_themselves(tmp_path):
+    path = tmp_path / "r.tfrecord"
+    write_records(path, [b"abc"])
+
+    class Failing:
+        def readinto(self, view):
+            raise OSError(5, "Input/output error")
+
+        def close(self):
+            pass
+
+    with pytest.raises(OSError, match="Input/output error") as e:
+        list(read_records(path, opener=lambda p: Failing()))
+    assert not isinstance(e.value, CorruptRecordError)

@@ -2,13 +2,24 @@
 
     labkit data write images OUT_DIR --num-samples 1024 --image-size 32 --records-per-shard 256
     labkit data write tokens gs://bucket/tokens --num-samples 512 --block-size 128 --compression GZIP
-    labkit data verify 'OUT_DIR/data-*.tfrecord'        # walks every record, checks both CRCs
+    labkit data write images OUT_DIR --overwrite     # replace the shard set already there, whole
+    labkit data verify OUT_DIR                       # every record's CRCs, and the shards against
+                                                     # data-manifest.json: missing, extra, short
+    labkit data verify 'OUT_DIR/data-*.tfrecord'     # these files' CRCs (and counts, if listed)
+
+Exit codes: 0 done / all good; 1 (verify) problems found, one per line; 2 bad input, one line.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+
+# A config field that a flag sets, and the flag, so errors name what the user typed.
+_FLAGS = {"num_samples": "--num-samples", "num_sequences": "--num-samples", "image_size": "--image-size",
+          "num_classes": "--num-classes", "block_size": "--block-size", "vocab_size": "--vocab-size",
+          "records_per_shard": "--records-per-shard", "compression": "--compression", "prefix": "--prefix",
+          "seed": "--seed"}
 
 
 def add_data_command(subparsers) -> None:
@@ -26,44 +37,68 @@ def add_data_command(subparsers) -> None:
     w.add_argument("--compression", default=None, help="GZIP or ZLIB (default: none)")
     w.add_argument("--prefix", default="data")
     w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--overwrite", action="store_true",
+                   help="replace a shard set with the same prefix already in OUT_DIR (default: refuse)")
     w.set_defaults(handler=_write)
-    v = sub.add_parser("verify", help="read every record of the shards, checking both CRCs")
-    v.add_argument("paths", nargs="+", help="files or glob patterns")
-    v.add_argument("--compression", default=None)
+    v = sub.add_parser("verify", help="read every record, checking both CRCs, and check shard folders "
+                                      "against their manifest")
+    v.add_argument("paths", nargs="+", help="shard folders, files or glob patterns")
+    v.add_argument("--compression", default=None,
+                   help="GZIP or ZLIB (default: what the manifest says, else none)")
     v.set_defaults(handler=_verify)
+
+
+def _flag_message(e: ValueError) -> str:
+    name = getattr(e, "name", None)
+    if name in _FLAGS:
+        return str(e).replace(f"parameter {name!r}", f"{_FLAGS[name]}", 1)
+    return str(e)
 
 
 def _write(args: argparse.Namespace) -> int:
     from labkit.data import shards, synthetic
 
-    cfg = shards.ShardConfig(records_per_shard=args.records_per_shard, compression=args.compression,
-                             prefix=args.prefix)
     t0 = time.perf_counter()
-    if args.kind == "images":
-        ds = synthetic.SyntheticImages(synthetic.ImageDatasetConfig(
-            num_samples=args.num_samples, image_size=args.image_size, num_classes=args.num_classes, seed=args.seed))
-        out = shards.write_image_shards(args.out_dir, ds, cfg)
-    else:
-        ds = synthetic.SyntheticTokens(synthetic.TokenDatasetConfig(
-            num_sequences=args.num_samples, block_size=args.block_size, vocab_size=args.vocab_size, seed=args.seed))
-        out = shards.write_token_shards(args.out_dir, ds, cfg)
+    try:
+        cfg = shards.ShardConfig(records_per_shard=args.records_per_shard, compression=args.compression,
+                                 prefix=args.prefix)
+        if args.kind == "images":
+            ds = synthetic.SyntheticImages(synthetic.ImageDatasetConfig(
+                num_samples=args.num_samples, image_size=args.image_size, num_classes=args.num_classes,
+                seed=args.seed))
+            write = shards.write_image_shards
+        else:
+            ds = synthetic.SyntheticTokens(synthetic.TokenDatasetConfig(
+                num_sequences=args.num_samples, block_size=args.block_size, vocab_size=args.vocab_size,
+                seed=args.seed))
+            write = shards.write_token_shards
+        out = write(args.out_dir, ds, cfg, if_exists="replace" if args.overwrite else "error")
+    except shards.ShardSetExistsError as e:
+        advice = "pass --overwrite to replace it whole, or choose another folder or --prefix"
+        print(f"labkit data write: {shards.ShardSetExistsError(e.folder, e.prefix, set(e.names), advice)}")
+        return 2
+    except (ValueError, OSError) as e:
+        print(f"labkit data write: {_flag_message(e)}")
+        return 2
     print(f"labkit data: wrote {out.num_records} {args.kind} records in {len(out.paths)} shards "
           f"({out.bytes_written / 1e6:.1f} MB, {time.perf_counter() - t0:.1f}s) under {args.out_dir}")
     return 0
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from labkit.data.tfrecord import CorruptRecordError, expand_paths, iter_views
+    from labkit.data.shards import verify_shards
 
     try:
-        files = expand_paths(args.paths)
-        total = nbytes = 0
-        for path in files:
-            for view in iter_views(path, compression=args.compression):
-                total += 1
-                nbytes += len(view)
-    except (CorruptRecordError, FileNotFoundError, ValueError) as e:
-        print(f"labkit data verify: {e}")
+        report = verify_shards(args.paths, compression=args.compression)
+    except (ValueError, OSError) as e:
+        print(f"labkit data verify: {_flag_message(e)}")
+        return 2
+    for problem in report.problems:
+        print(problem)
+    checked = f"{report.files} files, {report.records} records, {report.nbytes / 1e6:.1f} MB"
+    against = f" against {len(report.manifests)} manifest(s)" if report.manifests else ""
+    if report.problems:
+        print(f"labkit data verify: {len(report.problems)} problem(s); {checked} read with good CRCs{against}")
         return 1
-    print(f"labkit data verify: {len(files)} files, {total} records, {nbytes / 1e6:.1f} MB, all CRCs good")
+    print(f"labkit data verify: {checked}, all CRCs good{against}")
     return 0

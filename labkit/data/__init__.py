@@ -5,6 +5,9 @@ The raw TFRecord layer is framework-free: `write_records(path, records)` writes 
 bytes as one TFRecord file; `read_records(paths)` yields each record's bytes in order, verifying
 both CRCs and raising `CorruptRecordError` (a ValueError naming the file and byte offset).
 
+Shard sets (`write_image_shards`, ...) carry a manifest; `load_shard_set(dir)` gives their exact
+file list and `verify_shards(dir)` checks every record's CRCs and the shards against it.
+
 Readers: `read_batches` (NumPy), `make_loader` (a torch DataLoader) and `make_tf_dataset`
 (tf.data). Importing this package imports neither torch nor TensorFlow; each reader imports its
 framework when called.
@@ -14,8 +17,13 @@ from labkit.data.example import decode_example, encode_example
 from labkit.data.latency import StorageLatency
 from labkit.data.reader import BufferPool, ReadConfig, assign_shards, read_batches
 from labkit.data.shards import (
+    ManifestError,
     ShardConfig,
     ShardSet,
+    ShardSetExistsError,
+    VerifyReport,
+    load_shard_set,
+    verify_shards,
     write_image_shards,
     write_raw_shards,
     write_token_shards,
@@ -39,9 +47,10 @@ from labkit.data.torch_loader import LoaderConfig, make_loader
 
 __all__ = [
     "AUTOTUNE", "BufferPool", "CorruptRecordError", "ImageDatasetConfig", "LoaderConfig",
-    "ReadConfig", "RecordWriter", "ShardConfig", "ShardSet", "StorageLatency", "SyntheticImages",
-    "SyntheticTokens", "TFPipelineConfig", "TokenDatasetConfig", "assign_shards", "count_records",
-    "decode_example", "encode_example", "make_loader", "make_tf_dataset", "masked_crc32c",
-    "read_batches", "read_records", "write_image_shards", "write_raw_shards", "write_records",
+    "ManifestError", "ReadConfig", "RecordWriter", "ShardConfig", "ShardSet", "ShardSetExistsError",
+    "StorageLatency", "SyntheticImages", "SyntheticTokens", "TFPipelineConfig", "TokenDatasetConfig",
+    "VerifyReport", "assign_shards", "count_records", "decode_example", "encode_example",
+    "load_shard_set", "make_loader", "make_tf_dataset", "masked_crc32c", "read_batches",
+    "read_records", "verify_shards", "write_image_shards", "write_raw_shards", "write_records",
     "write_token_shards",
 ]

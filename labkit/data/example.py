@@ -10,7 +10,9 @@ pipelines are read by the torch path. Only the subset Example needs is implement
     *List     { repeated ... value = 1; }                # packed for floats and ints
 
 Decoding returns bytes features as memoryviews into the record (no copy), so an image is copied
-once, straight into its batch array. Large arrays travel as one bytes feature (raw little-endian
+once, straight into its batch array. `example_layout` records where the values of one record
+sit, so records of the same schema are then read at known offsets without walking their fields
+(`labkit.data.reader` decodes whole runs of records that way). Large arrays travel as one bytes feature (raw little-endian
 values), which both NumPy (`frombuffer`) and TensorFlow (`tf.io.decode_raw`) read at memory speed.
 """
 
@@ -248,3 +250,132 @@ def _decode_general(mv: memoryview) -> dict[str, list | np.ndarray]:
     except IndexError as e:
         raise ExampleDecodeError("record ends inside a field") from e
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Layouts: decoding many records of one shape without walking each of them
+
+
+class ExampleLayout:
+    """Where the values of some features sit in a serialized Example, and the bytes around them.
+
+    Records written from one schema differ only in their values: a record of the same size
+    whose every other byte equals this layout's reference record, and whose varint values have
+    the same continuation bits (so each varint has the same length), parses exactly like the
+    reference, field for field. Checking that takes a few slice comparisons per record, or a
+    few NumPy comparisons over a whole run of records, instead of a walk over every field.
+
+    `varints[name]`: span of the single varint of a one-value int64 feature; `blobs[name]`: span
+    of the payload of a one-value bytes feature. Everything else (tags, lengths, keys, other
+    features) belongs to `fixed`, the spans every matching record shares byte for byte."""
+
+    def __init__(self, reference: bytes, varints: dict[str, tuple[int, int]],
+                 blobs: dict[str, tuple[int, int]]):
+        self.reference = reference
+        self.size = len(reference)
+        self.varints = varints
+        self.blobs = blobs
+        holes = sorted([*varints.values(), *blobs.values()])
+        fixed, at = [], 0
+        for lo, hi in holes:
+            if lo > at:
+                fixed.append((at, lo))
+            at = hi
+        if at < self.size:
+            fixed.append((at, self.size))
+        self.fixed = [(lo, hi, reference[lo:hi]) for lo, hi in fixed]
+        self._marks = {name: [b & 0x80 for b in reference[lo:hi]] for name, (lo, hi) in varints.items()}
+        ref = np.frombuffer(reference, np.uint8)
+        self._fixed_np = [(lo, hi, ref[lo:hi].view(f"V{hi - lo}")[0]) for lo, hi in fixed]
+        self._marks_np = {name: ref[lo:hi] & 0x80 for name, (lo, hi) in varints.items()}
+
+    def matches(self, record: memoryview) -> bool:
+        """Does this one record (a flat memoryview) parse exactly like the reference?"""
+        if len(record) != self.size:
+            return False
+        for lo, hi, want in self.fixed:
+            if record[lo:hi] != want:
+                return False
+        for name, (lo, _hi) in self.varints.items():
+            for i, mark in enumerate(self._marks[name]):
+                if record[lo + i] & 0x80 != mark:
+                    return False
+        return True
+
+    def int64(self, record: memoryview, name: str) -> int:
+        """The value of a varint feature of a matching record."""
+        lo, hi = self.varints[name]
+        value = shift = 0
+        for i in range(lo, hi):
+            value |= (record[i] & 0x7F) << shift
+            shift += 7
+        return _signed(value & 0xFFFFFFFFFFFFFFFF)
+
+    def leading_matches(self, rows: np.ndarray) -> int:
+        """How many of the records `rows` (a (n, size) uint8 array whose rows are contiguous),
+        counted from the first, parse exactly like the reference."""
+        ok = np.ones(len(rows), bool)
+        for lo, hi, want in self._fixed_np:  # each span compared as one opaque value per row
+            ok &= rows[:, lo:hi].view(f"V{hi - lo}")[:, 0] == want
+        for name, (lo, _hi) in self.varints.items():
+            for i, mark in enumerate(self._marks_np[name]):
+                ok &= (rows[:, lo + i] & 0x80) == mark
+        return len(ok) if ok.all() else int(ok.argmin())
+
+    def int64_column(self, rows: np.ndarray, name: str) -> np.ndarray:
+        """The values of a varint feature over matching records `rows`, as int64."""
+        lo, hi = self.varints[name]
+        value = np.zeros(len(rows), np.uint64)
+        for i in range(hi - lo):
+            value |= (rows[:, lo + i] & 0x7F).astype(np.uint64) << np.uint64(7 * i)
+        return value.view(np.int64)
+
+
+def example_layout(record, varints: Sequence[str] = (), blobs: Sequence[str] = ()) -> ExampleLayout | None:
+    """The layout of `record` with holes for the named one-value int64 (`varints`) and bytes
+    (`blobs`) features, or None when the record does not have that common shape (then decode
+    records one by one with `decode_example`)."""
+    mv = record if isinstance(record, memoryview) else memoryview(record)
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    end = len(mv)
+    wanted = {**{n: 0x1A for n in varints}, **{n: 0x0A for n in blobs}}
+    found: dict[str, tuple[int, int]] = {}
+    try:
+        if end < 2 or mv[0] != 0x0A:
+            return None
+        flen, pos = _length(mv, 1, end)
+        if pos + flen != end:
+            return None
+        while pos < end:  # map entries: key = 1, value = 2
+            if mv[pos] != 0x0A:
+                return None
+            elen, pos = _length(mv, pos + 1, end)
+            eend = pos + elen
+            if mv[pos] != 0x0A:
+                return None
+            klen, kpos = _length(mv, pos + 1, eend)
+            key = bytes(mv[kpos:kpos + klen]).decode()
+            pos = kpos + klen
+            if key in wanted:
+                if pos >= eend or mv[pos] != 0x12:
+                    return None
+                vlen, vpos = _length(mv, pos + 1, eend)
+                if vpos + vlen != eend or mv[vpos] != wanted[key]:
+                    return None
+                llen, lpos = _length(mv, vpos + 1, eend)
+                if lpos + llen != eend or lpos >= eend or mv[lpos] != 0x0A:
+                    return None
+                n, p = _length(mv, lpos + 1, eend)
+                if p + n != eend:  # more than one value (or packed field) in the list
+                    return None
+                if wanted[key] == 0x1A:  # packed int64: exactly one varint
+                    if not 1 <= n <= 10 or any(mv[i] < 0x80 for i in range(p, p + n - 1)) or mv[p + n - 1] >= 0x80:
+                        return None
+                found[key] = (p, p + n)
+            pos = eend
+    except (IndexError, UnicodeDecodeError, ExampleDecodeError):
+        return None
+    if pos != end or set(found) != set(wanted):
+        return None
+    return ExampleLayout(bytes(mv), {n: found[n] for n in varints}, {n: found[n] for n in blobs})

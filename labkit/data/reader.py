@@ -15,10 +15,18 @@ from typing import Any
 import numpy as np
 
 from labkit.core.config import check_choice, check_int
-from labkit.data.example import decode_example
-from labkit.data.tfrecord import Opener, expand_paths, iter_views, normalize_compression
+from labkit.data.example import ExampleLayout, decode_example, example_layout
+from labkit.data.tfrecord import (
+    Opener,
+    expand_paths,
+    iter_record_chunks,
+    iter_views,
+    normalize_compression,
+)
 
 KINDS = ("images", "tokens", "raw")
+_VECTOR_MIN = 4  # runs shorter than this are decoded record by record
+_LAYOUT_TRIES = 8  # records in a row that may miss the layout before layouts are given up
 SHARD_MODES = ("auto", "file", "record")
 
 
@@ -120,15 +128,18 @@ class BufferPool:
 
     def __init__(self, capacity: int = 4):
         self.capacity = capacity
-        self._pool: dict[tuple, list[np.ndarray]] = {}
+        self._pool: dict[tuple, list[np.ndarray]] = {}  # (shape, dtype) -> arrays
         self.reused = 0
 
     def array(self, shape: tuple[int, ...], dtype) -> np.ndarray:
-        arrays = self._pool.setdefault((tuple(shape), np.dtype(dtype).str), [])
-        for i in range(len(arrays)):
-            if sys.getrefcount(arrays[i]) == 2:  # the list's reference + the call's argument
+        key = (tuple(shape), dtype)
+        arrays = self._pool.get(key)
+        if arrays is None:
+            arrays = self._pool[key] = []
+        for a in arrays:
+            if sys.getrefcount(a) == 3:  # the list's reference, `a` and the call's argument
                 self.reused += 1
-                return arrays[i]
+                return a
         a = np.empty(shape, dtype)
         if len(arrays) < self.capacity:
             arrays.append(a)
@@ -143,9 +154,15 @@ Allocator = Callable[[tuple[int, ...], Any], tuple[Any, np.ndarray]]
 
 
 class BatchDecoder:
-    """Decodes record views straight into preallocated batch arrays (one copy per payload).
+    """Decodes records straight into preallocated batch arrays (one copy per payload).
     `alloc(shape, dtype)` returns (what the batch holds, a writable NumPy view of it), so the
-    torch path can decode straight into shared-memory tensors."""
+    torch path can decode straight into shared-memory tensors.
+
+    Records of one schema share an `ExampleLayout`: once the first record is decoded, a record
+    that matches the layout has its values read at known offsets (a few slice comparisons
+    instead of a walk over every field), and a run of equal-sized records from
+    `iter_record_chunks` is checked, decoded and copied into the batch with a few NumPy
+    operations for the whole run."""
 
     def __init__(self, kind: str, batch_size: int, alloc: Allocator = _numpy_alloc):
         self.kind = kind
@@ -153,53 +170,154 @@ class BatchDecoder:
         self.alloc = alloc
         self._arrays: dict[str, np.ndarray] | None = None
         self._handles: dict[str, Any] = {}
+        self._payload: memoryview | None = None  # the batch's payload array, flat, as bytes
+        self._payload_bytes = 0  # payload bytes per sample
         self.n = 0
+        self.layout: ExampleLayout | None = None
+        self._layout_shapes: dict[str, tuple[tuple[int, ...], Any]] = {}
+        self._misses = 0  # records in a row that did not match the layout
 
-    def _alloc(self, first) -> dict[str, np.ndarray]:
+    def _shapes(self, first) -> dict[str, tuple[tuple[int, ...], Any]]:
+        """Per-batch array shapes from the first record (decoded; raw records: their length)."""
         b = self.batch_size
         if self.kind == "images":
             h, w, c = first["shape"]
-            shapes = {"index": ((b,), np.int64), "label": ((b,), np.int64),
-                      "image": ((b, h, w, c), np.uint8)}
-        elif self.kind == "tokens":
-            shapes = {"index": ((b,), np.int64),
-                      "tokens": ((b, len(first["tokens"][0]) // 4), np.int64)}
-        else:
-            shapes = {"record": ((b, first), np.uint8)}
+            return {"index": ((b,), np.int64), "label": ((b,), np.int64), "image": ((b, h, w, c), np.uint8)}
+        if self.kind == "tokens":
+            return {"index": ((b,), np.int64), "tokens": ((b, len(first["tokens"][0]) // 4), np.int64)}
+        return {"record": ((b, first), np.uint8)}
+
+    def _alloc(self, shapes) -> dict[str, np.ndarray]:
         made = {k: self.alloc(shape, dtype) for k, (shape, dtype) in shapes.items()}
         self._handles = {k: h for k, (h, _) in made.items()}
-        return {k: a for k, (_, a) in made.items()}
+        arrays = {k: a for k, (_, a) in made.items()}
+        if self.kind != "tokens":
+            payload = arrays["image" if self.kind == "images" else "record"]
+            self._payload = memoryview(payload.reshape(-1))
+            self._payload_bytes = payload[0].size
+        return arrays
 
     def add(self, view: memoryview) -> dict[str, np.ndarray] | None:
         """Add one record; returns the full batch when it completes (arrays are then new)."""
+        n = self.n
         if self.kind == "raw":
             if self._arrays is None:
-                self._arrays = self._alloc(len(view))
-            self._arrays["record"][self.n] = view
+                self._arrays = self._alloc(self._shapes(len(view)))
+            if len(view) != self._payload_bytes:
+                raise PayloadError(f"raw records in one batch must have one length: "
+                                   f"{len(view)} bytes after {self._payload_bytes}")
+            self._payload[n * self._payload_bytes:(n + 1) * self._payload_bytes] = view
+        elif self.layout is not None and self.layout.matches(view):
+            self._misses = 0
+            if self._arrays is None:
+                self._arrays = self._alloc(self._layout_shapes)
+            lay, a = self.layout, self._arrays
+            a["index"][n] = lay.int64(view, "index")
+            if self.kind == "images":
+                a["label"][n] = lay.int64(view, "label")
+                lo, hi = lay.blobs["image"]
+                self._payload[n * self._payload_bytes:(n + 1) * self._payload_bytes] = view[lo:hi]
+            else:
+                lo, hi = lay.blobs["tokens"]
+                a["tokens"][n] = np.frombuffer(view[lo:hi], "<i4")
         else:
-            ex = decode_example(view)
-            try:
-                if self._arrays is None:
-                    self._arrays = self._alloc(ex)
-                a = self._arrays
-                a["index"][self.n] = ex["index"][0]
-                if self.kind == "images":
-                    a["label"][self.n] = ex["label"][0]
-                    a["image"][self.n] = np.frombuffer(ex["image"][0], np.uint8).reshape(a["image"].shape[1:])
-                else:
-                    a["tokens"][self.n] = np.frombuffer(ex["tokens"][0], "<i4")
-            except (KeyError, IndexError, ValueError) as e:
-                raise PayloadError(f"record is not a labkit {self.kind} example "
-                                   f"(features: {sorted(ex)}): {e}") from e
+            self._add_decoded(view)
         self.n += 1
         return self.flush() if self.n == self.batch_size else None
+
+    def _add_decoded(self, view: memoryview) -> None:
+        ex = decode_example(view)
+        try:
+            if self._arrays is None:
+                self._arrays = self._alloc(self._shapes(ex))
+            a = self._arrays
+            a["index"][self.n] = ex["index"][0]
+            if self.kind == "images":
+                a["label"][self.n] = ex["label"][0]
+                a["image"][self.n] = np.frombuffer(ex["image"][0], np.uint8).reshape(a["image"].shape[1:])
+                blobs = ("image",) if list(ex["shape"]) == list(a["image"].shape[1:]) else None
+                varints = ("index", "label")
+            else:
+                a["tokens"][self.n] = np.frombuffer(ex["tokens"][0], "<i4")
+                blobs = ("tokens",) if len(ex["tokens"][0]) == 4 * a["tokens"].shape[1] else None
+                varints = ("index",)
+        except (KeyError, IndexError, ValueError) as e:
+            raise PayloadError(f"record is not a labkit {self.kind} example "
+                               f"(features: {sorted(ex)}): {e}") from e
+        # Learn this record's layout for the next ones, unless layouts keep failing (records
+        # whose other features vary, e.g. file names): then every record is walked.
+        self._misses += 1
+        if blobs is not None and self._misses <= _LAYOUT_TRIES:
+            self.layout = example_layout(view, varints, blobs)
+            self._layout_shapes = {k: (shape, dtype) for k, (shape, dtype) in self._shapes(ex).items()}
+
+    def add_run(self, buf, first: int, stride: int, length: int, count: int) -> Iterator[dict[str, Any]]:
+        """Add the records of a run from `iter_record_chunks` (record i's data at
+        buf[first + i * stride:][:length]); yields each batch the run completes."""
+        view = memoryview(buf)
+        i = 0
+        while i < count:
+            m = 0
+            if count - i >= _VECTOR_MIN:
+                rows = np.ndarray((count - i, length), np.uint8, buf, first + i * stride, (stride, 1))
+                if self.kind == "raw":
+                    m = len(rows) if self._arrays is None or length == self._payload_bytes else 0
+                elif self.layout is not None and self.layout.size == length:
+                    m = self.layout.leading_matches(rows)
+            if not m:  # one record at a time (which also learns the layout)
+                s = first + i * stride
+                batch = self.add(view[s:s + length])
+                if batch is not None:
+                    yield batch
+                i += 1
+                continue
+            rows = rows[:m]
+            if self._arrays is None:
+                self._arrays = self._alloc(self._shapes(length) if self.kind == "raw" else self._layout_shapes)
+            columns = self._columns(rows)
+            done = 0
+            while done < m:
+                take = min(m - done, self.batch_size - self.n)
+                self._add_rows(columns, done, take)
+                done += take
+                if self.n == self.batch_size:
+                    yield self.flush()
+                    if done < m:
+                        self._arrays = self._alloc(self._shapes(length) if self.kind == "raw"
+                                                   else self._layout_shapes)
+            i += m
+
+    def _columns(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """Each batch array's values for records `rows` that all match the layout (or raw
+        records of the batch's length): varints decoded at once, payloads as strided views."""
+        if self.kind == "raw":
+            return {"record": rows}
+        lay = self.layout
+        out = {"index": lay.int64_column(rows, "index")}
+        if self.kind == "images":
+            lo, hi = lay.blobs["image"]
+            out["label"] = lay.int64_column(rows, "label")
+            out["image"] = rows[:, lo:hi]
+        else:
+            lo, hi = lay.blobs["tokens"]
+            out["tokens"] = rows[:, lo:hi].view("<i4")
+        return out
+
+    def _add_rows(self, columns: dict[str, np.ndarray], start: int, count: int) -> None:
+        n, a = self.n, self._arrays
+        for name, values in columns.items():
+            dst = a[name][n:n + count]
+            if dst.ndim > 2:
+                dst = dst.reshape(count, -1)
+            dst[...] = values[start:start + count]
+        self.n += count
 
     def flush(self) -> dict[str, Any] | None:
         if not self.n or self._arrays is None:
             return None
         n, full = self.n, self.n == self.batch_size
         out = {k: (h if full else h[:n]) for k, h in self._handles.items()}
-        self._arrays, self._handles, self.n = None, {}, 0
+        self._arrays, self._handles, self._payload, self.n = None, {}, None, 0
         return out
 
 
@@ -214,14 +332,20 @@ def read_batches(paths, config: ReadConfig | None = None, *, num_consumers: int 
     files = expand_paths(paths)
     assignment = assign_shards(files, num_consumers, consumer, shard_mode, epoch=epoch,
                                shuffle_files=shuffle_files, seed=config.seed)
-    views = iter_assigned(assignment, config, opener)
-    if config.shuffle_buffer > 1:
-        views = _shuffled(views, config.shuffle_buffer, random.Random(config.seed * 7919 + epoch))
     decoder = BatchDecoder(config.kind, config.batch_size, alloc)
-    for v in views:
-        batch = decoder.add(v)
-        if batch is not None:
-            yield batch
+    if config.shuffle_buffer > 1:  # shuffling needs each record on its own
+        views = _shuffled(iter_assigned(assignment, config, opener), config.shuffle_buffer,
+                          random.Random(config.seed * 7919 + epoch))
+        for v in views:
+            batch = decoder.add(v)
+            if batch is not None:
+                yield batch
+    else:
+        for path, off in zip(assignment.files, assignment.offsets, strict=True):
+            for buf, runs in iter_record_chunks(path, compression=config.compression, verify=config.verify,
+                                                opener=opener, every=assignment.every, offset=off):
+                for run in runs:
+                    yield from decoder.add_run(buf, *run)
     last = decoder.flush()
     if last is not None and not config.drop_remainder:
         yield last

@@ -8,7 +8,14 @@ Payload (one `tf.train.Example` per sample, see `labkit.data.example`):
 
 Shards are named `{prefix}-{i:05d}-of-{n:05d}.tfrecord` (`.gz` / `.zz` when compressed) and
 written through fsspec, so `out_dir` may be local, a `/gcs/bucket/...` mount or `gs://bucket/...`.
-A small `{prefix}-manifest.json` beside them records the counts and the payload.
+
+A shard set is the shards plus `{prefix}-manifest.json` beside them (kind, compression, shard
+names, records per shard, total), written last: a folder whose manifest is there holds a
+complete set. Writing into a folder that already holds a set with the same prefix either
+refuses (`if_exists="error"`) or replaces the old set whole (`"replace"`: the old manifest is
+removed first, stale shards after the new ones are written), so old and new shards never mix
+and the glob `{prefix}-*` never picks up a stale shard. `verify_shards` reads every record
+(both CRCs) and checks the shards against the manifest: missing, extra and short shards.
 """
 
 from __future__ import annotations
@@ -16,17 +23,51 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from labkit.core.config import check_int, check_str
+from labkit.core.config import check_choice, check_int, check_str
 from labkit.data.example import encode_example
 from labkit.data.synthetic import SyntheticImages, SyntheticTokens
-from labkit.data.tfrecord import RecordWriter, is_remote, normalize_compression, open_binary
+from labkit.data.tfrecord import (
+    CorruptRecordError,
+    RecordWriter,
+    expand_paths,
+    is_remote,
+    iter_record_chunks,
+    normalize_compression,
+    open_binary,
+)
 
 SUFFIX = {"": ".tfrecord", "GZIP": ".tfrecord.gz", "ZLIB": ".tfrecord.zz"}
+MANIFEST_SUFFIX = "-manifest.json"
+IF_EXISTS = ("error", "replace")
+
+
+class ShardSetExistsError(FileExistsError):
+    """The output folder already holds a shard set with this prefix (and replacing it was not
+    asked for). `.folder`, `.prefix` and `.names` (the files of the old set) say which."""
+
+    def __init__(self, folder: str, prefix: str, names: set[str], advice: str):
+        self.folder, self.prefix, self.names = folder, prefix, sorted(names)
+        super().__init__(f"{folder} already holds a shard set with prefix {prefix!r} ({len(names)} "
+                         f"files, e.g. {self.names[0]}): {advice}")
+
+
+class ManifestError(ValueError):
+    """A manifest is missing where one is required, or is not a labkit shard manifest."""
+
+
+def manifest_name(prefix: str) -> str:
+    return prefix + MANIFEST_SUFFIX
+
+
+def _shard_pattern(prefix: str) -> re.Pattern:
+    """Names of the shards a writer with this prefix makes (any count, any compression)."""
+    return re.compile(re.escape(prefix) + r"-\d{5}-of-\d{5}\.tfrecord(\.gz|\.zz)?")
 
 
 @dataclass(frozen=True)
@@ -74,12 +115,25 @@ def token_example(index: int, tokens: np.ndarray) -> bytes:
 
 def write_shards(
     out_dir: str | os.PathLike, num_records: int, make_record: Callable[[int], bytes],
-    config: ShardConfig, *, kind: str = "raw",
+    config: ShardConfig, *, kind: str = "raw", if_exists: str = "replace",
 ) -> ShardSet:
-    """Write records `make_record(0..num_records-1)` into shards of `config.records_per_shard`."""
+    """Write records `make_record(0..num_records-1)` into shards of `config.records_per_shard`,
+    then the manifest. A set with the same prefix already in `out_dir` is replaced whole
+    (`if_exists="replace"`) or refused with ShardSetExistsError (`"error"`). An `out_dir` that
+    is a file or cannot be written is refused (an OSError naming it) before anything is written."""
     check_int("num_records", num_records, minimum=1)
+    check_choice("if_exists", if_exists, IF_EXISTS)
     out = os.fspath(out_dir)
     comp = normalize_compression(config.compression)
+    fs = _Folder(out)
+    fs.make_writable()
+    old = fs.shard_set_files(config.prefix)
+    if old and if_exists == "error":
+        raise ShardSetExistsError(out, config.prefix, old, 'write with if_exists="replace" to replace '
+                                  "it whole, or choose another folder or prefix")
+    manifest_path = _join(out, manifest_name(config.prefix))
+    if manifest_name(config.prefix) in old:  # from here on the folder holds no complete set
+        fs.remove(manifest_path)
     n = math.ceil(num_records / config.records_per_shard)
     paths, counts, total = [], [], 0
     for s in range(n):
@@ -91,35 +145,248 @@ def write_shards(
         paths.append(path)
         counts.append(hi - lo)
         total += w.bytes_written
+    new = {os.path.basename(p) for p in paths}
+    for name in sorted(old - new - {manifest_name(config.prefix)}):
+        fs.remove(_join(out, name))
     shards = ShardSet(paths, counts, kind, comp, total)
     manifest = {"kind": kind, "compression": comp, "num_records": num_records,
                 "shards": [os.path.basename(p) for p in paths], "counts": counts,
                 "shard_config": asdict(config)}
-    with open_binary(_join(out, f"{config.prefix}-manifest.json"), "wb") as f:
+    with open_binary(manifest_path, "wb") as f:
         f.write(json.dumps(manifest, indent=1).encode())
     return shards
 
 
-def write_image_shards(out_dir, dataset: SyntheticImages, config: ShardConfig = ShardConfig()) -> ShardSet:
+def write_image_shards(out_dir, dataset: SyntheticImages, config: ShardConfig = ShardConfig(), *,
+                       if_exists: str = "replace") -> ShardSet:
     """Every sample of a SyntheticImages dataset as image Examples in shards."""
     def make(i: int) -> bytes:
         image, label = dataset[i]
         return image_example(i, image, label)
 
-    return write_shards(out_dir, len(dataset), make, config, kind="images")
+    return write_shards(out_dir, len(dataset), make, config, kind="images", if_exists=if_exists)
 
 
-def write_token_shards(out_dir, dataset: SyntheticTokens, config: ShardConfig = ShardConfig()) -> ShardSet:
+def write_token_shards(out_dir, dataset: SyntheticTokens, config: ShardConfig = ShardConfig(), *,
+                       if_exists: str = "replace") -> ShardSet:
     """Every sequence of a SyntheticTokens dataset as token Examples in shards."""
     return write_shards(out_dir, len(dataset), lambda i: token_example(i, dataset[i]), config,
-                        kind="tokens")
+                        kind="tokens", if_exists=if_exists)
 
 
-def write_raw_shards(out_dir, records: Iterable[bytes], num_records: int, config: ShardConfig) -> ShardSet:
+def write_raw_shards(out_dir, records: Iterable[bytes], num_records: int, config: ShardConfig, *,
+                     if_exists: str = "replace") -> ShardSet:
     """Opaque records (benchmarks: fixed-size random payloads) in shards."""
     it = iter(records)
-    return write_shards(out_dir, num_records, lambda _i: next(it), config, kind="raw")
+    return write_shards(out_dir, num_records, lambda _i: next(it), config, kind="raw", if_exists=if_exists)
 
 
 def _join(directory: str, name: str) -> str:
     return directory.rstrip("/") + "/" + name if is_remote(directory) else os.path.join(directory, name)
+
+
+class _Folder:
+    """The few file-system operations a shard set needs, on a local folder (a /gcs/ mount
+    included) or an fsspec URL."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.remote = is_remote(path)
+        if self.remote:
+            import fsspec
+
+            self.fs, self.root = fsspec.core.url_to_fs(path)
+        elif path.startswith("file://"):
+            self.path = path[len("file://"):]
+
+    def is_dir(self) -> bool:
+        return self.fs.isdir(self.root) if self.remote else os.path.isdir(self.path)
+
+    def names(self) -> list[str]:
+        if self.remote:
+            return sorted(os.path.basename(p.rstrip("/")) for p in self.fs.ls(self.root, detail=False))
+        return sorted(os.listdir(self.path))
+
+    def remove(self, path: str) -> None:
+        if self.remote:
+            self.fs.rm(path)
+        else:
+            os.remove(path)
+
+    def make_writable(self) -> None:
+        """Create the folder if needed and prove a file can be written in it, or raise an
+        OSError naming the folder and the cause, before any shard is written."""
+        where = f"cannot write shards into {self.path}"
+        probe_name = f".labkit-write-test-{os.getpid()}"
+        if self.remote:
+            probe = self.root.rstrip("/") + "/" + probe_name
+            try:
+                self.fs.makedirs(self.root, exist_ok=True)
+                self.fs.pipe_file(probe, b"")
+                self.fs.rm(probe)
+            except OSError as e:
+                raise type(e)(f"{where}: {e}") from None
+            return
+        probe = os.path.join(self.path, probe_name)
+        if os.path.exists(self.path) and not os.path.isdir(self.path):
+            raise NotADirectoryError(f"{where}: it is a file, not a folder")
+        try:
+            os.makedirs(self.path, exist_ok=True)
+            with open(probe, "wb"):
+                pass
+            os.remove(probe)
+        except OSError as e:
+            raise type(e)(f"{where}: {e.strerror or e}") from None
+
+    def shard_set_files(self, prefix: str) -> set[str]:
+        """The names in the folder that belong to a shard set with this prefix."""
+        pattern = _shard_pattern(prefix)
+        return {n for n in self.names() if n == manifest_name(prefix) or pattern.fullmatch(n)}
+
+
+def read_manifest(path: str | os.PathLike) -> dict:
+    """A shard set's manifest, checked: kind, compression, shard names, counts and total."""
+    path = os.fspath(path)
+    try:
+        with open_binary(path, "rb") as f:
+            man = json.loads(f.read())
+    except FileNotFoundError:
+        raise ManifestError(f"no shard manifest at {path}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ManifestError(f"{path} is not a labkit shard manifest (not JSON: {e})") from None
+    shards, counts = (man.get("shards"), man.get("counts")) if isinstance(man, dict) else (None, None)
+    if (not isinstance(shards, list) or not isinstance(counts, list) or len(shards) != len(counts)
+            or not all(isinstance(n, str) and n and "/" not in n for n in shards)
+            or not all(isinstance(c, int) and c >= 0 for c in counts)
+            or man.get("num_records") != sum(counts)):
+        raise ManifestError(f"{path} is not a labkit shard manifest (it needs 'shards', 'counts' of "
+                            f"the same length and 'num_records' equal to their sum)")
+    try:
+        man["compression"] = normalize_compression(man.get("compression"))
+    except ValueError:
+        raise ManifestError(f"{path}: unknown compression {man.get('compression')!r}") from None
+    return man
+
+
+def load_shard_set(directory: str | os.PathLike, prefix: str = "data") -> ShardSet:
+    """The shard set a writer left in `directory`, from its manifest (the exact file list, in
+    order: safer than a glob, which also matches files that belong to no set)."""
+    d = os.fspath(directory)
+    man = read_manifest(_join(d, manifest_name(prefix)))
+    return ShardSet([_join(d, n) for n in man["shards"]], list(man["counts"]), man.get("kind", "raw"),
+                    man["compression"], 0)
+
+
+@dataclass
+class VerifyReport:
+    """What `verify_shards` found: files and records read (both CRCs checked) and one line per
+    problem (a corrupt record with its file and byte offset, a missing, extra or short shard)."""
+
+    files: int = 0
+    records: int = 0
+    nbytes: int = 0
+    manifests: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify_shards(paths: str | os.PathLike | Sequence[str | os.PathLike],
+                  compression: str | None = None) -> VerifyReport:
+    """Read every record of the shards, checking both CRCs, and check them against their
+    manifest. A folder is checked against every `*-manifest.json` in it (missing, extra and
+    short shards are problems; a folder with no manifest or no shards is bad input). Files and
+    globs have their CRCs checked, and their record count too when a manifest beside them lists
+    them. Problems are collected in the report; bad input raises (FileNotFoundError,
+    ManifestError, or ParameterError for a bad `compression`)."""
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    if not items:
+        raise ValueError("no shard folder, file or pattern given")
+    comp = None if compression is None else normalize_compression(compression)
+    report = VerifyReport()
+    for item in items:
+        path = os.fspath(item)
+        folder = _Folder(path)
+        if not any(ch in path for ch in "*?[") and folder.is_dir():
+            _verify_folder(folder, comp, report)
+            continue
+        for file in expand_paths(path):
+            listed = _listing(file)
+            want_comp = comp if comp is not None else (listed[0] if listed else "")
+            got = _verify_file(file, want_comp, report)
+            if listed and got is not None and got != listed[1]:
+                report.problems.append(_count_problem(file, got, listed[1], listed[2]))
+    return report
+
+
+def _listing(file: str) -> tuple[str, int, str] | None:
+    """(compression, record count, manifest name) of a shard as a manifest beside it lists it."""
+    directory, name = os.path.split(file.rstrip("/"))
+    folder = _Folder(directory or ".")
+    try:
+        manifests = [n for n in folder.names() if n.endswith(MANIFEST_SUFFIX)]
+    except OSError:
+        return None
+    for m in manifests:
+        try:
+            man = read_manifest(_join(directory or ".", m))
+        except ManifestError:
+            continue
+        if name in man["shards"]:
+            return man["compression"], man["counts"][man["shards"].index(name)], m
+    return None
+
+
+def _verify_folder(folder: _Folder, comp: str | None, report: VerifyReport) -> None:
+    names = folder.names()
+    manifests = [n for n in names if n.endswith(MANIFEST_SUFFIX)]
+    shard_files = [n for n in names if ".tfrecord" in n and not n.startswith(".")]
+    if not manifests:
+        if not shard_files:
+            raise FileNotFoundError(f"{folder.path} holds no TFRecord shards and no shard manifest")
+        files = f"{len(shard_files)} TFRecord file" + ("s" if len(shard_files) != 1 else "")
+        raise ManifestError(f"{folder.path} holds {files} but no "
+                            f"*{MANIFEST_SUFFIX} to check them against (name the files to check "
+                            f"their CRCs only)")
+    listed: set[str] = set()
+    for m in manifests:
+        man = read_manifest(_join(folder.path, m))
+        report.manifests.append(_join(folder.path, m))
+        shard_comp = comp if comp is not None else man["compression"]
+        for name, want in zip(man["shards"], man["counts"], strict=True):
+            listed.add(name)
+            path = _join(folder.path, name)
+            if name not in names:
+                report.problems.append(f"{path}: missing (listed in {m} with {want} records)")
+                continue
+            got = _verify_file(path, shard_comp, report)
+            if got is not None and got != want:
+                report.problems.append(_count_problem(path, got, want, m))
+    for name in shard_files:
+        if name not in listed:
+            report.problems.append(f"{_join(folder.path, name)}: extra shard, listed in no manifest "
+                                   f"({', '.join(manifests)})")
+
+
+def _count_problem(path: str, got: int, want: int, manifest: str) -> str:
+    what = "short" if got < want else "long"
+    return f"{path}: {what}: {got} records, {manifest} says {want}"
+
+
+def _verify_file(path: str, comp: str, report: VerifyReport) -> int | None:
+    """Records in one file with both CRCs checked; None (and a problem) when one is corrupt."""
+    count = nbytes = 0
+    try:
+        for _, runs in iter_record_chunks(path, compression=comp):
+            for _first, _stride, length, n in runs:
+                count += n
+                nbytes += length * n
+    except CorruptRecordError as e:
+        report.problems.append(f"{e} (after {count} good records)")
+        return None
+    report.files += 1
+    report.records += count
+    report.nbytes += nbytes
+    return count

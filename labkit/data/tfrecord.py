@@ -8,23 +8,26 @@ where `masked_crc32c` is CRC-32C rotated right by 15 bits plus 0xa282ead8. The w
 be GZIP- or ZLIB-compressed (TensorFlow's `compression_type`). Files written here are read by
 `tf.data.TFRecordDataset` and files written by `tf.io.TFRecordWriter` are read here.
 
-Reading is built for throughput: the file is read in large chunks into one reusable buffer,
-records are sliced out as memoryviews (no per-record copy) and each CRC is one call into the
-`crc32c` C extension. `read_records` yields `bytes`; `iter_views` yields memoryviews valid until
-the next record, for callers that decode straight into a batch array.
+Reading is built for throughput: the file is read piece by piece into one reused buffer small
+enough to stay in the CPU cache, records are sliced out of it without copies, each CRC is one
+call into the `crc32c` C extension, and runs of records with the same header are framed and
+compared against their stored CRCs with NumPy. `read_records` yields `bytes`; `iter_views`
+yields memoryviews valid until the next record; `iter_record_chunks` hands out whole runs, for
+decoders that copy many records into a batch at once. A bad record is a CorruptRecordError
+naming the file and byte offset, raised after every record before it was handed out.
 """
 
 from __future__ import annotations
 
 import gzip
-import mmap
 import os
 import struct
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import IO, BinaryIO
+from typing import IO, BinaryIO, NamedTuple
 
 import crc32c as _crc32c
+import numpy as np
 
 from labkit.core.config import ParameterError
 
@@ -33,7 +36,6 @@ _MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct("<QI")  # length, masked crc of the length
 _FOOTER = struct.Struct("<I")  # masked crc of the data
 _U64 = struct.Struct("<Q")
-CHUNK_BYTES = 8 << 20  # one read call per 8 MiB: big enough that syscalls do not matter
 _crc = _crc32c.crc32c
 
 PathLike = str | os.PathLike
@@ -65,7 +67,7 @@ def normalize_compression(compression: str | None) -> str:
     """None, "" or "NONE" → ""; "GZIP"/"ZLIB" (any case) as TensorFlow spells them."""
     value = "" if compression is None else compression
     if not isinstance(value, str) or value.upper() not in COMPRESSIONS + ("NONE",):
-        raise ParameterError("compression", compression, "must be None, 'GZIP' or 'ZLIB'")
+        raise ParameterError("compression", compression, "must be 'GZIP', 'ZLIB' or none")
     value = value.upper()
     return "" if value == "NONE" else value
 
@@ -195,163 +197,250 @@ def write_records(path: PathLike, records: Iterable, compression: str | None = N
 
 # ---------------------------------------------------------------------------------------------
 # Reading
+#
+# One loop serves every stream (local file, fsspec URL, custom opener, GZIP, ZLIB): read a piece
+# of the stream into one reused buffer, frame the records in it, verify them, hand them on, read
+# the next piece. Measured choices (benchmarks/bench_tfrecord_peers.py):
+# - read() into a cache-sized buffer, not mmap: the copy out of the page cache lands in cache,
+#   so the CRC then runs at cache speed; an mmap'ed page costs a page fault and its CRC reads
+#   main memory, which together came out slower than the copy.
+# - Runs: consecutive records with the same 12-byte header (same length, hence same length CRC)
+#   are framed with one NumPy comparison and one length-CRC check, and their data CRCs are
+#   compared to the stored ones in one NumPy expression: small records cost one crc32c call
+#   each and almost nothing more. `iter_record_chunks` hands out whole runs, so a batch decoder
+#   can copy a run's payloads into a batch with one NumPy copy.
 
 
-class _ZlibReader:
-    """A file-like `readinto` over a zlib stream (TensorFlow's ZLIB compression)."""
+class RecordChunk(NamedTuple):
+    """Verified records in `buf` (reused: valid until the next chunk is requested), as runs
+    `(first, stride, length, count)`: record i of a run has its data at
+    `buf[first + i * stride : first + i * stride + length]`."""
 
-    def __init__(self, raw: IO[bytes]):
-        self._raw = raw
-        self._z = zlib.decompressobj()
-        self._pending = b""
+    buf: bytearray
+    runs: list[tuple[int, int, int, int]]
+
+
+READ_BYTES = 512 << 10  # read 512 KiB at a time: few calls per record, and the piece stays in cache
+RUN_MIN = 8  # records framed one by one below this many identical headers in a row
+_DELTA32 = np.uint32(_MASK_DELTA)
+_HEADER_DTYPE = np.dtype([("length", "<u8"), ("crc", "<u4")])  # packed: 12 bytes, as on disk
+
+
+def _gzip_hint(head: bytes) -> str:
+    """The compression a file's first bytes announce, as advice for a failed read."""
+    if head[:2] == b"\x1f\x8b":
+        return '; the file starts like a GZIP stream: read it with compression="GZIP"'
+    if len(head) >= 2 and head[0] == 0x78 and (head[0] << 8 | head[1]) % 31 == 0:
+        return '; the file starts like a ZLIB stream: read it with compression="ZLIB"'
+    return ""
+
+
+class _Inflater:
+    """`readinto` over a GZIP (several members allowed, as `gzip` writes them) or ZLIB stream."""
+
+    def __init__(self, raw: IO[bytes], wbits: int):
+        self._raw, self._wbits = raw, wbits
+        self._z = zlib.decompressobj(wbits)
+        self._out = b""
+        self._pos = 0
 
     def readinto(self, view) -> int:
-        while not self._pending:
+        while self._pos >= len(self._out):
             if self._z.eof:
-                return 0
-            chunk = self._raw.read(CHUNK_BYTES)
-            if not chunk:
-                self._pending = self._z.flush()
-                if not self._pending:
+                if self._wbits < 16:  # ZLIB has one stream; GZIP may have more members
                     return 0
-                break
-            self._pending = self._z.decompress(chunk)
-        n = min(len(view), len(self._pending))
-        view[:n] = self._pending[:n]
-        self._pending = self._pending[n:]
+                rest = self._z.unused_data or self._raw.read(READ_BYTES)
+                if not rest:
+                    return 0
+                self._z = zlib.decompressobj(self._wbits)
+                self._out, self._pos = self._z.decompress(rest, READ_BYTES), 0
+                continue
+            data = self._z.unconsumed_tail or self._raw.read(READ_BYTES)
+            if not data:
+                raise EOFError("compressed stream ends before its end marker")
+            self._out, self._pos = self._z.decompress(data, READ_BYTES), 0
+        n = min(len(view), len(self._out) - self._pos)
+        view[:n] = self._out[self._pos:self._pos + n]
+        self._pos += n
         return n
-
-    def close(self) -> None:
-        self._raw.close()
 
 
 def _open_stream(path: str, compression: str, opener: Opener | None):
     raw = opener(path) if opener is not None else open_binary(path, "rb")
     if compression == "GZIP":
-        return gzip.GzipFile(fileobj=raw, mode="rb"), raw
+        return _Inflater(raw, 16 + zlib.MAX_WBITS), raw
     if compression == "ZLIB":
-        return _ZlibReader(raw), raw
+        return _Inflater(raw, zlib.MAX_WBITS), raw
     return raw, raw
+
+
+def _masked(crcs: np.ndarray) -> np.ndarray:
+    """masked_crc32c over a uint32 array (rotations and the sum wrap mod 2**32)."""
+    return ((crcs >> 15) | (crcs << 17)) + _DELTA32
+
+
+def _first_bad_crc(view: memoryview, buf: bytearray, first: int, stride: int, length: int,
+                   count: int) -> int | None:
+    """Index of the first of `count` records (data at first + i*stride) whose data CRC does not
+    match the stored one, or None. One crc32c call per record; the rest is one NumPy expression
+    for long runs."""
+    crc, footer = _crc, _FOOTER.unpack_from
+    stop = first + count * stride
+    if count < RUN_MIN:
+        for i, s in enumerate(range(first, stop, stride)):
+            c = crc(view[s:s + length])
+            if (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF != footer(buf, s + length)[0]:
+                return i
+        return None
+    crcs = np.array([crc(view[s:s + length]) for s in range(first, stop, stride)], np.uint32)
+    stored = np.ndarray((count,), "<u4", buf, first + length, (stride,))
+    wrong = np.flatnonzero(_masked(crcs) != stored)
+    return int(wrong[0]) if len(wrong) else None
+
+
+def iter_record_chunks(
+    path: str, *, compression: str | None = None, verify: bool = True,
+    opener: Opener | None = None, chunk_bytes: int = READ_BYTES, every: int = 1, offset: int = 0,
+) -> Iterator[RecordChunk]:
+    """The records of one file, verified, as `RecordChunk`s over one reused buffer. With
+    `every` > 1 only records whose index i has i % every == offset are verified and handed out
+    (the others are framed and their length CRC checked): record-level sharding without copies.
+    A bad record raises CorruptRecordError after every record before it was handed out."""
+    comp = normalize_compression(compression)
+    stream, raw = _open_stream(path, comp, opener)
+    buf = bytearray(max(64, chunk_bytes))
+    view = memoryview(buf)
+    start = end = 0  # live bytes are buf[start:end]; start is always a record's first byte
+    base = 0  # stream offset of buf[0]
+    index = 0  # records framed so far
+    stride_hint = 0  # size of the last record framed: reads end on a record boundary when all match
+    eof = False
+    header, footer, crc = _HEADER.unpack_from, _FOOTER.unpack_from, _crc
+    checked = None  # the last header whose length CRC was verified
+
+    def fill(need: int) -> None:
+        """Move the live bytes to the front and read until `need` are live (or the buffer is
+        full, ending on a record boundary when records have the `stride_hint` size), or EOF."""
+        nonlocal buf, view, start, end, base, eof
+        if start:
+            view[: end - start] = view[start:end]
+            base += start
+            end -= start
+            start = 0
+        if need > len(buf):  # a record bigger than the buffer: grow it, at most doubling at a time
+            grown = bytearray(min(need, 2 * len(buf)))
+            grown[:end] = view[:end]
+            buf, view = grown, memoryview(grown)
+        limit = len(buf)
+        if 0 < stride_hint <= limit:
+            limit -= limit % stride_hint
+        limit = max(limit, min(need, len(buf)))
+        while end < limit:
+            try:
+                n = stream.readinto(view[end:limit])
+            except (OSError, EOFError, zlib.error) as e:
+                if not comp:  # the storage failed: its own error says how
+                    raise
+                raise CorruptRecordError(path, base + end, f"cannot decompress ({comp}): {e}") from e
+            if not n:
+                eof = True
+                return
+            end += n
+
+    try:
+        fill(12)
+        while True:
+            runs: list[tuple[int, int, int, int]] = []
+            error: CorruptRecordError | None = None
+            total = 0
+            pos = start
+            while True:
+                avail = end - pos
+                if avail < 12:
+                    break
+                head = header(buf, pos)
+                length = head[0]
+                if head != checked:  # a header equal to the last verified one needs no CRC call
+                    if verify:
+                        c = crc(view[pos:pos + 8])
+                        if (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF != head[1]:
+                            hint = _gzip_hint(bytes(view[:2])) if base + pos == 0 and not comp else ""
+                            error = CorruptRecordError(path, base + pos,
+                                                       "length CRC mismatch (not a TFRecord file?)" + hint)
+                            break
+                    checked = head
+                total = length + 16
+                if avail < total:
+                    break
+                if avail < RUN_MIN * total or view[pos + total:pos + total + 12] != view[pos:pos + 12]:
+                    # one record: the common case for large records, kept short
+                    if every == 1 or index % every == offset:
+                        if verify:
+                            c = crc(view[pos + 12:pos + 12 + length])
+                            if (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF != footer(buf, pos + 12 + length)[0]:
+                                error = CorruptRecordError(path, base + pos, "data CRC mismatch")
+                                break
+                        runs.append((pos + 12, total, length, 1))
+                    pos += total
+                    index += 1
+                    continue
+                heads = np.ndarray((avail // total,), _HEADER_DTYPE, buf, pos, (total,))
+                same = (heads["length"] == length) & (heads["crc"] == head[1])
+                count = len(same) if same.all() else int(same.argmin())
+                first = (offset - index) % every  # the first record of this run that is ours
+                kept = len(range(first, count, every))
+                if verify and kept:
+                    bad = _first_bad_crc(view, buf, pos + 12 + first * total, total * every, length, kept)
+                    if bad is not None:
+                        bad_index = first + bad * every
+                        error = CorruptRecordError(path, base + pos + bad_index * total, "data CRC mismatch")
+                        count, kept = bad_index, bad
+                if kept:
+                    runs.append((pos + 12 + first * total, total * every, length, kept))
+                pos += count * total
+                index += count
+                if error is not None:
+                    break
+            if total:
+                stride_hint = total
+            start = pos
+            if runs:
+                yield RecordChunk(buf, runs)
+            if error is not None:
+                raise error
+            live = end - start
+            if eof:
+                if not live:
+                    return
+                if live < 12:
+                    raise CorruptRecordError(path, base + start, "file ends inside a record header")
+                length = header(buf, start)[0]
+                raise CorruptRecordError(path, base + start, f"truncated: record of {length} bytes, file ends first")
+            fill(header(buf, start)[0] + 16 if live >= 12 else 12)
+    finally:
+        if hasattr(stream, "close"):
+            stream.close()
+        if raw is not stream:
+            raw.close()
 
 
 def iter_views(
     path: str, *, compression: str | None = None, verify: bool = True,
-    opener: Opener | None = None, chunk_bytes: int = CHUNK_BYTES, every: int = 1, offset: int = 0,
+    opener: Opener | None = None, chunk_bytes: int = READ_BYTES, every: int = 1, offset: int = 0,
 ) -> Iterator[memoryview]:
     """Yield each record's data of one file as a memoryview into a reused buffer: valid only
     until the next record is requested (copy it, or decode it, before asking for the next).
     With `every` > 1 only records whose index i has i % every == offset are verified and yielded
     (the others are framed and length-checked only): record-level sharding without copies."""
-    comp = normalize_compression(compression)
-    if not comp and opener is None and not is_remote(path):
-        yield from _iter_mapped(path, verify, every, offset)
-        return
-    stream, raw = _open_stream(path, comp, opener)
-    buf = bytearray(chunk_bytes)
-    view = memoryview(buf)
-    start = end = 0  # live bytes are buf[start:end]
-    base = 0  # stream offset of buf[0]
-    index = 0  # records framed so far
-    header, footer, crc = _HEADER.unpack_from, _FOOTER.unpack_from, _crc
-
-    def fill(need: int) -> int:
-        """Make at least `need` live bytes available if the stream has them; return live count."""
-        nonlocal buf, view, start, end, base
-        if start:  # move the live tail to the front
-            view[: end - start] = view[start:end]
-            base += start
-            end -= start
-            start = 0
-        if need > len(buf):  # a record bigger than the buffer: grow it
-            newbuf = bytearray(max(need, 2 * len(buf)))
-            newbuf[:end] = view[:end]
-            buf, view = newbuf, memoryview(newbuf)
-        while end < need:
-            try:
-                n = stream.readinto(view[end:])
-            except (OSError, EOFError, zlib.error) as e:  # bad gzip/zlib data
-                raise CorruptRecordError(path, base + end, f"cannot decompress ({comp}): {e}") from e
-            if not n:
-                break
-            end += n
-        return end
-
-    try:
-        while True:
-            if end - start < 12 and fill(12) < 12:
-                if end == start:
-                    return
-                raise CorruptRecordError(path, base + start, "file ends inside a record header")
-            length, length_crc = header(buf, start)
-            if verify and masked_crc32c(view[start:start + 8]) != length_crc:
-                raise CorruptRecordError(path, base + start, "length CRC mismatch (not a TFRecord file?)")
-            total = 16 + length
-            if end - start < total and fill(total) < total:
-                raise CorruptRecordError(path, base + start,
-                                         f"truncated: record of {length} bytes, file ends first")
-            index += 1
-            if every > 1 and (index - 1) % every != offset:
-                start += total
+    for buf, runs in iter_record_chunks(path, compression=compression, verify=verify, opener=opener,
+                                        chunk_bytes=chunk_bytes, every=every, offset=offset):
+        view = memoryview(buf)
+        for first, stride, length, count in runs:
+            if count == 1:
+                yield view[first:first + length]
                 continue
-            data = view[start + 12:start + 12 + length]
-            if verify:
-                (data_crc,) = footer(buf, start + 12 + length)
-                c = crc(data)
-                if (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF != data_crc:
-                    raise CorruptRecordError(path, base + start, "data CRC mismatch")
-            start += total
-            yield data
-    finally:
-        stream.close()
-        if raw is not stream:
-            raw.close()
-
-
-def _iter_mapped(path: str, verify: bool, every: int, offset: int) -> Iterator[memoryview]:
-    """Local uncompressed files are memory-mapped: records are views straight into the page
-    cache, which saves the copy a read() makes (the slowest pass over the bytes)."""
-    f = open_binary(path, "rb")
-    try:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    finally:
-        f.close()
-    if hasattr(mm, "madvise"):
-        mm.madvise(mmap.MADV_SEQUENTIAL)
-    view = memoryview(mm)
-    header, footer, crc = _HEADER.unpack_from, _FOOTER.unpack_from, _crc
-    start = index = 0
-    try:
-        while start < size:
-            if size - start < 12:
-                raise CorruptRecordError(path, start, "file ends inside a record header")
-            length, length_crc = header(view, start)
-            if verify and masked_crc32c(view[start:start + 8]) != length_crc:
-                raise CorruptRecordError(path, start, "length CRC mismatch (not a TFRecord file?)")
-            total = 16 + length
-            if size - start < total:
-                raise CorruptRecordError(path, start, f"truncated: record of {length} bytes, file ends first")
-            index += 1
-            if every > 1 and (index - 1) % every != offset:
-                start += total
-                continue
-            data = view[start + 12:start + 12 + length]
-            if verify:
-                (data_crc,) = footer(view, start + 12 + length)
-                c = crc(data)
-                if (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF != data_crc:
-                    raise CorruptRecordError(path, start, "data CRC mismatch")
-            start += total
-            yield data
-    finally:
-        # A consumer still holding a record view keeps the mapping alive; it is freed with it.
-        try:
-            view.release()
-            mm.close()
-        except BufferError:
-            pass
+            for s in range(first, first + count * stride, stride):
+                yield view[s:s + length]
 
 
 def read_records(
@@ -363,11 +452,15 @@ def read_records(
     files = expand_paths(paths)
     comp = normalize_compression(compression)
     for path in files:
-        for view in iter_views(path, compression=comp, verify=verify, opener=opener):
-            yield bytes(view)
+        for buf, runs in iter_record_chunks(path, compression=comp, verify=verify, opener=opener):
+            view = memoryview(buf)
+            for first, stride, length, count in runs:
+                for s in range(first, first + count * stride, stride):
+                    yield bytes(view[s:s + length])
 
 
 def count_records(paths: PathLike | Sequence[PathLike], compression: str | None = None) -> int:
     """Number of records in the files (walks the framing; data CRCs are not checked)."""
-    files = expand_paths(paths)
-    return sum(sum(1 for _ in iter_views(p, compression=compression, verify=False)) for p in files)
+    return sum(count for path in expand_paths(paths)
+               for _, runs in iter_record_chunks(path, compression=compression, verify=False)
+               for *_, count in runs)

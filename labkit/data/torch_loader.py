@@ -162,10 +162,18 @@ class _PooledTensors:
 
 def _shared_alloc(shape: tuple[int, ...], dtype):
     """In a loader worker, batches are decoded straight into shared memory, so handing one to
-    the main process passes a file descriptor instead of copying the batch again."""
+    the main process passes a file descriptor instead of copying the batch again. The storage
+    is created shared (`share_memory_()` on a fresh tensor would allocate it, then allocate and
+    copy it again: measured 27 ms against 6 ms for a 6.4 MB batch)."""
     import torch
 
-    t = torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype).share_memory_()
+    torch_dtype = torch.from_numpy(np.empty(0, dtype)).dtype
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    new_shared = getattr(torch.UntypedStorage, "_new_shared", None)
+    if new_shared is None:  # a torch without it: the public, slower way
+        t = torch.empty(shape, dtype=torch_dtype).share_memory_()
+    else:
+        t = torch.empty(0, dtype=torch_dtype).set_(new_shared(nbytes)).view(shape)
     return t, t.numpy()
 
 
@@ -194,13 +202,19 @@ def make_loader(paths, read: ReadConfig | None = None, loader: LoaderConfig | No
                   "persistent_workers": loader.persistent_workers,
                   "multiprocessing_context": loader.multiprocessing_context}
     if loader.mechanism == "batch":
+        # The dataset already yields batches of tensors: nothing for the loader to convert.
         return DataLoader(dataset, batch_size=None, num_workers=loader.num_workers,
-                          pin_memory=loader.pin_memory, **kwargs)
+                          pin_memory=loader.pin_memory, collate_fn=_as_is, **kwargs)
     return DataLoader(dataset, batch_size=read.batch_size, drop_last=read.drop_remainder,
                       num_workers=loader.num_workers, pin_memory=loader.pin_memory, **kwargs)
 
 
 _END = object()
+
+
+def _as_is(batch):
+    """The collate function of a dataset that yields whole batches (module level: picklable)."""
+    return batch
 
 
 class ThreadedLoader:
