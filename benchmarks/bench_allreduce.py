@@ -4,8 +4,8 @@
     python benchmarks/bench_allreduce.py --max-mb 512        # GPU: one process per GPU, to 512 MB
 
 Prints the table (size, iterations, median time, algorithm and bus bandwidth), and writes
-allreduce.json and allreduce.png into --out. On 8 x H100 (NVLink) the public reference for
-NCCL bus bandwidth is about 370 GB/s (see PERFORMANCE.md).
+allreduce.json and allreduce.png into --out. A published nccl-tests range for 8 x H100 with
+NVLink, with its source, is `labkit.course.distribution.H100_NVLINK_ALLREDUCE_BUSBW_GBS`.
 """
 
 from __future__ import annotations

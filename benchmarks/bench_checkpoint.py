@@ -2,8 +2,7 @@
 
     python benchmarks/bench_checkpoint.py [--dir DIR] [--layers 6] [--width 512] [--saves 5]
 
-PERFORMANCE.md's target: saving does not stall training by more than the write time of the
-state. The torch engine's single-process `Saver` copies the state to host memory (the part
+The target: saving does not stall training by more than the write time of the state. The torch engine's single-process `Saver` copies the state to host memory (the part
 training must wait for), then serialises, writes and commits it from a background thread.
 Measured on one GPT-style model trained by `labkit.torch.engine.train_step` (CPU unless
 --device cuda):

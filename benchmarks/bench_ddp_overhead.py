@@ -1,5 +1,5 @@
 """DDP overhead on CPU: 2 gloo processes (one thread each) against one single-thread process, at
-equal per-process batch, through `labkit train` (PERFORMANCE.md target: within 1.3×).
+equal per-process batch, through `labkit train` (target: within 1.3×).
 
     python benchmarks/bench_ddp_overhead.py [--model cnn] [--steps 30] [--per-process-batch 16]
 

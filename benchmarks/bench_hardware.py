@@ -4,9 +4,7 @@
     python benchmarks/bench_hardware.py --size 8192 --copy-mb 1024 --json out.json
 
 Prints a Markdown table for benchmarks/RESULTS.md with the device, software versions, date and
-the command, and, on a GPU the catalog knows, the ratio to its datasheet rate (for H100 80GB
-the targets in the course's performance notes are bf16 ≈ 698 TFLOP/s of 989, device copy
-≈ 3.0 TB/s, pinned host↔device ≈ 55 GB/s).
+the command, and, on a GPU the catalog knows, the ratio to its datasheet rate.
 """
 
 from __future__ import annotations

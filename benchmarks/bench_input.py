@@ -14,8 +14,8 @@ Rows (100 KB records, CRC verified everywhere):
   tf.data        TFRecordDataset(files, num_parallel_reads=2).batch(64) (and one record at a time)
 Ratios printed at the end are the course's targets: labkit torch / ceiling >= 0.70 and
 labkit torch / tf.data >= 1.0. With --images, the decoded image rate of the torch loader with
-workers is compared to 1.5x the best ResNet-50 training rate measured on one H100 (5,534 img/s,
-see labkit.course.read_rates.REFERENCE_SOURCE).
+workers is compared to 1.5x labkit's best ResNet-50 training rate measured on one H100, read from
+benchmarks/results (`labkit.course.read_rates.reference_resnet()`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""labkit's torch engine against the peer configurations of PERFORMANCE.md, in one run.
+"""labkit's torch engine against peer trainers of the same models, in one run.
 
     python benchmarks/bench_torch.py                 # GPU: GPT-2 small (batch 12, 48), ResNet-50
     python benchmarks/bench_torch.py --quick         # tiny sizes, any device: checks the script runs
@@ -104,7 +104,7 @@ def peer_gpt_step(cfg: GPTConfig, batch: int, compile_: bool, device):
 
 def peer_resnet_step(batch: int, image: int, device):
     """torchvision's ResNet-50, bf16 autocast + channels_last + torch.compile, SGD with momentum:
-    the best row of PERFORMANCE.md's ResNet table."""
+    the fastest plain-torchvision configuration, the peer for labkit's best ResNet-50 rung."""
     import torchvision
 
     torch.manual_seed(0)

@@ -1,12 +1,12 @@
 # %% [markdown]
-# # 01 · Hardware choice: this machine's ceilings, the Vertex catalog, and what your run costs
+# # 01 · Hardware choice: this machine's ceilings, the accelerator catalog, and what your run costs
 #
 # Before tuning anything, know the limits. This notebook **measures** the ceilings of the
 # machine it runs on (matmul TFLOP/s per dtype, memory bandwidth, host↔device bandwidth on a
-# GPU), draws the roofline, reads the catalog of Vertex AI accelerators (every price with its
-# source and the date it was read), and estimates the time and the dollars of *your* training
-# run on each option, on-demand and on Spot, with the Pareto front: the options nobody beats
-# on both time and cost.
+# GPU), draws the roofline, reads the catalog of machines a Vertex AI training job can ask for
+# (every price the whole machine's, with its rate card, its source and the date it was read),
+# and estimates the time and the dollars of *your* training run on each option, on-demand and
+# on Spot, with the Pareto front: the options nobody beats on both time and cost.
 #
 # The catalog is a CSV file shipped with labkit (`labkit/hardware/catalog.csv`); prices change,
 # so update it (or point `catalog_path` at your own copy) before you commit a budget.
@@ -19,7 +19,7 @@ flops_per_sample = 0.0
 samples_per_step = 12
 samples_per_epoch = 1_000_000
 epochs = 1.0
-mfu = 0.4
+mfu = None
 preemptions_per_hour = 0.05
 checkpoint_every_min = 30.0
 restart_min = 5.0
@@ -72,23 +72,50 @@ plot_rooflines([here, ref], [point])
 print(f"ridge point here: {here.ridge_flops_per_byte:.0f} FLOP/byte; H100: {ref.ridge_flops_per_byte:.0f} FLOP/byte")
 
 # %% [markdown]
-# ## 3. The Vertex accelerator catalog
-# Datasheet rates per accelerator (dense bf16 tensor-core TFLOP/s, HBM bandwidth) and prices per
-# hour for the row (accelerators, plus the host VM where the catalog lists it). Rows without a
-# price are kept, and the estimator below skips them and says why.
+# ## 3. The accelerator catalog
+# Datasheet rates per accelerator (dense bf16 tensor-core TFLOP/s, HBM bandwidth) and the price
+# per hour of the **whole machine** a replica gets: accelerators plus the host VM. `price basis`
+# names whose rate card the price is. Vertex AI bills custom training at its own rates; where
+# its machine price was not read, the row carries the Compute Engine price of the same machine,
+# which is a lower bound for a Vertex job (below: how much more Vertex charged for the one
+# machine both rate cards were read for). Rows without a price are kept, and the estimator
+# below skips them and says why. The catalog is checked for the rules every price list must
+# keep (Spot below on-demand and within Google's documented discount, a bigger-memory variant
+# never cheaper).
 
 # %%
+from labkit.hardware import facts
+from labkit.hardware.catalog import sanity_problems
+
 print(table(catalog_rows(catalog)))
 for e in catalog:
-    print(f"{e.name}: price read {e.price_read_on} from {e.price_source}" + (f"  [note: {e.note}]" if not e.has_price else ""))
+    print(f"{e.name}: {e.price_basis} price read {e.price_read_on} from {e.price_source}"
+          + (f"  [note: {e.note}]" if not e.has_price else ""))
+print("catalog checks:", "; ".join(sanity_problems(catalog)) or "all kept")
+print(f"Vertex AI's rate vs Compute Engine's for n1-standard-4: {facts.VERTEX_TRAINING_PREMIUM:.2f}×\n  "
+      f"{facts.VERTEX_TRAINING_N1_STANDARD_4.text()}\n  {facts.COMPUTE_N1_STANDARD_4.text()}")
+print(facts.SPOT_MAX_DISCOUNT.text())
 
 # %% [markdown]
 # ## 4. Your model's time and cost on each option
 # FLOPs per step come from the model (`flops_per_sample`, or computed for `model="gpt"`:
-# GPT-2 small at full scale, 6·N + attention per token). Utilisation `mfu` turns datasheet
-# peaks into time. Reference (not measured here): GPT-2 small trained in bf16 on one H100 80GB
-# reached 42% MFU eager and 60% with torch.compile at batch 48 (torch 2.11, 2026-11-22).
-# First, what this machine reaches on a simple matmul-heavy model, measured now:
+# GPT-2 small at full scale, 6·N + attention per token). Utilisation (MFU) turns peaks into
+# time, and an MFU figure means nothing without its peak: the estimator multiplies each
+# option's **datasheet** peak, so every MFU it uses is a fraction of the datasheet figure. The
+# default `mfu=None` takes a measured one: GPT-2 small trained by labkit on one H100, read from
+# the repository's benchmark results and restated against the H100's datasheet peak. The same
+# file's runs, against both peaks:
+
+# %%
+from labkit.hardware.cost import mfu_assumption
+
+assumed = mfu_assumption(mfu, catalog_path or None)
+print(assumed.text())
+mfu = assumed.value
+
+# %% [markdown]
+# First, what this machine reaches on a simple matmul-heavy model, measured now (against this
+# machine's own measured fp32 matmul ceiling from section 1: a CPU has no datasheet peak here):
 
 # %%
 from labkit.core import frameworks
@@ -100,7 +127,7 @@ if frameworks.has_torch():
                                       threads=cpu_threads)
     here_mfu = measured.mfu(ceilings.matmul_tflops.get("fp32", ceilings.best_tflops))
     key_figure("MLP training throughput here", measured.samples_per_s, "samples/s")
-    key_figure("MLP model FLOPs utilisation here (vs measured fp32 ceiling)", 100 * here_mfu, "%")
+    key_figure("MLP model FLOPs utilisation here (vs this machine's measured fp32 matmul ceiling)", 100 * here_mfu, "%")
 else:
     print(frameworks.missing_reason("torch"))
 
@@ -111,14 +138,26 @@ workload = Workload(flops_per_step=per_sample * samples_per_step, samples_per_st
 spot = SpotModel(preemptions_per_hour, checkpoint_every_min, restart_min)
 estimates = estimate_costs(workload, catalog, CostAssumptions(mfu=mfu, spot=spot))
 print(f"{per_sample / 1e9:.1f} GFLOP per sample, {workload.steps_per_epoch:,} steps per epoch, "
-      f"Spot overhead {100 * spot.overhead:.1f}% expected from preemptions")
+      f"MFU {mfu:.1%} of each option's datasheet peak, Spot overhead {100 * spot.overhead:.1f}% expected "
+      f"from preemptions")
 print(table(estimates.rows()))
 print(estimates.skipped_text())
+
+# %% [markdown]
+# How much the answer depends on the MFU assumption: the same estimate under each measured
+# configuration above (and yours). Time and dollars scale as 1/MFU; with one MFU for every
+# option, the ranking does not move, but the budget does. A run that reaches the eager figure
+# instead of the compiled one costs that much more.
+
+# %%
+from labkit.hardware.cost import mfu_sensitivity
+
+print(table(mfu_sensitivity(workload, catalog, CostAssumptions(mfu=mfu, spot=spot), assumed.sensitivity_cases())))
 
 # %%
 from labkit.course.hardware_plots import plot_time_cost
 
-plot_time_cost(estimates, title=f"{epochs:g} epoch(s) of {samples_per_epoch:,} samples at MFU {mfu:.0%}")
+plot_time_cost(estimates, title=f"{epochs:g} epoch(s) of {samples_per_epoch:,} samples at {mfu:.0%} of datasheet peak")
 fast, cheap, cheap_spot = estimates.fastest(), estimates.cheapest(), estimates.cheapest(spot=True)
 key_figure("fastest option", f"{fast.name}: {fast.hours_per_run:.2f} h, ${fast.on_demand_per_run:,.2f}")
 key_figure("cheapest on-demand", f"{cheap.name}: ${cheap.on_demand_per_run:,.2f}, {cheap.hours_per_run:.2f} h")
@@ -129,7 +168,8 @@ print("Pareto front (fastest first):", "; ".join(f"{n} {k} {h:.2f} h ${c:,.2f}" 
 # ## 5. When would a TPU pay off?
 # A TPU needs an XLA code path (JAX, or TensorFlow / PyTorch-XLA); labkit's torch engine
 # targets GPUs, and no TPU is measured here, so the TPU rows use datasheet rates. The question
-# to ask is the utilisation a TPU must reach to beat the cheapest GPU per run:
+# to ask is the utilisation (of its datasheet peak) a TPU must reach to beat the cheapest GPU
+# per run at the GPU's `mfu`:
 
 # %%
 from labkit.hardware.cost import tpu_break_even
@@ -137,6 +177,6 @@ from labkit.hardware.cost import tpu_break_even
 rows = tpu_break_even(estimates, catalog, mfu)
 print(table(rows))
 for r in rows:
-    print(f"{r['tpu']}: ${r['TPU $/run at same MFU']:,.2f} per run at {100 * mfu:.0f}% MFU vs "
+    print(f"{r['tpu']}: ${r['TPU $/run at same MFU']:,.2f} per run at {100 * mfu:.0f}% of datasheet peak vs "
           f"${r['GPU $/run']:,.2f} on {r['cheapest GPU']}; it is the cheaper choice once it reaches "
-          f"{100 * r['break-even TPU MFU']:.0f}% MFU" + ("" if r["reachable"] else ", which no run reaches"))
+          f"{100 * r['break-even TPU MFU']:.0f}% of its datasheet peak" + ("" if r["reachable"] else ", which no run reaches"))

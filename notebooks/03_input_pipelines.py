@@ -72,14 +72,16 @@ print(crc_demo.corruption_demo(data.shards.paths[0], str(out / "corrupted.tfreco
 # function to stack, with worker processes; a dataset that **decodes whole batches** straight
 # into one tensor, in the training process or in worker processes (into shared memory); and
 # whole batches decoded by a **background thread** of the training process (CRC32C and the
-# copies release the GIL, and batches never cross a process boundary). The fastest is the one
-# labkit should use here; the ladder below then shows the DataLoader knobs under latency.
+# copies release the GIL, and batches never cross a process boundary). Each is timed over
+# several passes in turns after a discarded one, with the range shown; the one that beats the
+# others in every pass is the one labkit should use here. The ladder below then shows the
+# DataLoader knobs under latency.
 
 # %%
 mechanisms = read_rates.compare_mechanisms(data) if has_torch else None
 if mechanisms:
-    print(table(mechanisms, ["mechanism", "samples/s"]))
-    key_figure("fastest torch reading mechanism here", read_rates.best_torch_mechanism(mechanisms))
+    print(table(read_rates.mechanism_rows(mechanisms)))
+    key_figure("highest-median torch reading mechanism here", read_rates.best_torch_mechanism(mechanisms))
 
 # %% [markdown]
 # ## 3. The ceiling: how fast can one core read and verify?
@@ -108,13 +110,15 @@ for module in [m for m in ("torch", "tensorflow") if not frameworks.is_installed
 
 # %% [markdown]
 # ## 4. The ladder, PyTorch DataLoader
-# Each rung is one training epoch of a small conv net behind the injected latency
+# Each rung is training epochs of a small conv net behind the injected latency
 # (`open_latency_ms` per file, `bandwidth_mb_s` per stream): **naive** one file per sample, no
 # workers; **shards**; **parallel reads** with `num_workers` loader processes (each reads its
 # own shards); **prefetch** (`prefetch_factor`, persistent workers, pinned memory on a GPU);
-# **cache** (batches kept in memory after the first epoch). "data wait" is the share of the
-# epoch the training loop spent waiting for its next batch. `num_workers` may exceed the core
-# count: loader workers reading from remote storage mostly wait.
+# **cache** (batches kept in memory after the first epoch). After a discarded warm-up of each,
+# the rungs take turns, one epoch at a time, `repeats` times; a row is the median epoch with the
+# range of all of them. "data wait" is the share of the epoch the training loop spent waiting
+# for its next batch. `num_workers` may exceed the core count: loader workers reading from
+# remote storage mostly wait.
 
 # %%
 torch_ladder = None
@@ -153,21 +157,20 @@ print(input_conclusions.conclusions(measured, mechanisms, raw, cfg))
 
 # %% [markdown]
 # ## 7. Does it feed a GPU?
-# This machine may have no GPU. The reference point is the best ResNet-50 training rate measured
-# on one NVIDIA H100 80GB HBM3 (bf16 + channels_last + torch.compile, batch 256, synthetic data:
-# **5,534 images/s**, measured 2026-11-22 with torch 2.11 and CUDA 13.0). Feeding it with margin
-# (1.5×) at 224×224×3 uint8 means about 8,300 decoded images/s, about 1.25 GB/s of pixels.
-# `benchmarks/bench_input.py --images 224` measures that on the training machine; below, the
-# rate of this machine's one-process torch path from section 3 is turned into the number of
-# loader workers that appetite needs.
+# This machine may have no GPU. The reference point is the fastest ResNet-50 training rate
+# labkit measured on one NVIDIA H100 (batch 256, synthetic 224×224 images), read below from the
+# repository's benchmark results with the file, device, software, date and command. Feeding it
+# with margin (1.5×) at 224×224×3 uint8 pixels per image gives the decoded images per second and
+# the bytes per second the input pipeline must deliver. `benchmarks/bench_input.py --images 224`
+# measures that on the training machine; below, the rate of this machine's one-process torch
+# path from section 3 is turned into the number of loader workers that appetite needs.
 
 # %%
 if torch_gb:
-    appetite = 1.5 * read_rates.REFERENCE_RESNET50_IMAGES_PER_S
-    need = read_rates.workers_to_feed(images_per_s=appetite, image_bytes=224 * 224 * 3, gb_per_s=torch_gb)
-    print(f"one loader process here reads {torch_gb:.2f} GB/s of {bench_record_kb} KB records: "
-          f"about {need} worker(s) would feed 1.5× the H100's best ResNet-50 rate (decoding not included)")
-    key_figure("loader workers to feed 1.5× H100 ResNet-50 (estimate from this machine)", need,
-               note=read_rates.REFERENCE_SOURCE)
+    feed = read_rates.feed_estimate(torch_gb)
+    print(feed.text(bench_record_kb))
+    if feed.reference is not None:
+        key_figure("loader workers to feed 1.5× H100 ResNet-50 (estimate from this machine)", feed.workers,
+                   note=f"{feed.reference.value:,.0f} images/s, {feed.reference.source.name}")
 else:
     print(frameworks.missing_reason("torch"))

@@ -4,8 +4,9 @@
 # Lower-precision arithmetic runs on tensor cores and moves half the bytes, so the same model
 # trains faster and holds smaller activations. This notebook climbs the ladder **in one run on
 # this machine**, one switch at a time, through `labkit.torch.engine.fit` (the same engine as
-# `labkit train --precision ...`), and measures for each rung: throughput, speed-up over fp32,
-# activation memory, and the final loss (does the cheaper arithmetic still learn the same?).
+# `labkit train --precision ...`), and measures for each rung: throughput (median and range of
+# repeated runs), speed-up over fp32 and whether it is measurable, activation memory, and the
+# final loss (does the cheaper arithmetic still learn the same?).
 #
 # Then two mechanisms behind the ladder: the **loss-scale overflow** that fp16 needs a
 # GradScaler for, and **tensor-core alignment** (sizes that are multiples of the tile run faster).
@@ -17,6 +18,7 @@ steps = None
 batch_size = None
 include_compile = None
 device = "auto"
+repeats = 3
 overflow_steps = 14
 overflow_init_scale = 268435456.0
 
@@ -35,42 +37,59 @@ print(f"scale={scale!r}, model={model!r}" + ("" if has_torch else "; " + framewo
 
 # %% [markdown]
 # ## The ladder (PyTorch)
-# Each rung is a full training run of `steps` steps at `batch_size` with one more switch on;
-# throughput is the median over the steps after the first (allocator and compile warm-up).
+# Each rung is a full training run of `steps` steps at `batch_size` with one more switch on; a
+# run's throughput is the median over its steps after the first. A single run proves little:
+# on a shared or throttled machine the same configuration can swing by tens of percent between
+# runs. So every rung first runs once briefly (discarded: thread pools, kernels chosen on first
+# use), then the rungs take turns `repeats` times. `samples_per_s` is the median of those runs,
+# `range` their lowest and highest, and `vs_first` says whether the rung is faster or slower than
+# fp32 or shows **no measurable difference here** (the ranges overlap).
 # `activation_mib` is what autograd keeps for the backward pass, counted on any device.
 # `include_compile=None` compiles only at full scale: compiling takes minutes on a small CPU.
 
 # %%
 ladder_cfg = precision.PrecisionLadderConfig(model=model, scale=scale, steps=steps, batch_size=batch_size,
-                                             include_compile=include_compile, device=device)
+                                             include_compile=include_compile, device=device, repeats=repeats)
 rows = precision.run_ladder(ladder_cfg, "torch") if has_torch else []
 if rows:
     display(Markdown(table(rows, precision.COLUMNS["torch"], markdown=True)))
 
 # %% [markdown]
 # ## What this run shows
-# Every sentence below is computed from the table above.
+# Every sentence below is computed from the table above: a rung is "faster" or "slower" only when
+# none of its runs overlaps fp32's.
 
 # %%
 if rows:
     print("\n".join(precision.conclusions(rows)))
     bf16 = precision.find(rows, "bf16")
     best = max(rows, key=lambda r: r["samples_per_s"])
-    key_figure("bf16 autocast speed-up over fp32 (torch)", bf16["speedup"], "×", bf16["device"])
-    key_figure("best ladder rung (torch)", best["rung"], note=f"{best['speedup']:.2f}× fp32")
+    key_figure("bf16 autocast speed-up over fp32 (torch)", bf16["speedup"], "×",
+               f"{bf16['device']}, median of {bf16['repeats']} runs; {bf16['vs_first']}")
+    key_figure("highest-median ladder rung (torch)", best["rung"],
+               note=f"{best['speedup']:.2f}× fp32; {best['vs_first']}")
     key_figure("activation memory bf16 / fp32 (torch)", bf16["activation_mib"] / rows[0]["activation_mib"], "×")
 
 # %% [markdown]
 # ## Without a GPU: the reference ladder
 # Tensor cores (TF32, bf16, fp16) are what the ladder is about, and a CPU has none. When this
-# run had no GPU, here is the same ladder measured on one, with its source and date; rerun this
-# notebook on a GPU machine (`labkit run notebooks/04_mixed_precision.ipynb -p scale full`, or
-# as a Vertex AI job) to measure it yourself.
+# run had no GPU, here is a ladder measured on one, read from the repository's benchmark results
+# (the file named below holds the device, the software, the date and the command). It is
+# labkit's own engine training ResNet-50 at batch 256 (AdamW, synthetic 224×224 images), one
+# run per rung, and it has one rung more than this notebook: CUDA graphs on top of compile. Rerun
+# this notebook on a GPU machine (`labkit run notebooks/04_mixed_precision.ipynb -p scale full`,
+# or as a Vertex AI job) to measure the ladder yourself, with its spread.
 
 # %%
+from labkit.hardware.results import ResultsUnavailable
+
 if rows and not rows[0]["device"].startswith("cuda"):
-    print("Reference, not measured by this run:", precision.REFERENCE_SOURCE)
-    display(Markdown(table(precision.REFERENCE_H100_RESNET50, ["rung", "samples_per_s"], markdown=True)))
+    try:
+        reference, provenance = precision.reference_ladder()
+        print("Reference, not measured by this run:", provenance)
+        display(Markdown(table(reference, ["rung", "samples_per_s", "speedup"], markdown=True)))
+    except ResultsUnavailable as e:
+        print(e)
 
 # %% [markdown]
 # ## fp16 needs a loss scale: the overflow demo
@@ -94,16 +113,18 @@ if has_torch:
 # Tensor cores multiply tiles; a matrix dimension that is not a multiple of the tile (8 for
 # fp16/bf16 elements, 64 to be safe) pays for padding or falls back to slower kernels. GPT-2's
 # vocabulary of 50,257 tokens is the classic case: padding it to 50,304 (a multiple of 64)
-# speeds up the output projection. On a CPU the effect is smaller and noisier.
+# speeds up the output projection. On a CPU the effect is smaller and noisier, so the two
+# projections are timed in turns and the verdict comes with their ranges.
 
 # %%
 if has_torch:
     aligned = tensor_cores.alignment_demo(device=device)
     display(Markdown(table(aligned, ["shape", "multiple_of_64", "tflops", "ms", "dtype"], markdown=True)))
-    vocab = {r["n"]: r for r in aligned if r["k"] == 768}
-    gain = vocab[50304]["tflops"] / vocab[50257]["tflops"]
-    print(f"vocab padded to 50304 runs at {gain:.2f}× the FLOP rate of 50257 here")
-    key_figure("vocab 50304 vs 50257 matmul FLOP rate", gain, "×", aligned[0]["dtype"])
+    padded = tensor_cores.vocab_comparison(device=device)
+    print(padded.sentence("vocab 50257", "vocab 50304", "TFLOP/s"))
+    key_figure("vocab 50304 vs 50257 matmul FLOP rate", padded.speedup(), "×",
+               f"{aligned[0]['dtype']}; " + ("no measurable difference here" if padded.winner is None else
+                                             "faster" if padded.b_is_better else "slower"))
 
 # %% [markdown]
 # ## The TensorFlow column
@@ -127,15 +148,18 @@ else:
 
 # %% [markdown]
 # Side by side, computed from the two tables: the bf16 speed-up each framework got over its
-# own fp32 rung on this machine.
+# own fp32 rung on this machine, with the verdict from its repeated runs.
 
 # %%
 if tf_rows:
+    print("\n".join(precision.conclusions(tf_rows)))
     tf_bf16 = precision.find(tf_rows, "bf16")
-    key_figure("bf16 (mixed_bfloat16) speed-up over fp32 (tf)", tf_bf16["speedup"], "×", tf_bf16["device"])
+    key_figure("bf16 (mixed_bfloat16) speed-up over fp32 (tf)", tf_bf16["speedup"], "×",
+               f"{tf_bf16['device']}, median of {tf_bf16['repeats']} runs; {tf_bf16['vs_first']}")
     if rows:
         torch_bf16 = precision.find(rows, "bf16")
-        print(f"bf16 over fp32 here: torch {torch_bf16['speedup']:.2f}×, TensorFlow {tf_bf16['speedup']:.2f}×; "
+        print(f"bf16 over fp32 here: torch {torch_bf16['speedup']:.2f}× ({torch_bf16['vs_first']}), "
+              f"TensorFlow {tf_bf16['speedup']:.2f}× ({tf_bf16['vs_first']}); "
               f"final loss fp32→bf16: torch {rows[0]['final_loss']:.4f}→{torch_bf16['final_loss']:.4f}, "
               f"TensorFlow {tf_rows[0]['final_loss']:.4f}→{tf_bf16['final_loss']:.4f}")
 

@@ -7,12 +7,17 @@
 # names the bound (input, compute, communication, launch/overhead, memory) with the fix and the
 # notebook that teaches it.
 #
-# We build two slow runs on purpose, let the profiler diagnose them, apply the fix through
-# labkit settings, and profile again:
+# We build slow runs on purpose, let the profiler diagnose them, apply the fix through labkit
+# settings, and profile again. A profile is one run: it shows *where* the time goes. *How much*
+# faster the fix is comes from repeated, unprofiled runs of both settings taking turns, with the
+# spread shown.
 #
-# 1. an **input-bound** `labkit train` run: the loader pays `input_latency_ms` per batch (remote
-#    storage, decoding) in the training process; the fix is loader workers and prefetching;
-# 2. a **launch-bound** run: a deep, narrow net at a tiny batch, where per-op overhead dwarfs
+# 1. an **input-bound** `labkit train` run with **injected latency**: the loader sleeps
+#    `input_latency_ms` per batch in the training process. The sleep stands in for waiting on
+#    remote storage; it uses no CPU. The fix is loader workers and prefetching;
+# 2. a **CPU-bound input**: real JPEG decoding in the loader. Workers help here too, but only
+#    up to the cores this machine has;
+# 3. a **launch-bound** run: a deep, narrow net at a tiny batch, where per-op overhead dwarfs
 #    the arithmetic; the fix is more work per op (a bigger batch).
 #
 # Every trace is a Chrome trace: open it in https://ui.perfetto.dev, or point TensorBoard at the
@@ -28,13 +33,15 @@ small_batch = 2
 large_batch = 4096
 active_steps = 3
 cpu_threads = 1
+repeats = 3
+decode_workers = [0, 1, 2, 4]
 profile_tf = True
 
 # %%
 from labkit.core import config, frameworks
 from labkit.course.notebook import artifacts_dir
 from labkit.profiling import ProfileConfig, WorkloadConfig, profile_workload
-from labkit.course.profile_results import compare, nvtx_ranges, plot_breakdowns
+from labkit.course import profile_results
 from labkit.profiling.run import profile_training, set_cpu_threads
 from labkit.course.report import key_figure
 from labkit.core.train_config import TrainConfig
@@ -46,10 +53,11 @@ has_torch = frameworks.has_torch()
 print(f"scale {scale!r}, traces under {out}", "" if has_torch else "\n" + frameworks.missing_reason("torch"))
 
 # %% [markdown]
-# ## 1. An input-bound `labkit train` run
-# The torch engine (`labkit train`) trains the course's `model`; every batch costs
-# `input_latency_ms` to fetch (remote storage, decoding: `TrainConfig.input_latency_ms`), read
-# in the training process itself (`num_workers=0`, a DataLoader's default).
+# ## 1. An input-bound `labkit train` run (injected latency)
+# The torch engine (`labkit train`) trains the course's `model`; every batch waits
+# `input_latency_ms` before it is delivered (`TrainConfig.input_latency_ms`: an injected sleep
+# standing in for remote storage), read in the training process itself (`num_workers=0`, a
+# DataLoader's default).
 
 # %%
 train_batch = config.by_scale(scale, smoke=batch_size, full=16 * batch_size)
@@ -67,19 +75,45 @@ if has_torch:
 # The verdict says: more loader workers and prefetching. That is `TrainConfig.num_workers`
 # (`labkit train --num-workers N`); the engine's DataLoader prefetches 4 batches per worker.
 # Workers fetch batches ahead while the step computes, so the latency is hidden once
-# workers × step time covers it; they mostly wait on I/O, so more workers than cores is fine.
+# workers × step time covers it. The injected latency is waiting, not work, so more workers
+# than cores is fine here. The speed-up below comes from `repeats` unprofiled runs of each
+# setting, taking turns after a discarded first run of each.
 
 # %%
 fixed_cfg = TrainConfig(**{**slow_cfg.__dict__, "num_workers": fixed_num_workers})
 if has_torch:
     fixed = profile_training(fixed_cfg, ProfileConfig(out_dir=str(out / "input_fixed"), **schedule), label=f"num_workers={fixed_num_workers}")
     print(fixed.text())
-    print(compare(slow, fixed))
+    input_fix = profile_results.timed_comparison(profile_results.training_rate(slow_cfg), profile_results.training_rate(fixed_cfg), repeats)
+    print(profile_results.compare(slow, fixed, input_fix))
     key_figure("verdict after the fix", fixed.verdict.kind)
-    key_figure("speed-up from loader workers + prefetch", fixed.speedup_over(slow), "×")
+    key_figure("speed-up from loader workers + prefetch (injected latency)", input_fix.speedup(), "×",
+               f"median of {repeats} runs each; " + ("no measurable difference here" if input_fix.winner is None
+                                                      else "faster" if input_fix.b_is_better else "slower"))
 
 # %% [markdown]
-# ## 3. A launch-bound run: tiny batches of a deep, narrow net
+# ## 3. A CPU-bound input: real image decoding
+# Now the loader does work instead of waiting: every sample is a JPEG photo-sized image that
+# Pillow decodes in the loader (`WorkloadConfig(decode="jpeg")`, built by
+# `profile_results.decode_workload`), feeding a small MLP. Loader workers move the
+# decoding off the training process, and several workers decode in parallel, but every decode
+# needs a core. The same workload runs with each count in `decode_workers`, the counts taking
+# turns `repeats` times; each row's verdict is against the count before it.
+
+# %%
+from labkit.core import devices
+from labkit.course.tables import table
+
+if has_torch:
+    sweep = profile_results.decode_worker_sweep(profile_results.decode_workload(scale, cpu_threads), decode_workers, repeats=repeats)
+    print(table(sweep, ["workers", "samples_per_s", "range", "speedup", "vs previous"]))
+    print(profile_results.decode_verdict(sweep, devices.usable_cpu_count()))
+    best_decode = max(sweep, key=lambda r: r["samples_per_s"])
+    key_figure("CPU-bound decode: best loader workers here", best_decode["workers"],
+               note=f"{devices.usable_cpu_count()} usable cores; {best_decode['speedup']:.2f}× {sweep[0]['workers']} workers")
+
+# %% [markdown]
+# ## 4. A launch-bound run: tiny batches of a deep, narrow net
 # A 24-layer, 32-wide MLP at batch `small_batch`: each op does almost no arithmetic, so the
 # step is spent dispatching ops and between them. On a GPU this is kernel-launch overhead and
 # the GPU sits idle; on a CPU it is per-op framework overhead. The profile shows it as idle time
@@ -102,16 +136,21 @@ if has_torch:
     big = profile_workload(WorkloadConfig(shape="deep_narrow", batch_size=large_batch, threads=0),
                            ProfileConfig(out_dir=str(out / "launch_fixed"), **schedule), label=f"batch {large_batch}")
     print(big.text())
-    print(compare(tiny, big))
+    launch_fix = profile_results.timed_comparison(
+        profile_results.workload_rate(WorkloadConfig(shape="deep_narrow", batch_size=small_batch, threads=0)),
+        profile_results.workload_rate(WorkloadConfig(shape="deep_narrow", batch_size=large_batch, threads=0)), repeats)
+    print(profile_results.compare(tiny, big, launch_fix))
     key_figure("verdict with the larger batch", big.verdict.kind)
-    key_figure("throughput gain (samples/s) from the larger batch", big.speedup_over(tiny), "×")
+    key_figure("throughput gain (samples/s) from the larger batch", launch_fix.speedup(), "×",
+               f"median of {repeats} runs each; " + ("no measurable difference here" if launch_fix.winner is None
+                                                      else "faster" if launch_fix.b_is_better else "slower"))
 
 # %%
 if has_torch:
-    plot_breakdowns([slow, fixed, tiny, big])
+    profile_results.plot_breakdowns([slow, fixed, tiny, big])
 
 # %% [markdown]
-# ## 4. NVTX ranges and GPU utilisation
+# ## 5. NVTX ranges and GPU utilisation
 # labkit marks each phase of the step (`labkit/h2d`, `labkit/forward`, `labkit/backward`,
 # `labkit/optimizer`) with `labkit.profiling.phase(...)`: a `record_function` range in the
 # torch trace and, when CUDA is in use, an NVTX range of the same name, so Nsight Systems shows
@@ -120,14 +159,14 @@ if has_torch:
 
 # %%
 if has_torch:
-    print("labkit ranges in the last trace:", nvtx_ranges(big))
+    print("labkit ranges in the last trace:", profile_results.nvtx_ranges(big))
     print("NVTX ranges emitted:", "yes (CUDA in use)" if big.gpu is not None else "no: NVTX needs a CUDA GPU")
     print("GPU utilisation:", big.gpu if big.gpu is not None else big.notes)
     print(f"open in Perfetto: {big.trace_path}\nTensorBoard: tensorboard --logdir {big.tensorboard_dir}")
 
 # %% [markdown]
-# ## 5. The TensorFlow profiler
-# The same input-bound run in TensorFlow: `tf.profiler` writes the trace TensorBoard's Profile
+# ## 6. The TensorFlow profiler
+# The same input-bound run (injected latency) in TensorFlow: `tf.profiler` writes the trace TensorBoard's Profile
 # tab reads, each step marked with `tf.profiler.experimental.Trace`, and labkit's `PhaseTimer`
 # times the steps on the host so the breakdown and the verdict come from the same code.
 

@@ -140,18 +140,22 @@ if fw.torch:
 
 # %% [markdown]
 # What it means for a step: all-reducing the fp32 gradients of GPT-2 small (124M parameters)
-# at the bus bandwidth measured above. For comparison, the public reference for NCCL on
-# 8 × H100 with NVLink is about **370 GB/s** bus bandwidth (nccl-tests class figure, quoted in
-# this course's performance notes, 2026-11-22); that hardware is not in this run.
+# at the bus bandwidth measured above. For comparison, a published nccl-tests reference for
+# 8 × H100 with NVLink (the figure and its source are printed below); that hardware is not in
+# this run.
 
 # %%
 if fw.torch:
     grad_bytes = 124e6 * 4
     n = ar.world_size
     seconds = grad_bytes * 2 * (n - 1) / n / (ar.peak_busbw_gbps * 1e9)
-    reference = grad_bytes * 2 * 7 / 8 / 370e9
+    from labkit.course import distribution as dist
+
+    nvlink_gbs = dist.H100_NVLINK_ALLREDUCE_BUSBW_GBS[0]  # the low end of the published range
+    reference = grad_bytes * 2 * 7 / 8 / (nvlink_gbs * 1e9)
     print(f"here: {seconds * 1e3:.0f} ms per all-reduce of 124M fp32 gradients ({n} ranks)")
-    print(f"8 × H100 NVLink reference (370 GB/s): {reference * 1e3:.1f} ms")
+    print(f"8 × H100 NVLink reference ({nvlink_gbs:.0f} GB/s bus bandwidth, the low end of "
+          f"{dist.H100_NVLINK_ALLREDUCE_SOURCE}): {reference * 1e3:.1f} ms")
     key_figure("all-reduce of 124M fp32 gradients, this machine", seconds * 1e3, "ms")
 
 # %% [markdown]

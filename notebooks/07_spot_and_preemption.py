@@ -3,10 +3,14 @@
 #
 # Spot VMs cost a fraction of on-demand, and Google can reclaim them at any time. On Vertex AI
 # a custom job asks for them with `scheduling.strategy = SPOT`. When a VM is reclaimed the
-# replica gets **SIGTERM** (assume about 15 s to act), the job fails with STOCKOUT and Vertex
-# restarts it (up to six times); a replica that merely exits non-zero is restarted on its own VM
-# up to 5 times, and `restartJobOnWorkerRestart` restarts the whole job instead, which DDP needs
-# (a process group cannot lose a member).
+# replica gets **SIGTERM**. Compute Engine gives a Spot VM 30 seconds before it stops it; Vertex
+# AI does not document how much of that reaches a training container, so labkit assumes half
+# (15 s) and a checkpoint on SIGTERM must fit in that. The preempted job fails with STOCKOUT and
+# Vertex restarts it, up to six times. A replica that merely exits non-zero is restarted on its
+# own VM, up to five times; if it fails again after that, Vertex retries the whole job up to
+# three times and then fails it. `restartJobOnWorkerRestart` restarts the whole job on any
+# worker restart instead, which DDP needs (a process group cannot lose a member). Each of these
+# facts is printed below with the page it comes from and the date it was read.
 #
 # So a Spot job must (1) checkpoint on SIGTERM, (2) checkpoint periodically as well, and
 # (3) resume exactly where it stopped. This notebook prices Spot, computes the checkpoint
@@ -42,6 +46,13 @@ preempt_step = preempt_step or steps // 2 + 1
 config.check_choice("signal", signal, ("SIGTERM", "SIGKILL"))
 workdir = notebook.artifacts_dir("07_spot_and_preemption")
 print(f"scale {scale}: {steps} steps, checkpoint every {checkpoint_every}, {signal} at step {preempt_step}")
+
+# %%
+from labkit.hardware import facts
+
+for fact in (facts.SPOT_SHUTDOWN_S, facts.CONTAINER_SIGTERM_GRACE_S):
+    print(("" if fact.documented else "[not documented; labkit's assumption] ") + fact.text())
+print("\n".join(facts.restart_rules()))
 
 # %% [markdown]
 # ## Spot scheduling in the job spec

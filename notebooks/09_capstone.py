@@ -2,7 +2,8 @@
 # # 09 · Capstone: the baseline against the fully optimised run, in speed and in dollars
 #
 # The course so far switched on one lever at a time. Here they are stacked, **in the order a
-# practitioner would try them, and each is kept only if it makes this machine faster**:
+# practitioner would try them, and each is kept only if it makes this machine measurably
+# faster**:
 # loader workers (notebook 03), bf16 (04), channels_last (04), torch.compile (04, 05), CUDA
 # graphs (05), the whole training step replayed as one CUDA graph (05's launch gaps, closed) and,
 # for GPT on fp8 GPUs, labkit's fp8 output head (`benchmarks/RESULTS.md` measures it). A lever
@@ -59,21 +60,31 @@ print("Not tried here:", "; ".join(f"{s.label}: {s.why}" for s in not_here) or "
 
 # %% [markdown]
 # ## The climb
-# Each lever is compared with the configuration so far: both run `repeats` times, taking
-# turns, and each keeps its best run. The lever stays when it gains at least `min_gain`.
+# Each lever is compared with the configuration so far. A configuration's first run pays for
+# things a later run does not (thread pools, kernels chosen on first use, loader processes
+# starting), so every configuration first runs briefly and that run is discarded; then the two
+# take turns three times. The table shows the median and the range (lowest–highest) of each
+# side's runs. The lever stays only when every run with it beat every run without it and the
+# median gained at least `min_gain`; otherwise the verdict is **no measurable difference here**.
+# On a CPU the climb runs torch with one compute thread (`CapstoneConfig.cpu_threads`): that
+# leaves a core for the loader worker, and it keeps runs steady on a small shared machine, where
+# oversubscribed threads make the same configuration swing from run to run.
 
 # %%
 result = capstone.optimise(cfg, hardware=hardware)
-display(Markdown(table(result.trials, ["lever", "before_samples_per_s", "samples_per_s", "gain", "kept"], markdown=True)))
+print(f"torch compute threads during the climb: {result.cpu_threads or 'torch default'}")
+display(Markdown(table(result.trials, ["lever", "before_samples_per_s", "before_range", "samples_per_s", "range",
+                                       "gain", "verdict", "kept"], markdown=True)))
 print("Optimised configuration (changes from the baseline):", result.changes() or "none")
 
 # %% [markdown]
 # ## Baseline against optimised, measured again side by side
-# `data_fraction` is the share of a step spent waiting for the input; `final_loss` checks that
-# the faster run still learns the same thing from the same data.
+# The two take turns again, three times each. `data_fraction` is the share of a step spent
+# waiting for the input (median of the runs); `final_loss` checks that the faster run still
+# learns the same thing from the same data.
 
 # %%
-display(Markdown(table(result.final, ["run", "samples_per_s", "step_time_ms", "data_fraction",
+display(Markdown(table(result.final, ["run", "samples_per_s", "range", "step_time_ms", "data_fraction",
                                        "peak_memory_mib", "final_loss", "device"], markdown=True)))
 key_figure("capstone speed-up, optimised over baseline", result.speedup, "×", result.final[1]["device"])
 key_figure("capstone levers kept", ", ".join(result.kept_labels) or "none")
@@ -81,8 +92,9 @@ key_figure("capstone levers kept", ", ".join(result.kept_labels) or "none")
 # %% [markdown]
 # ## What an epoch costs
 # Machine-hours per epoch come from the measured throughput; dollars from the hourly price of
-# the machine: the reader's `price_per_hour` if given, else the Vertex AI catalog row of this
-# machine's GPU (accelerator plus host, dated and sourced; `labkit/hardware/catalog.csv`). A
+# the machine: the reader's `price_per_hour` if given, else the accelerator catalog's row for
+# this machine's GPU (the whole machine, accelerator plus host; the row names its rate card, its
+# source and the date read; `labkit/hardware/catalog.csv`). A
 # CPU has no catalog row: pass `price_per_hour` to price it. Spot adds the expected time lost
 # to preemptions (`SpotModel`'s defaults: lost half-intervals of work plus restarts; notebook 07
 # shows how to choose them).

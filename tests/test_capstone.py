@@ -75,7 +75,7 @@ def _speed_model(factors):
 def test_climb_keeps_what_pays_and_drops_the_rest():
     measure, calls = _speed_model({"num_workers": (8, 1.5), "precision": ("bf16", 2.0),
                                    "compile": (True, 1.01), "fp8_head": (True, 1.2)})
-    cfg = CapstoneConfig(framework="torch", model="gpt", scale="full", repeats=2, min_gain=0.03)
+    cfg = CapstoneConfig(framework="torch", model="gpt", scale="full", repeats=3, min_gain=0.03)
     result = capstone.optimise(cfg, hardware=H100, measure_fn=measure)
     assert [(t["lever"], t["kept"]) for t in result.trials] == [
         ("8 loader workers + pinned memory", True), ("bf16 autocast", True), ("torch.compile", False),
@@ -86,9 +86,15 @@ def test_climb_keeps_what_pays_and_drops_the_rest():
     assert result.changes() == {"num_workers": 8, "pin_memory": True, "precision": "bf16", "fp8_head": True}
     assert result.speedup == pytest.approx(1.5 * 2.0 * 1.2)
     assert [r["run"] for r in result.final] == ["baseline", "optimised"]
-    # a warm-up, then each of the 5 comparisons and the final one alternate 2 + 2 runs
-    assert len(calls) == 1 + 6 * 4 and calls[0].steps == 2
+    assert [t["verdict"] for t in result.trials] == ["faster", "faster", "no measurable difference here",
+                                                     "no measurable difference here", "faster"]
+    # one short discarded run of each of the 6 configurations the first time it is seen, then
+    # each of the 5 comparisons and the final one alternate 3 + 3 runs
+    warm_ups = [c for c in calls if c.steps == capstone.WARM_UP_STEPS]
+    assert len(warm_ups) == 6 and calls[0].steps == capstone.WARM_UP_STEPS
+    assert len(calls) == 6 + 6 * 6
     assert calls[-2] == result.baseline and calls[-1] == result.optimised
+    assert len(result.spread_of(result.baseline).values) == 3 + 3  # first comparison and the final one
 
 
 def test_a_lever_that_fails_here_is_reported_and_the_climb_goes_on():
@@ -99,7 +105,7 @@ def test_a_lever_that_fails_here_is_reported_and_the_climb_goes_on():
             raise RuntimeError("capturing the training step as one CUDA graph failed: boom\nmore")
         return speed(cfg)
 
-    cfg = CapstoneConfig(framework="torch", model="gpt", scale="full", repeats=1)
+    cfg = CapstoneConfig(framework="torch", model="gpt", scale="full", repeats=3)
     result = capstone.optimise(cfg, hardware=H100, measure_fn=measure)
     assert _why(result.skipped)["step_graph"] == (
         "failed here: RuntimeError: capturing the training step as one CUDA graph failed: boom")
@@ -109,11 +115,28 @@ def test_a_lever_that_fails_here_is_reported_and_the_climb_goes_on():
 
 def test_nothing_kept_means_the_optimised_run_is_the_baseline():
     measure, _ = _speed_model({"precision": ("bf16", 0.8), "num_workers": (1, 0.9), "channels_last": (True, 1.0)})
-    cfg = CapstoneConfig(framework="torch", model="resnet", scale="smoke", repeats=1)
+    cfg = CapstoneConfig(framework="torch", model="resnet", scale="smoke", repeats=3)
     result = capstone.optimise(cfg, hardware=CPU, measure_fn=measure)
     assert result.optimised == result.baseline and result.kept == [] and result.kept_labels == []
     text = " ".join(capstone.conclusions(result, capstone.cost_rows(result, None, 1000)))
     assert "optimised run is the baseline itself" in text and "Dropped" in text
+
+
+def test_the_climb_on_a_cpu_pins_torch_threads_and_restores_them():
+    torch = pytest.importorskip("torch")
+    before, seen = torch.get_num_threads(), []
+
+    def measure(cfg: TrainConfig):
+        seen.append(torch.get_num_threads())
+        return {"samples_per_s": 100.0, "step_time_ms": 10.0, "data_fraction": 0.0, "peak_memory_mib": None,
+                "final_loss": 1.0, "device": "cpu"}
+
+    result = capstone.optimise(CapstoneConfig(framework="torch", model="cnn", scale="smoke", cpu_threads=1),
+                               hardware=CPU, measure_fn=measure)
+    assert set(seen) == {1} and result.cpu_threads == 1 and torch.get_num_threads() == before
+    gpu = capstone.optimise(CapstoneConfig(framework="torch", model="cnn", scale="smoke"), hardware=H100,
+                            measure_fn=lambda cfg: dict(measure(cfg), device="cuda:0"))
+    assert gpu.cpu_threads is None
 
 
 def test_baseline_is_fp32_eager_at_the_scale_sizes():
@@ -123,10 +146,41 @@ def test_baseline_is_fp32_eager_at_the_scale_sizes():
     assert (full.batch_size, full.scale) == (12, "full")
 
 
-@pytest.mark.parametrize("field,value", [("min_gain", 2.0), ("steps", 1), ("framework", "jax"), ("repeats", 0)])
+@pytest.mark.parametrize("field,value", [("min_gain", 2.0), ("steps", 1), ("framework", "jax"), ("repeats", 0),
+                                         ("repeats", 2)])
 def test_bad_config_names_the_parameter(field, value):
     with pytest.raises(ParameterError, match=field):
         CapstoneConfig(**{field: value})
+
+
+def test_a_first_run_effect_is_not_measured_as_a_lever():
+    """The baseline's first runs are slow (a cold machine); a lever that changes nothing must not
+    be kept, and the conclusions say the same configuration swung."""
+    seen = {}
+
+    def measure(cfg: TrainConfig):
+        n = seen[repr(cfg)] = seen.get(repr(cfg), 0) + 1
+        speed = 20.0 if n == 1 else 480.0 + n  # only the very first run of each setting is cold
+        return {"samples_per_s": speed, "step_time_ms": 10.0, "data_fraction": 0.02, "peak_memory_mib": None,
+                "final_loss": 1.0, "device": "cpu"}
+
+    cfg = CapstoneConfig(framework="torch", model="resnet", scale="smoke", repeats=3)
+    result = capstone.optimise(cfg, hardware=CPU, measure_fn=measure)
+    assert result.kept == [] and {t["verdict"] for t in result.trials} == {"no measurable difference here"}
+
+
+def test_conclusions_flag_a_configuration_that_swung():
+    speeds = iter([20.0, 100.0, 30.0, 100.0, 500.0, 100.0] + [100.0] * 100)
+
+    def measure(cfg: TrainConfig):
+        return {"samples_per_s": next(speeds) if cfg.steps != capstone.WARM_UP_STEPS else 1.0,
+                "step_time_ms": 10.0, "data_fraction": 0.02, "peak_memory_mib": None, "final_loss": 1.0,
+                "device": "cpu"}
+
+    cfg = CapstoneConfig(framework="torch", model="cnn", scale="smoke", repeats=3)
+    result = capstone.optimise(cfg, hardware=CPU, measure_fn=measure)
+    text = " ".join(capstone.conclusions(result, capstone.cost_rows(result, None, 1000)))
+    assert "swing for the same settings" in text
 
 
 def _result(base_sps=100.0, best_sps=250.0, device="cuda:0"):
@@ -168,7 +222,7 @@ def test_epoch_job_runs_one_epoch_of_the_optimised_config():
 
 def test_real_climb_on_this_cpu():
     pytest.importorskip("torch")
-    cfg = CapstoneConfig(framework="torch", model="cnn", scale="smoke", steps=4, repeats=1, device="cpu")
+    cfg = CapstoneConfig(framework="torch", model="cnn", scale="smoke", steps=4, repeats=3, device="cpu")
     result = capstone.optimise(cfg)
     assert len(result.trials) == 3 and all(t["samples_per_s"] > 0 for t in result.trials)
     kept = {k: v for t in result.trials if t["kept"] for k, v in

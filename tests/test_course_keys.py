@@ -13,14 +13,17 @@ from labkit.course.read_rates import ReadRates
 def _precision_rows(relabel: str) -> list[dict]:
     speed = {"fp32": 100.0, "tf32": 101.0, "bf16": 180.0, "fp16": 170.0, "bf16_channels_last": 200.0}
     return [{"key": k, "rung": relabel + k, "samples_per_s": v, "speedup": v / 100.0, "final_loss": 2.0,
-             "activation_mib": 10.0, "device": "cpu"} for k, v in speed.items()]
+             "activation_mib": 10.0, "device": "cpu", "range": f"{v - 5:g}–{v + 5:g}", "repeats": 3,
+             "runs_samples_per_s": [v - 5, v, v + 5]} for k, v in speed.items()]
 
 
 def test_precision_conclusions_and_lookups_survive_new_labels():
     plain, renamed = _precision_rows(""), _precision_rows("renamed ")
     assert precision.find(renamed, "bf16")["speedup"] == pytest.approx(1.8)
     text = "\n".join(precision.conclusions(renamed))
-    assert "Fastest here: renamed bf16_channels_last" in text
+    assert "Highest median here: renamed bf16_channels_last" in text
+    assert "renamed tf32: 1.01× renamed fp32" in text and "no measurable difference here" in text
+    assert "renamed bf16: 1.80× renamed fp32" in text and "): faster" in text
     assert "TF32 is a tensor-core mode" in text  # found by key, whatever the tf32 rung is called
     assert len(precision.conclusions(renamed)) == len(precision.conclusions(plain))
     with pytest.raises(KeyError, match="fp8"):
@@ -34,7 +37,7 @@ def test_input_conclusions_survive_new_labels(monkeypatch):
                                              zip(input_ladder.INPUT_RUNGS, [10, 50, 60, 100, 150], strict=True)])
     raw = ReadRates({"raw": 6.0, "crc32c": 6.0, "torch_batch": 2.4}, {})
     text = input_conclusions.conclusions([lad], None, raw, input_ladder.InputLadderConfig())
-    assert "Shards of 32 made it 5.0× faster" in text and "Best rung: renamed cache" in text
+    assert "Shards of 32: 5.00× renamed naive" in text and "Highest median: renamed cache" in text
     assert lad.rows()[1]["rung"] == "renamed shards"
 
 
@@ -47,9 +50,10 @@ def test_capstone_climb_and_conclusions_survive_new_labels(monkeypatch):
         return {"samples_per_s": speed, "step_time_ms": 10.0, "data_fraction": 0.0, "peak_memory_mib": None,
                 "final_loss": 1.0, "device": "cpu"}
 
-    cfg = capstone.CapstoneConfig(framework="torch", model="resnet", scale="smoke", repeats=1)
+    cfg = capstone.CapstoneConfig(framework="torch", model="resnet", scale="smoke", repeats=3)
     result = capstone.optimise(cfg, hardware=capstone.Hardware("cpu", cpu_count=2), measure_fn=measure)
     assert result.kept == ["bf16"] and result.kept_labels == ["renamed bf16"]
     assert {s.key for s in result.skipped} == {"compile", "step_graph"}
     text = " ".join(capstone.conclusions(result, capstone.cost_rows(result, None, 1000)))
-    assert "Kept, in order: renamed bf16 2.00×" in text and "renamed channels_last (0.90×)" in text
+    assert "renamed bf16 2.00× (100–100 → 200–200 samples/s)" in text
+    assert "renamed channels_last (0.90×, slower)" in text

@@ -1,5 +1,6 @@
-"""The accelerator catalog: every row carries a price source and a read date, and a malformed
-file fails with a message naming the file, the row and the column."""
+"""The accelerator catalog: every row carries a price source and a read date, whose rate card
+the price is, and the price of the whole machine; the shipped file keeps the sanity rules; a
+malformed file fails with a message naming the file, the row and the column."""
 
 from __future__ import annotations
 
@@ -9,12 +10,21 @@ import shutil
 
 import pytest
 
-from labkit.hardware.catalog import CATALOG_PATH, COLUMNS, CatalogError, find, load_catalog
+from labkit.hardware.catalog import (
+    CATALOG_PATH,
+    COLUMNS,
+    PRICE_BASES,
+    CatalogEntry,
+    CatalogError,
+    find,
+    load_catalog,
+    sanity_problems,
+)
 
 
 def test_shipped_catalog_rows_all_have_source_and_date():
     entries = load_catalog()
-    assert len(entries) >= 8
+    assert len(entries) >= 7
     for e in entries:
         assert e.price_source.startswith("https://"), e.name
         assert e.datasheet_source.startswith("https://"), e.name
@@ -25,15 +35,59 @@ def test_shipped_catalog_rows_all_have_source_and_date():
 
 def test_shipped_catalog_covers_the_course_options():
     names = {e.name for e in load_catalog()}
-    for wanted in ("T4", "L4", "V100", "A100 40GB", "A100 80GB", "H100 80GB", "TPU v5e", "TPU v6e"):
+    for wanted in ("T4", "L4", "A100 40GB", "A100 80GB", "H100 80GB", "TPU v5e", "TPU v6e"):
         assert wanted in names
 
 
-def test_hourly_adds_host_only_when_listed():
+def test_shipped_catalog_keeps_the_sanity_rules():
+    entries = load_catalog()
+    assert sanity_problems(entries) == []
+    for e in entries:
+        if e.has_price:
+            assert e.price_basis in PRICE_BASES, e.name
+            assert e.spot_usd_hr is not None and e.spot_usd_hr < e.on_demand_usd_hr, e.name
+    # the two A100 variants: the 80 GB machine costs more, on-demand and on Spot
+    small, big = find(entries, "A100 40GB"), find(entries, "A100 80GB")
+    assert big.hourly() > small.hourly() and big.hourly(spot=True) > small.hourly(spot=True)
+
+
+def _row(name, memory, od, spot, **parts):
+    return CatalogEntry(name=name, accelerator_type="NVIDIA_X", machine_type="m", accelerator_count=1,
+                        memory_gb=memory, peak_bf16_tflops=1.0, peak_fp32_tflops=None, memory_bw_gbs=1.0,
+                        region="r", on_demand_usd_hr=od, spot_usd_hr=spot, price_source="https://x",
+                        price_read_on=dt.date(2026, 11, 23), datasheet_source="https://y", **parts)
+
+
+@pytest.mark.parametrize("rows,problem", [
+    ([_row("X", 16, 1.0, 1.2)], "not below on-demand"),
+    ([_row("X", 16, 1.0, 0.05)], "documented maximum"),
+    ([_row("X", 16, 3.0, 1.0, accelerator_on_demand_usd_hr=2.0, host_on_demand_usd_hr=0.5)], "!= machine"),
+    ([_row("X", 16, 3.0, 1.0, accelerator_on_demand_usd_hr=2.0)], "need the accelerator, the host"),
+    ([_row("A100 40GB", 40, 3.0, 1.0), _row("A100 80GB", 80, 2.0, 1.5)], "less than A100 40GB"),
+    ([_row("A100 40GB", 40, 3.0, 1.0), _row("A100 80GB", 80, 4.0, 0.9)], "on Spot"),
+])
+def test_each_sanity_rule_catches_its_defect(rows, problem):
+    problems = sanity_problems(rows)
+    assert len(problems) == 1 and problem in problems[0], problems
+
+
+def test_parts_that_add_up_and_different_accelerators_pass():
+    ok = _row("X", 16, 3.0, 1.0, accelerator_on_demand_usd_hr=2.5, host_on_demand_usd_hr=0.5,
+              accelerator_spot_usd_hr=0.8, host_spot_usd_hr=0.2)
+    assert sanity_problems([ok, _row("L4", 24, 0.9, 0.5), _row("T4", 16, 1.0, 0.4)]) == []
+
+
+def test_hourly_is_the_whole_machine():
     a100 = find(load_catalog(), "A100 40GB")
-    assert a100.hourly() == pytest.approx(a100.on_demand_usd_hr + a100.host_on_demand_usd_hr)
-    assert a100.hourly(include_host=False) == pytest.approx(a100.on_demand_usd_hr)
-    assert a100.hourly(spot=True) < a100.hourly()
+    assert a100.hourly() == a100.on_demand_usd_hr and a100.hourly(spot=True) == a100.spot_usd_hr
+    assert a100.spot_discount == pytest.approx(1 - a100.spot_usd_hr / a100.on_demand_usd_hr)
+
+
+def test_price_basis_must_be_a_known_rate_card(tmp_path):
+    def edit(rows):
+        rows[1]["price_basis"] = "my guess"
+    with pytest.raises(CatalogError, match="price_basis"):
+        load_catalog(_copy(tmp_path, edit))
 
 
 def _copy(tmp_path, edit):
@@ -67,8 +121,8 @@ def test_bad_rows_name_row_and_column(tmp_path, column, value, message):
 
 def test_missing_price_needs_a_note(tmp_path):
     def edit(rows):
-        rows[0]["on_demand_usd_hr"] = ""
-        rows[0]["note"] = ""
+        rows[1]["on_demand_usd_hr"] = ""
+        rows[1]["note"] = ""
     with pytest.raises(CatalogError, match="note must say why"):
         load_catalog(_copy(tmp_path, edit))
 
@@ -86,11 +140,11 @@ def test_user_can_update_a_price(tmp_path):
     path = tmp_path / "mine.csv"
     shutil.copy(CATALOG_PATH, path)
     def edit(rows):
-        rows[0]["on_demand_usd_hr"] = "0.5"
-        rows[0]["price_read_on"] = "2027-01-31"
+        rows[1]["on_demand_usd_hr"] = "0.5"
+        rows[1]["price_read_on"] = "2027-01-31"
     entries = load_catalog(_copy(tmp_path, edit))
-    assert entries[0].on_demand_usd_hr == 0.5
-    assert entries[0].price_read_on == dt.date(2027, 1, 31)
+    assert entries[1].on_demand_usd_hr == 0.5
+    assert entries[1].price_read_on == dt.date(2027, 1, 31)
 
 
 def test_accelerator_types_are_vertex_enum_names():
@@ -100,4 +154,4 @@ def test_accelerator_types_are_vertex_enum_names():
     known = set(aip.types.AcceleratorType.__members__)
     for e in load_catalog():
         if e.accelerator_type not in known:
-            assert "no TPU" in e.note or "Vertex" in e.note, f"{e.name}: {e.accelerator_type} unknown to Vertex"
+            assert "Vertex" in e.note, f"{e.name}: {e.accelerator_type} unknown to the Vertex client"

@@ -20,12 +20,12 @@ from labkit.hardware.cost import (
 from labkit.hardware.roofline import Roofline, matmul_intensity
 
 
-def entry(name, tflops, price, spot, count=1, host=None, host_spot=None, fp32=None):
+def entry(name, tflops, price, spot, count=1, fp32=None):
+    """A catalog row whose machine (accelerators and host) costs `price` ($/h), `spot` on Spot."""
     return CatalogEntry(
         name=name, accelerator_type="NVIDIA_X", machine_type="m", accelerator_count=count,
         memory_gb=16, peak_bf16_tflops=tflops, peak_fp32_tflops=fp32, memory_bw_gbs=1000,
         region="us-central1", on_demand_usd_hr=price, spot_usd_hr=spot,
-        host_on_demand_usd_hr=host, host_spot_usd_hr=host_spot,
         price_source="https://example.com/p", price_read_on=dt.date(2026, 11, 22),
         datasheet_source="https://example.com/d", note="" if price is not None else "no price",
     )
@@ -37,9 +37,9 @@ NO_SPOT_OVERHEAD = SpotModel(preemptions_per_hour=0.0)
 def test_hand_computed_case():
     # 100 TFLOP/s peak at 50% MFU = 50e12 FLOP/s; 1e15 FLOP/step -> 20 s/step.
     # 1000 samples / 10 per step = 100 steps -> 2000 s = 0.5555... h per epoch; 3 epochs = 1.6667 h.
-    # $2/h + $1/h host = $3/h -> $1.6667/epoch, $5/run.
+    # The machine (GPU and host) at $3/h -> $1.6667/epoch, $5/run.
     w = Workload(flops_per_step=1e15, samples_per_step=10, samples_per_epoch=1000, epochs=3)
-    t = estimate_costs(w, [entry("X", 100, 2.0, 0.5, host=1.0, host_spot=0.25)],
+    t = estimate_costs(w, [entry("X", 100, 3.0, 0.75)],
                        CostAssumptions(mfu=0.5, spot=NO_SPOT_OVERHEAD))
     e = t.estimates[0]
     assert e.step_s == pytest.approx(20.0)
@@ -111,6 +111,59 @@ def test_cheapest_and_fastest():
 
 def test_mfu_from_measurement():
     assert mfu_from_measurement(1e12, 0.01, 200.0) == pytest.approx(0.5)
+
+
+def test_default_mfu_is_the_measured_h100_run_against_its_datasheet_peak():
+    """The estimator's default utilisation is read from the repository's H100 results and
+    restated against the catalog's datasheet peak, not typed in."""
+    from labkit.hardware import results
+    from labkit.hardware.catalog import find, load_catalog
+    from labkit.hardware.cost import default_mfu_reference
+
+    ref = default_mfu_reference()
+    data = results.load(results.GPT_FILE).data
+    row = next(r for r in data["rows"] if (r["workload"], r["variant"]) == results.DEFAULT_MFU_ROW)
+    assert ref.datasheet_tflops == find(load_catalog(), "H100 80GB").peak_bf16_tflops
+    assert ref.of_measured == row["mfu"] and ref.measured_tflops == data["peak_tflops"]
+    assert ref.of_datasheet == pytest.approx(row["mfu"] * data["peak_tflops"] / ref.datasheet_tflops)
+    assert 0.3 < ref.of_datasheet < ref.of_measured  # the datasheet peak is the higher one
+    assert CostAssumptions().mfu == pytest.approx(ref.of_datasheet)
+
+
+def test_default_mfu_without_results_asks_for_a_value(monkeypatch, tmp_path):
+    monkeypatch.setenv("LABKIT_RESULTS_DIR", str(tmp_path))
+    with pytest.raises(ParameterError, match="mfu"):
+        CostAssumptions()
+    assert CostAssumptions(mfu=0.3).mfu == 0.3
+
+
+def test_mfu_assumption_names_where_the_value_comes_from(monkeypatch, tmp_path):
+    from labkit.hardware.cost import default_mfu_reference, mfu_assumption
+
+    default = mfu_assumption(None)
+    assert default.value == pytest.approx(default_mfu_reference().of_datasheet)
+    assert "the default" in default.text() and len(default.references) == 3
+    assert default.value in [m for _, m in default.sensitivity_cases()] and len(default.sensitivity_cases()) == 3
+    mine = mfu_assumption(0.3)
+    assert mine.value == 0.3 and mine.sensitivity_cases()[-1] == ("your mfu parameter", 0.3)
+    with pytest.raises(ParameterError, match="mfu"):
+        mfu_assumption(1.5)
+    monkeypatch.setenv("LABKIT_RESULTS_DIR", str(tmp_path))
+    assert mfu_assumption(0.3).references == () and "not found" in mfu_assumption(0.3).text()
+    with pytest.raises(ParameterError, match="no measured default"):
+        mfu_assumption(None)
+
+
+def test_mfu_sensitivity_scales_time_and_cost_and_keeps_the_ranking():
+    from labkit.hardware.cost import mfu_sensitivity
+
+    w = Workload(flops_per_step=1e15, samples_per_step=1, samples_per_epoch=100)
+    options = [entry("slow", 10, 0.1, 0.05), entry("fast", 1000, 20.0, 6.0)]
+    a = CostAssumptions(mfu=0.5, spot=NO_SPOT_OVERHEAD)
+    rows = mfu_sensitivity(w, options, a, [("low", 0.25), ("high", 0.5)])
+    assert [r["cheapest on-demand"] for r in rows] == ["slow", "slow"]
+    assert rows[0]["$/run"] == pytest.approx(2 * rows[1]["$/run"])
+    assert rows[0]["fastest h/run"] == pytest.approx(2 * rows[1]["fastest h/run"])
 
 
 def test_bad_parameters_name_themselves():

@@ -16,9 +16,9 @@ from labkit.hardware.machines import Price
 def _entry(name, count=1, tpu=False):
     return CatalogEntry(name=name, accelerator_type=("TPU_X" if tpu else "NVIDIA_" + name.split()[0]),
                         machine_type="m", accelerator_count=count, memory_gb=80, peak_bf16_tflops=1.0,
-                        peak_fp32_tflops=1.0, memory_bw_gbs=1.0, region="r", on_demand_usd_hr=2.0,
-                        spot_usd_hr=1.0, host_on_demand_usd_hr=0.5, host_spot_usd_hr=0.25,
-                        price_source="src", price_read_on=dt.date(2026, 11, 22), datasheet_source="ds")
+                        peak_fp32_tflops=1.0, memory_bw_gbs=1.0, region="r", on_demand_usd_hr=2.5,
+                        spot_usd_hr=1.25, price_source="src", price_read_on=dt.date(2026, 11, 22),
+                        datasheet_source="ds")
 
 
 def test_match_gpu_by_whole_words():

@@ -54,3 +54,23 @@ def test_interleave_discards_the_warm_up_and_alternates():
 
 def test_spread_text_shows_median_range_and_count():
     assert stats.Spread((1200.0, 1260.0, 1230.0)).text() == "1,230 (1,200–1,260, n=3)"
+
+
+def test_round_robin_warms_each_configuration_up_then_takes_turns():
+    calls = []
+
+    def run(name):
+        def measure():
+            calls.append(name)
+            return len(calls)
+        return measure
+
+    runs = stats.round_robin({"x": run("x"), "y": run("y"), "z": run("z")}, repeats=2, warmup=1,
+                             warm_up_with={"y": run("y-short")})
+    assert calls == ["x", "y-short", "z", "x", "y", "z", "x", "y", "z"]
+    assert runs == {"x": [4, 7], "y": [5, 8], "z": [6, 9]}
+
+
+def test_spread_range_and_swing():
+    s = stats.Spread((100.0, 150.0, 120.0))
+    assert s.range_text() == "100–150" and s.swing == pytest.approx(1.5)

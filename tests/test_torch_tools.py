@@ -130,8 +130,13 @@ def test_ladder_rows_and_conclusions():
                                                                 include_compile=False, device="cpu"))
     assert [r["key"] for r in rows] == [r.key for r in precision.RUNGS["torch"] if not r.compile]
     assert rows[0]["speedup"] == 1.0 and all(r["samples_per_s"] > 0 for r in rows)
+    # every rung ran `repeats` times after its discarded warm-up; the row is their median
+    assert all(r["repeats"] == 3 and len(r["runs_samples_per_s"]) == 3 for r in rows)
+    assert all(min(r["runs_samples_per_s"]) <= r["samples_per_s"] <= max(r["runs_samples_per_s"]) for r in rows)
+    assert rows[0]["vs_first"] == "reference"
+    assert all(r["vs_first"] in ("faster", "slower", "no measurable difference here") for r in rows[1:])
     text = "\n".join(precision.conclusions(rows))
-    assert "Fastest here" in text and "fp16 + GradScaler" in text and "activations" in text
+    assert "Highest median here" in text and "fp16 + GradScaler" in text and "activations" in text
     assert precision.find(rows, "bf16")["rung"] == "bf16 autocast"
 
 

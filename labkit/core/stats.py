@@ -2,7 +2,8 @@
 
 A speed claim ("bf16 is faster than fp32 here") is only as good as its spread. `interleave` runs
 two configurations alternately (a, b, a, b, ...) after one discarded warm-up run of each, so a
-slow spell of the machine hits both; `compare` turns the two lists into a `Comparison`: medians,
+slow spell of the machine hits both; `round_robin` does the same for any number of
+configurations (a ladder's rungs). `compare` turns two lists into a `Comparison`: medians,
 min–max ranges, the ratio, and a verdict that names a winner only when the ranges do not overlap
 and the medians differ by more than `min_effect`. Otherwise the sentence says "no measurable
 difference here", which is what two runs of the same configuration must give.
@@ -15,15 +16,18 @@ eye in the table beside the sentence.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from labkit.core.config import check_float, check_int
 
 MIN_REPEATS = 3
 NO_DIFFERENCE = "no measurable difference here"
 # Units whose comparison reads "faster"/"slower" (rates and times); anything else "better"/"worse".
-SPEEDS = ("samples/s", "tokens/s", "images/s", "steps/s", "GB/s", "s", "ms")
+SPEEDS = ("samples/s", "tokens/s", "images/s", "steps/s", "GB/s", "TFLOP/s", "s", "ms")
+K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -52,9 +56,17 @@ class Spread:
         return self.low <= other.high and other.low <= self.high
 
     def text(self, digits: int = 3) -> str:
-        """`1.23e+03 (1.2e+03–1.26e+03, n=3)` style: median, then the range and the count."""
-        return (f"{_fmt(self.median, digits)} ({_fmt(self.low, digits)}–{_fmt(self.high, digits)}, "
-                f"n={len(self.values)})")
+        """`1,230 (1,200–1,260, n=3)` style: median, then the range and the count."""
+        return f"{_fmt(self.median, digits)} ({self.range_text(digits)}, n={len(self.values)})"
+
+    def range_text(self, digits: int = 3) -> str:
+        """`1,200–1,260`: the lowest and the highest measurement."""
+        return f"{_fmt(self.low, digits)}–{_fmt(self.high, digits)}"
+
+    @property
+    def swing(self) -> float:
+        """Highest over lowest measurement (1.0: all equal; inf when the lowest is 0)."""
+        return self.high / self.low if self.low > 0 else float("inf")
 
 
 def _fmt(value: float, digits: int) -> str:
@@ -117,17 +129,26 @@ def compare(a: Sequence[float], b: Sequence[float], *, higher_is_better: bool = 
                       higher_is_better, min_effect)
 
 
-def interleave(measure_a: Callable[[], float], measure_b: Callable[[], float], *,
-               repeats: int = MIN_REPEATS, warmup: int = 1) -> tuple[list[float], list[float]]:
+def interleave(measure_a: Callable[[], T], measure_b: Callable[[], T], *,
+               repeats: int = MIN_REPEATS, warmup: int = 1) -> tuple[list[T], list[T]]:
     """Run `warmup` discarded runs of each, then a, b, a, b, ... `repeats` times; returns the
     two lists of measurements (whatever the callables return: samples/s, seconds, ...)."""
+    runs = round_robin({"a": measure_a, "b": measure_b}, repeats=repeats, warmup=warmup)
+    return runs["a"], runs["b"]
+
+
+def round_robin(measures: Mapping[K, Callable[[], T]], *, repeats: int = MIN_REPEATS, warmup: int = 1,
+                warm_up_with: Mapping[K, Callable[[], object]] | None = None) -> dict[K, list[T]]:
+    """`warmup` discarded rounds (each configuration once per round, with `warm_up_with[key]`
+    when given, e.g. a shorter run of the same configuration), then `repeats` rounds a, b, c,
+    a, b, c, ...; returns each configuration's measurements in order."""
     check_int("repeats", repeats, minimum=1)
     check_int("warmup", warmup, minimum=0)
     for _ in range(warmup):
-        measure_a()
-        measure_b()
-    a, b = [], []
+        for key, measure in measures.items():
+            (warm_up_with or {}).get(key, measure)()
+    out: dict[K, list[T]] = {key: [] for key in measures}
     for _ in range(repeats):
-        a.append(measure_a())
-        b.append(measure_b())
-    return a, b
+        for key, measure in measures.items():
+            out[key].append(measure())
+    return out

@@ -1,11 +1,19 @@
 """Notebook 09's capstone: a baseline run, the course's levers applied one at a time (each kept
-only when it made *this* machine faster), then the baseline and the optimised run measured again
-side by side and priced per epoch.
+only when it made *this* machine measurably faster), then the baseline and the optimised run
+measured again side by side and priced per epoch.
 
     result = optimise(CapstoneConfig(model="resnet"))
-    result.trials   # one row per lever: throughput before and after, gain, kept or dropped
+    result.trials   # one row per lever: throughput before and after (medians, ranges), verdict
     result.final    # baseline and optimised, re-measured in alternation
     cost_rows(result, price_for_this_machine(), samples_per_epoch=1_281_167)
+
+How a lever is judged: every configuration gets one short discarded run the first time it is
+seen (first-use costs: thread pools, kernels chosen on first use, loader processes), then the
+configuration so far and the candidate take turns `repeats` times (`labkit.core.stats`). The
+lever is kept only when the candidate's runs are all faster than the current ones (no overlap)
+and its median gains at least `min_gain`; otherwise the verdict reads "no measurable difference
+here". Every run of every configuration is kept (`CapstoneResult.runs`), so the conclusions can
+say when the same configuration measured very differently during the run.
 
 Levers are found by key (`Lever.key`, the `key` of each trial row); labels are for display.
 Every lever is a change to `labkit.core.train_config.TrainConfig`, so the optimised
@@ -15,10 +23,12 @@ configuration is exactly what `labkit train` (or a Vertex AI job built by
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
+from labkit.core import stats
 from labkit.core.config import (
     ParameterError,
     by_scale,
@@ -46,10 +56,13 @@ EPOCH_SOURCES = {"cnn": "CIFAR-10 training set", "resnet": "ImageNet-1k training
 class CapstoneConfig:
     """One capstone run. `framework` "auto" takes torch when installed, else TensorFlow. Sizes
     default by scale as in notebook 04's ladder (smoke: seconds on a CPU; full: ResNet-50 or GPT-2
-    small on a GPU at the peer batches). A lever is kept only when it beats the configuration so
-    far by `min_gain` (0.03 = 3%, above the run-to-run noise); the final comparison alternates
-    baseline and optimised runs `repeats` times and keeps each one's best. `include_compile` None
-    compiles only at full scale (compiling takes minutes on a small CPU)."""
+    small on a GPU at the peer batches). A lever is kept only when its `repeats` runs (at least 3)
+    are all faster than the configuration so far and its median gains at least `min_gain`
+    (0.03 = 3%); the final comparison alternates baseline and optimised runs `repeats` times.
+    `include_compile` None compiles only at full scale (compiling takes minutes on a small CPU).
+    `cpu_threads`: torch compute threads while the climb runs on a CPU (0 keeps torch's
+    default); one leaves a core for a loader worker and keeps runs steady on a small shared
+    machine, where oversubscribed threads make the same configuration swing run to run."""
 
     framework: str = "auto"
     model: str = "resnet"
@@ -60,6 +73,7 @@ class CapstoneConfig:
     device: str = "auto"
     min_gain: float = 0.03
     repeats: int | None = None
+    cpu_threads: int = 1
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -71,7 +85,8 @@ class CapstoneConfig:
             check_bool("include_compile", self.include_compile)
         check_choice("device", self.device, ("auto", "cpu", "cuda"))
         check_float("min_gain", self.min_gain, minimum=0.0, maximum=1.0)
-        check_int("repeats", self.repeats, minimum=1, allow_none=True)
+        check_int("repeats", self.repeats, minimum=stats.MIN_REPEATS, allow_none=True)
+        check_int("cpu_threads", self.cpu_threads, minimum=0)
         check_int("seed", self.seed, minimum=0)
 
     def resolved_framework(self) -> str:
@@ -99,7 +114,7 @@ class CapstoneConfig:
         return compile_included(self.include_compile, resolve_scale(self.scale))
 
     def resolved_repeats(self) -> int:
-        return self.repeats or by_scale(resolve_scale(self.scale), smoke=3, full=2)
+        return self.repeats or stats.MIN_REPEATS
 
 
 @dataclass(frozen=True)
@@ -218,18 +233,37 @@ def measure(config: TrainConfig) -> dict[str, Any]:
             "final_loss": s["final_loss"], "device": log.run.get("device", "")}
 
 
+WARM_UP_STEPS = 2  # the discarded first run of each configuration
+
+
 @dataclass
 class CapstoneResult:
+    """The climb and the final comparison. `trials`: one row per lever tried (medians, ranges,
+    gain, verdict, kept); `final`: baseline and optimised rows (median of their runs in the final
+    comparison); `runs`: every measured run (samples/s) of every configuration, by
+    configuration, over the whole climb."""
+
     baseline: TrainConfig
     optimised: TrainConfig
     trials: list[dict[str, Any]]
     skipped: list[SkippedLever]
     final: list[dict[str, Any]]
     min_gain: float = 0.0
+    runs: dict[str, list[float]] = field(default_factory=dict)  # keyed by repr(config)
+    cpu_threads: int | None = None  # torch compute threads the climb ran with on a CPU (None: default)
 
     @property
     def speedup(self) -> float:
         return self.final[1]["samples_per_s"] / self.final[0]["samples_per_s"]
+
+    @property
+    def final_comparison(self) -> stats.Comparison | None:
+        """Baseline (a) against optimised (b) in the final alternation, when each has the
+        repeats a verdict needs."""
+        a, b = (r.get("runs_samples_per_s") or [] for r in self.final)
+        if min(len(a), len(b)) < stats.MIN_REPEATS:
+            return None
+        return stats.compare(a, b, min_effect=self.min_gain)
 
     @property
     def kept(self) -> list[str]:
@@ -244,17 +278,91 @@ class CapstoneResult:
         """The TrainConfig fields the optimised run sets differently from the baseline."""
         return {k: v for k, v in vars(self.optimised).items() if vars(self.baseline)[k] != v}
 
+    def spread_of(self, config: TrainConfig) -> stats.Spread | None:
+        """All runs of `config` during the whole climb (None if it never ran)."""
+        values = self.runs.get(repr(config))
+        return stats.Spread(tuple(values)) if values else None
+
+
+class _Bench:
+    """Runs configurations for `optimise`: a discarded short run the first time a configuration
+    is seen, then measured runs in turns; keeps every measurement by configuration."""
+
+    def __init__(self, measure_fn: Callable[[TrainConfig], dict[str, Any]], repeats: int):
+        self.measure_fn, self.repeats = measure_fn, repeats
+        self.warmed: set[str] = set()
+        self.runs: dict[str, list[float]] = {}  # TrainConfig is not hashable: keyed by its repr
+
+    def _run(self, config: TrainConfig) -> dict[str, Any]:
+        row = self.measure_fn(config)
+        self.runs.setdefault(repr(config), []).append(row["samples_per_s"])
+        return row
+
+    def _warm(self, config: TrainConfig) -> None:
+        if repr(config) not in self.warmed:
+            self.measure_fn(replace(config, steps=min(config.steps, WARM_UP_STEPS)))
+            self.warmed.add(repr(config))
+
+    def compare(self, a: TrainConfig, b: TrainConfig, min_effect: float) -> tuple[dict, dict, stats.Comparison]:
+        """`a` and `b` in turns after their warm-ups: each one's summary row and the comparison
+        of b against a."""
+        runs = stats.round_robin({"a": lambda: self._run(a), "b": lambda: self._run(b)}, repeats=self.repeats,
+                                 warmup=1, warm_up_with={"a": lambda: self._warm(a), "b": lambda: self._warm(b)})
+        rows = [_summary(runs[k]) for k in ("a", "b")]
+        return rows[0], rows[1], stats.compare(rows[0]["runs_samples_per_s"], rows[1]["runs_samples_per_s"],
+                                              min_effect=min_effect)
+
+
+def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One configuration's runs in a comparison as one row: medians, the range of samples/s, the
+    runs themselves, the last run's loss and device."""
+    rates = stats.Spread(tuple(r["samples_per_s"] for r in runs))
+    fractions = [r["data_fraction"] for r in runs if r.get("data_fraction") is not None]
+    peaks = [r["peak_memory_mib"] for r in runs if r.get("peak_memory_mib") is not None]
+    return {**runs[-1], "samples_per_s": rates.median, "range": rates.range_text(),
+            "runs_samples_per_s": list(rates.values), "repeats": len(runs),
+            "step_time_ms": stats.Spread(tuple(r["step_time_ms"] for r in runs)).median,
+            "data_fraction": stats.Spread(tuple(fractions)).median if fractions else None,
+            "peak_memory_mib": max(peaks) if peaks else None}
+
+
+def _verdict(c: stats.Comparison) -> str:
+    return stats.NO_DIFFERENCE if c.winner is None else ("faster" if c.b_is_better else "slower")
+
 
 def optimise(config: CapstoneConfig, *, hardware: Hardware | None = None,
              measure_fn: Callable[[TrainConfig], dict[str, Any]] = measure) -> CapstoneResult:
     """Climb the levers greedily from the baseline, then measure baseline and optimised again.
-    Every comparison alternates its two configurations `repeats` times and keeps each one's best
-    run, so both see the same machine state (a background job slowing one run cannot decide)."""
+    Every comparison runs its two configurations in turns `repeats` times after a discarded
+    first run of each (see the module docstring), so both see the same machine state and a
+    configuration's first-use costs are not charged to it."""
     base = config.baseline()
     hw = hardware or Hardware.detect(config.device)
+    threads = config.cpu_threads if hw.device_type == "cpu" and base.framework == "torch" else 0
+    with _torch_threads(threads):
+        return _climb(config, base, hw, measure_fn, threads or None)
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int):
+    """torch's intra-op threads set to `threads` inside the block (0: left alone), restored after."""
+    if not threads:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _climb(config: CapstoneConfig, base: TrainConfig, hw: Hardware,
+           measure_fn: Callable[[TrainConfig], dict[str, Any]], threads: int | None) -> CapstoneResult:
     tried, skipped = levers(base.framework, base.model, hw, config.compile_included())
-    repeats = config.resolved_repeats()
-    measure_fn(replace(base, steps=2))  # warm-up, discarded: thread pools, first kernels, caches
+    bench = _Bench(measure_fn, config.resolved_repeats())
     current = base
     trials = []
     for lever in tried:
@@ -265,36 +373,27 @@ def optimise(config: CapstoneConfig, *, hardware: Hardware | None = None,
             continue
         candidate = replace(current, **lever.changes)
         try:
-            before, after = _alternate(current, candidate, repeats, measure_fn)
+            before, after, c = bench.compare(current, candidate, config.min_gain)
         except Exception as e:  # noqa: BLE001 - one lever failing on this machine must not lose the climb
             skipped.append(SkippedLever(lever.key, lever.label, f"failed here: {_first_line(e)}"))
             continue
-        gain = after["samples_per_s"] / before["samples_per_s"]
-        kept = gain >= 1.0 + config.min_gain
+        kept = c.b_is_better
         trials.append({"key": lever.key, "lever": lever.label, "lesson": lever.lesson,
-                       "before_samples_per_s": before["samples_per_s"], "samples_per_s": after["samples_per_s"],
-                       "gain": gain, "kept": kept, "final_loss": after["final_loss"]})
+                       "before_samples_per_s": before["samples_per_s"], "before_range": before["range"],
+                       "samples_per_s": after["samples_per_s"], "range": after["range"],
+                       "gain": c.speedup(), "verdict": _verdict(c), "kept": kept,
+                       "sentence": c.sentence(f"without {lever.label}", f"with {lever.label}"),
+                       "final_loss": after["final_loss"], "repeats": after["repeats"]})
         if kept:
             current = candidate
-    baseline_run, optimised_run = _alternate(base, current, repeats, measure_fn)
+    baseline_run, optimised_run, _ = bench.compare(base, current, config.min_gain)
     final = [dict(baseline_run, run="baseline"), dict(optimised_run, run="optimised")]
-    return CapstoneResult(base, current, trials, skipped, final, config.min_gain)
+    return CapstoneResult(base, current, trials, skipped, final, config.min_gain, bench.runs, threads)
 
 
 def _first_line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return f"{type(e).__name__}: {lines[0] if lines else ''}"[:300]
-
-
-def _alternate(a: TrainConfig, b: TrainConfig, repeats: int,
-               measure_fn: Callable[[TrainConfig], dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Best run of `a` and of `b` over `repeats` alternating runs of each."""
-    runs_a, runs_b = [], []
-    for _ in range(repeats):
-        runs_a.append(measure_fn(a))
-        runs_b.append(measure_fn(b))
-    best = [dict(max(runs, key=lambda r: r["samples_per_s"]), repeats=repeats) for runs in (runs_a, runs_b)]
-    return best[0], best[1]
 
 
 # ---------------------------------------------------------------- cost
@@ -318,27 +417,42 @@ def cost_rows(result: CapstoneResult, price: Price | None, samples_per_epoch: in
     return rows
 
 
+SWING_WARNING = 2.0  # a configuration whose runs span more than this factor: the machine changed
+
+
 def conclusions(result: CapstoneResult, costs: list[dict[str, Any]]) -> list[str]:
-    """Sentences computed from this run's measurements."""
+    """Sentences computed from this run's measurements: medians with their ranges, and a verdict
+    only where the ranges do not overlap."""
     base, best = result.final
-    out = [f"The optimised run trained {result.speedup:.2f}× as many samples per second as the baseline "
-           f"({best['samples_per_s']:,.0f} vs {base['samples_per_s']:,.0f}, best of {best['repeats']} "
-           f"alternating runs each, on {best['device']})."]
-    if result.kept:
-        gains = [f"{t['lever']} {t['gain']:.2f}×" for t in result.trials if t["kept"]]
-        out.append("Kept, in order: " + ", ".join(gains) + ".")
+    c = result.final_comparison
+    if result.optimised == result.baseline:
+        out = [f"No lever measurably beat the configuration before it here, so the optimised run is "
+               f"the baseline itself ({base['samples_per_s']:,.0f} samples/s, range {base['range']}, "
+               f"{base['repeats']} runs, on {best['device']})."]
+    elif c is not None:
+        out = [f"Final comparison, in turns: {c.sentence('the baseline', 'the optimised run')} (on {best['device']})."]
     else:
-        out.append(f"No lever beat the configuration before it by {result.min_gain:.0%} here, so the "
-                   f"optimised run is the baseline itself: the {abs(result.speedup - 1):.1%} between "
-                   f"the two is run-to-run noise on this machine.")
-    dropped = [f"{t['lever']} ({t['gain']:.2f}×)" for t in result.trials if not t["kept"]]
+        out = [f"The optimised run trained {result.speedup:.2f}× as many samples per second as the baseline "
+               f"({best['samples_per_s']:,.0f} vs {base['samples_per_s']:,.0f}, on {best['device']})."]
+    if result.kept:
+        gains = [f"{t['lever']} {t['gain']:.2f}× ({t['before_range']} → {t['range']} samples/s)"
+                 for t in result.trials if t["kept"]]
+        out.append("Kept, in order (every run with the lever faster than every run without it): "
+                   + ", ".join(gains) + ".")
+    dropped = [f"{t['lever']} ({t['gain']:.2f}×, {t['verdict']})" for t in result.trials if not t["kept"]]
     if dropped:
-        out.append("Dropped, because they did not pay off on this machine: " + ", ".join(dropped) + ".")
+        out.append("Dropped, because they did not pay off measurably on this machine: " + ", ".join(dropped) + ".")
+    spread = result.spread_of(result.baseline)
+    if spread is not None and spread.swing > SWING_WARNING:
+        out.append(f"The baseline configuration measured {spread.range_text()} samples/s over its "
+                   f"{len(spread.values)} runs in this climb, a {spread.swing:.1f}× swing for the same "
+                   f"settings: the machine's speed changed while this ran, so read these verdicts with care.")
     if best.get("data_fraction") is not None and best["data_fraction"] >= 0.1:
-        out.append(f"The optimised run waits for its input {best['data_fraction']:.0%} of each step: the input "
-                   f"pipeline is the next lever (notebook 03).")
+        out.append(f"The optimised run waits for its input {best['data_fraction']:.0%} of each step "
+                   f"(the baseline {base['data_fraction']:.0%}): the input pipeline is the next lever "
+                   f"(notebook 03).")
     out.append(f"At any fixed hourly price, an epoch of the optimised run costs {1 / result.speedup:.2f}× "
-               f"the baseline's: machine time is what you pay for.")
+               f"the baseline's (ratio of the medians): machine time is what you pay for.")
     if costs and "$/epoch" in costs[0]:
         out.append(f"Per epoch on-demand: ${costs[0]['$/epoch']:,.2f} → ${costs[1]['$/epoch']:,.2f}"
                    + (f"; optimised on Spot ${costs[1]['Spot $/epoch']:,.2f}" if "Spot $/epoch" in costs[1] else "")

@@ -23,7 +23,11 @@ from labkit.course.plots import finish, new_figure
 FRAMEWORK_MODULES = {"torch": "torch", "tf": "tensorflow"}
 LABELS = {"torch": "PyTorch DDP", "tf": "tf.distribute MWMS"}
 
-# Public reference figures for hardware this notebook may not have (source, date).
+# A published nccl-tests range for 8x H100 SXM5 with NVLink (bus bandwidth at large messages,
+# GB/s); its source is the third entry of REFERENCES.
+H100_NVLINK_ALLREDUCE_BUSBW_GBS = (460.0, 480.0)
+# Public reference figures for hardware this notebook may not have: what, the figure, where it
+# was published (URL where there is one) and when, and the date it was read here.
 REFERENCES = (
     {"what": "PyTorch DDP, data-parallel scaling", "figure": "near-linear up to 256 GPUs",
      "source": "Li et al., 'PyTorch Distributed: Experiences on Accelerating Data Parallel "
@@ -31,13 +35,18 @@ REFERENCES = (
     {"what": "Horovod (ring all-reduce), ResNet-101 / Inception V3", "figure":
      "90% scaling efficiency on 512 GPUs", "source": "Horovod README and Sergeev & Del Balso, "
      "arXiv:1802.05799", "date": "2018"},
-    {"what": "NCCL all-reduce bus bandwidth, 8x H100 (NVLink, one node)",
-     "figure": "about 370 GB/s", "source": "nccl-tests all_reduce_perf, public H100 figures",
-     "date": "2023-2024"},
+    {"what": "NCCL all-reduce bus bandwidth, 8x H100 SXM5 (NVLink only, one node), large messages",
+     "figure": "{:.0f}-{:.0f} GB/s".format(*H100_NVLINK_ALLREDUCE_BUSBW_GBS), "source": "a GPU cloud's published nccl-tests reference numbers "
+     "(all_reduce_perf -b 8 -e 8G -f 2 -g 8), "
+     "https://docs.alayanew.com/en/docs/tech-blog/2026-05-06-nccl-tests, read 2026-11-23",
+     "date": "2026-05-06"},
     {"what": "Vertex AI Reduction Server (multi-node all-reduce)", "figure":
      "up to 2x all-reduce bandwidth", "source": "Google Cloud blog, 'Optimize training "
-     "performance with Reduction Server on Vertex AI'", "date": "2021"},
+     "performance with Reduction Server on Vertex AI', https://cloud.google.com/blog/topics/"
+     "developers-practitioners/optimize-training-performance-reduction-server-vertex-ai, read 2026-11-23",
+     "date": "2021-08-25"},
 )
+H100_NVLINK_ALLREDUCE_SOURCE = REFERENCES[2]["source"]
 
 
 @dataclass

@@ -6,22 +6,19 @@ from __future__ import annotations
 
 import os
 
+from labkit.core import stats
 from labkit.course.input_ladder import InputLadder, InputLadderConfig
 from labkit.course.read_rates import ReadRates, best_torch_mechanism
 
 
-def conclusions(ladders: list[InputLadder], mechanisms: dict[str, float] | None, raw: ReadRates,
-                config: InputLadderConfig) -> str:
+def conclusions(ladders: list[InputLadder], mechanisms: dict[str, stats.Spread] | dict[str, float] | None,
+                raw: ReadRates, config: InputLadderConfig) -> str:
     """The notebook's conclusions, one bullet per ladder, mechanism and ceiling."""
     lines = []
     for lad in ladders:
         lines += _ladder_lines(lad, config)
     if mechanisms:
-        best = best_torch_mechanism(mechanisms)
-        worst = min(mechanisms, key=mechanisms.get)
-        lines.append(f"- torch reading mechanism, from the page cache: {best} delivered the most "
-                     f"({mechanisms[best]:,.0f} samples/s), {mechanisms[best] / mechanisms[worst]:.1f}× "
-                     f"{worst} ({mechanisms[worst]:,.0f} samples/s); that is the mechanism to use on this machine.")
+        lines.append(_mechanism_line(mechanisms))
     ceiling = raw.ceiling
     t = raw.gb_per_s.get("torch_batch")
     f = raw.gb_per_s.get("tf_data")
@@ -33,27 +30,53 @@ def conclusions(ladders: list[InputLadder], mechanisms: dict[str, float] | None,
     return "\n".join(lines)
 
 
+def _mechanism_line(mechanisms: dict[str, stats.Spread] | dict[str, float]) -> str:
+    median = {k: (v.median if isinstance(v, stats.Spread) else float(v)) for k, v in mechanisms.items()}
+    best = best_torch_mechanism(mechanisms)
+    worst = min(median, key=median.get)
+    ranked = sorted(median, key=median.get, reverse=True)
+    line = (f"- torch reading mechanism, from the page cache: {best} delivered the most "
+            f"({median[best]:,.0f} samples/s), {median[best] / median[worst]:.1f}× {worst} "
+            f"({median[worst]:,.0f} samples/s)")
+    a, b = mechanisms[ranked[1]], mechanisms[best]
+    if isinstance(a, stats.Spread) and isinstance(b, stats.Spread) and min(len(a.values), len(b.values)) >= stats.MIN_REPEATS:
+        c = stats.compare(a.values, b.values)
+        if c.winner is None:
+            return line + (f"; against the runner-up, {ranked[1]}, it shows {stats.NO_DIFFERENCE} "
+                           f"(ranges {b.range_text()} vs {a.range_text()}): either will do on this machine.")
+        return line + (f"; it beat the runner-up, {ranked[1]}, in every pass (ranges {b.range_text()} vs "
+                       f"{a.range_text()}): that is the mechanism to use on this machine.")
+    return line + "; one pass each, so no verdict."
+
+
+def _step(lad: InputLadder, before: str, after: str) -> str:
+    """"2.50× shards (faster)": rung `after` against `before`, ratio of medians and the verdict."""
+    ratio = lad.rung(after).samples_per_s / lad.rung(before).samples_per_s
+    return f"{ratio:.2f}× {lad.rung(before).label} ({lad.verdict(before, after)})"
+
+
 def _ladder_lines(lad: InputLadder, config: InputLadderConfig) -> list[str]:
     naive, shards = lad.rung("naive"), lad.rung("shards")
-    par, pre, cache = lad.rung("parallel_reads"), lad.rung("prefetch"), lad.rung("cache")
+    par = lad.rung("parallel_reads")
+    epochs = len(naive.epochs_s) or 1
     lines = [
-        f"- {lad.engine}: one file per sample trained at {naive.samples_per_s:,.0f} samples/s with "
-        f"{100 * naive.data_fraction:.0f}% of the time waiting for data, each file paying "
-        f"{config.open_latency_ms:g} ms to open. Shards of {config.records_per_shard} made it "
-        f"{shards.samples_per_s / naive.samples_per_s:.1f}× faster; parallel reads "
-        f"{par.samples_per_s / shards.samples_per_s:.2f}× on top, prefetch "
-        f"{pre.samples_per_s / par.samples_per_s:.2f}×, cache {cache.samples_per_s / pre.samples_per_s:.2f}×. "
-        f"Best rung: {lad.best.label} ({lad.speedup():.1f}× the naive rung, data wait "
-        f"{100 * lad.best.data_fraction:.0f}%)."]
-    if lad.engine == "torch" and par.samples_per_s < shards.samples_per_s:
+        f"- {lad.engine}: one file per sample trained at {naive.samples_per_s:,.0f} samples/s (median of "
+        f"{epochs} epoch{'s' if epochs > 1 else ''}) with {100 * naive.data_fraction:.0f}% of the time waiting "
+        f"for data, each file paying {config.open_latency_ms:g} ms to open. Shards of {config.records_per_shard}: "
+        f"{_step(lad, 'naive', 'shards')}; parallel reads {_step(lad, 'shards', 'parallel_reads')}; prefetch "
+        f"{_step(lad, 'parallel_reads', 'prefetch')}; cache {_step(lad, 'prefetch', 'cache')}. Highest median: "
+        f"{lad.best.label} ({lad.speedup():.1f}× the naive rung, data wait {100 * lad.best.data_fraction:.0f}%)."]
+    if lad.engine == "torch" and par.samples_per_s < shards.samples_per_s and \
+            lad.verdict("shards", "parallel_reads") != stats.NO_DIFFERENCE:
         steps = -(-config.num_samples // config.batch_size)
         lines.append(f"  The {config.num_workers} loader workers were started afresh for each epoch "
                      f"(persistent_workers=False); over an epoch of {steps} steps that start-up cost "
                      "more than the overlap saved. The prefetch rung keeps them alive.")
-    gains = [(r.label, r.samples_per_s / p.samples_per_s) for p, r in zip(lad.rungs, lad.rungs[1:], strict=False)]
-    flat = [label for label, g in gains if g < 1.05]
+    keys = [r.key for r in lad.rungs]
+    flat = [lad.rung(b).label for a, b in zip(keys, keys[1:], strict=False) if lad.verdict(a, b) != "faster"
+            and lad.comparison(a, b) is not None]
     if flat:
-        lines.append(f"  Rungs that gained less than 5% here: {', '.join(flat)} (on {os.cpu_count()} "
-                     "cores, extra processes compete with the training step; with more cores and "
-                     "real storage they pay off).")
+        lines.append(f"  Rungs not measurably faster than the rung before them here: {', '.join(flat)} (on "
+                     f"{os.cpu_count()} cores, extra processes compete with the training step; with more "
+                     "cores and real storage they pay off).")
     return lines

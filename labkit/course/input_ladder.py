@@ -1,6 +1,9 @@
 """Notebook 03's input-pipeline ladder: naive → shards → parallel reads → prefetch → cache, for
-the torch DataLoader and for tf.data, each rung measured as a real training epoch behind
+the torch DataLoader and for tf.data, each rung measured as real training epochs behind
 injected Cloud-Storage-like latency: samples/s and the share of step time spent waiting for data.
+After a discarded warm-up of each rung, the rungs take turns epoch by epoch `repeats` times
+(`labkit.core.stats.round_robin`); a rung reports its median epoch and keeps every epoch, so the
+conclusions can say whether a step up the ladder is measurably faster.
 
     data = write_ladder_data(out_dir, InputLadderConfig())
     ladder = torch_ladder(data, step)       # or tf_ladder(data, step)
@@ -12,13 +15,16 @@ computed from both, `labkit.course.input_conclusions`.
 
 from __future__ import annotations
 
+import itertools
 import os
+import statistics
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from labkit.core import stats
 from labkit.core.config import check_float, check_int
 from labkit.course.plots import finish, new_figure
 from labkit.data.latency import StorageLatency
@@ -88,13 +94,15 @@ def write_ladder_data(out_dir: str | os.PathLike, config: InputLadderConfig) -> 
 
 @dataclass(frozen=True)
 class InputRung:
-    """One measured epoch: training samples/s and the fraction of step time waiting for data."""
+    """A rung's measured epochs: `seconds` and `data_fraction` are the median epoch's, and
+    `epochs_s` holds every measured epoch's seconds (one entry for a single epoch)."""
 
     engine: str
     key: str
     samples: int
     seconds: float
     data_fraction: float
+    epochs_s: tuple[float, ...] = ()
 
     @property
     def label(self) -> str:
@@ -103,6 +111,15 @@ class InputRung:
     @property
     def samples_per_s(self) -> float:
         return self.samples / self.seconds if self.seconds else float("inf")
+
+    @property
+    def rates(self) -> tuple[float, ...]:
+        """Samples/s of every measured epoch."""
+        return tuple(self.samples / s if s else float("inf") for s in (self.epochs_s or (self.seconds,)))
+
+    @property
+    def range_text(self) -> str:
+        return stats.Spread(self.rates).range_text()
 
 
 @dataclass
@@ -121,20 +138,47 @@ class InputLadder:
         raise KeyError(f"{self.engine} ladder has no rung {key!r} (rungs: {', '.join(r.key for r in self.rungs)})")
 
     def speedup(self) -> float:
-        """Best rung over the naive one."""
+        """Best rung over the naive one (ratio of median epochs)."""
         return self.best.samples_per_s / self.rungs[0].samples_per_s
 
+    def comparison(self, before: str, after: str) -> stats.Comparison | None:
+        """Rung `after` against rung `before` (samples/s of their epochs), or None when either
+        has fewer epochs than a verdict needs."""
+        a, b = self.rung(before).rates, self.rung(after).rates
+        if min(len(a), len(b)) < stats.MIN_REPEATS:
+            return None
+        return stats.compare(a, b)
+
+    def verdict(self, before: str, after: str) -> str:
+        c = self.comparison(before, after)
+        if c is None:
+            return f"fewer than {stats.MIN_REPEATS} epochs: no verdict"
+        return stats.NO_DIFFERENCE if c.winner is None else ("faster" if c.b_is_better else "slower")
+
     def rows(self) -> list[dict[str, Any]]:
-        """Samples/s, ratio to the first rung, and data wait, one row per rung."""
+        """Median samples/s, their range, ratio to the first rung, and data wait, one row per rung."""
         base = self.rungs[0].samples_per_s
-        return [{"rung": r.label, "samples/s": r.samples_per_s, "vs naive": r.samples_per_s / base,
-                 "data wait (%)": round(100 * r.data_fraction)} for r in self.rungs]
+        return [{"rung": r.label, "samples/s": r.samples_per_s, "range": r.range_text,
+                 "vs naive": r.samples_per_s / base, "data wait (%)": round(100 * r.data_fraction)}
+                for r in self.rungs]
 
 
-def best_epoch(engine: str, key: str, batches: Iterable, step: Callable[[object], object],
-               repeats: int) -> InputRung:
-    """The fastest of `repeats` epochs (a shared machine's hiccups only ever slow a run down)."""
-    return min((timed_epoch(engine, key, batches, step) for _ in range(repeats)), key=lambda r: r.seconds)
+def measure_rungs(engine: str, rungs: Mapping[str, Iterable], step: Callable[[object], object], repeats: int,
+                  warm_up: Mapping[str, Callable[[], object]] | None = None) -> list[InputRung]:
+    """Epochs of every rung in turns: a discarded warm-up of each (`warm_up[key]`, default the
+    first two batches of an epoch), then `repeats` epochs of each, round-robin. One `InputRung`
+    per key, in order, holding the median epoch and every epoch's time."""
+    warm = {key: (warm_up or {}).get(key, lambda b=batches: list(itertools.islice(iter(b), 2)))
+            for key, batches in rungs.items()}
+    runs = stats.round_robin({key: (lambda k=key, b=batches: timed_epoch(engine, k, b, step))
+                              for key, batches in rungs.items()}, repeats=repeats, warm_up_with=warm)
+    out = []
+    for key in rungs:
+        epochs = runs[key]
+        median = sorted(epochs, key=lambda r: r.seconds)[len(epochs) // 2]
+        out.append(InputRung(engine, key, median.samples, median.seconds,
+                             statistics.median(e.data_fraction for e in epochs), tuple(e.seconds for e in epochs)))
+    return out
 
 
 def timed_epoch(engine: str, key: str, batches: Iterable, step: Callable[[object], object]) -> InputRung:
@@ -192,24 +236,21 @@ def _torch_ladder(data: LadderData, step: Callable[[dict], object]) -> InputLadd
     c = data.config
     opener = c.latency.opener()
     read = ReadConfig(kind="images", batch_size=c.batch_size)
-    ladder = InputLadder("torch")
-    small = make_loader(data.small_files.paths, read, LoaderConfig(), opener=opener)
-    ladder.rungs.append(timed_epoch("torch", "naive", small, step))  # slow by design: once
-    shards = make_loader(data.shards.paths, read, LoaderConfig(), opener=opener)
-    ladder.rungs.append(best_epoch("torch", "shards", shards, step, c.repeats))
-    par = make_loader(data.shards.paths, read, LoaderConfig(num_workers=c.num_workers), opener=opener)
-    ladder.rungs.append(best_epoch("torch", "parallel_reads", par, step, c.repeats))
     pre_cfg = LoaderConfig(num_workers=c.num_workers, prefetch_factor=c.prefetch, persistent_workers=True,
                            pin_memory=devices.cuda_available())
     pre = make_loader(data.shards.paths, read, pre_cfg, opener=opener)
-    for _ in pre:  # start the persistent workers; the measured epoch is the second
-        pass
-    ladder.rungs.append(best_epoch("torch", "prefetch", pre, step, c.repeats))
     cached = CachedBatches(pre)
-    for _ in cached:
-        pass
-    ladder.rungs.append(best_epoch("torch", "cache", cached, step, c.repeats))
-    return ladder
+    rungs = {
+        "naive": make_loader(data.small_files.paths, read, LoaderConfig(), opener=opener),
+        "shards": make_loader(data.shards.paths, read, LoaderConfig(), opener=opener),
+        "parallel_reads": make_loader(data.shards.paths, read, LoaderConfig(num_workers=c.num_workers), opener=opener),
+        "prefetch": pre,
+        "cache": cached,
+    }
+    # A full first epoch starts the persistent workers and fills the cache; the measured
+    # epochs are the later ones.
+    warm_up = {"prefetch": lambda: list(pre), "cache": lambda: list(cached)}
+    return InputLadder("torch", measure_rungs("torch", rungs, step, c.repeats, warm_up))
 
 
 def tf_ladder(data: LadderData, step: Callable[[dict], object]) -> InputLadder:
@@ -221,18 +262,13 @@ def tf_ladder(data: LadderData, step: Callable[[dict], object]) -> InputLadder:
     lat = c.latency
     base = TFPipelineConfig(kind="images", batch_size=c.batch_size)
     par = replace(base, num_parallel_reads=c.num_workers, parallel_calls=AUTOTUNE)
-    ladder = InputLadder("tf")
     configs = [("naive", data.small_files, base), ("shards", data.shards, base),
                ("parallel_reads", data.shards, par), ("prefetch", data.shards, replace(par, prefetch=AUTOTUNE))]
-    for key, files, cfg in configs:
-        ds = make_tf_dataset(files.paths, cfg, latency=lat)
-        repeats = 1 if files is data.small_files else c.repeats
-        ladder.rungs.append(best_epoch("tf", key, ds, step, repeats))
+    rungs = {key: make_tf_dataset(files.paths, cfg, latency=lat) for key, files, cfg in configs}
     cached = make_tf_dataset(data.shards.paths, replace(par, prefetch=AUTOTUNE, cache=True), latency=lat)
-    for _ in cached:  # the first epoch fills the cache
-        pass
-    ladder.rungs.append(best_epoch("tf", "cache", cached, step, c.repeats))
-    return ladder
+    rungs["cache"] = cached
+    # the first epoch fills the cache (a partial epoch would leave it unfinished)
+    return InputLadder("tf", measure_rungs("tf", rungs, step, c.repeats, {"cache": lambda: list(cached)}))
 
 
 def plot_ladders(ladders: list[InputLadder], path: str | os.PathLike | None = None):

@@ -1,5 +1,5 @@
-"""Notebook 04's mixed-precision ladder, for both frameworks: the rungs, one training run per
-rung, and the conclusions computed from the rows.
+"""Notebook 04's mixed-precision ladder, for both frameworks: the rungs, repeated training runs
+per rung, and the conclusions computed from the rows.
 
     rows = run_ladder(PrecisionLadderConfig(model="resnet"), "torch")
     find(rows, "bf16")["speedup"]           # rungs are found by key; labels are for display
@@ -7,8 +7,13 @@ rung, and the conclusions computed from the rows.
 
 Both frameworks climb fp32 → tf32 → bf16 → fp16 with loss scaling, then their own rungs: torch
 adds channels_last and torch.compile; TensorFlow, channels last natively, adds XLA
-(`jit_compile`). Each rung is a full run of the engine `labkit train` uses (`labkit.torch.engine`,
-`labkit.tf.engine`), and both give rows with the same keys, so one table holds them.
+(`jit_compile`). Each measurement is a full run of the engine `labkit train` uses
+(`labkit.torch.engine`, `labkit.tf.engine`). After one short discarded run of every rung, the
+rungs take turns `repeats` times (`labkit.core.stats.round_robin`), so a slow spell of the machine
+hits all of them; a row holds the median throughput and the min–max range, and a speed verdict
+against the first rung comes from `labkit.core.stats.compare` ("no measurable difference here"
+when the ranges overlap). Both frameworks give rows with the same keys, so one table holds them.
+The H100 reference ladder is read from the repository's results (`reference_ladder`).
 Framework-free at import: a framework is imported only when its ladder runs.
 """
 
@@ -18,6 +23,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from labkit.core import stats
 from labkit.core.config import by_scale, check_bool, check_choice, check_int, resolve_scale
 from labkit.core.models import MODEL_NAMES
 from labkit.core.train_config import TrainConfig
@@ -27,7 +33,8 @@ from labkit.core.train_config import TrainConfig
 class PrecisionLadderConfig:
     """One ladder run, the same for both frameworks. Sizes default by scale. `include_compile`
     (torch.compile for torch, XLA `jit_compile` for TensorFlow) None means only at full scale:
-    compiling takes minutes on a small CPU and would dominate a smoke run."""
+    compiling takes minutes on a small CPU and would dominate a smoke run. `repeats` runs of
+    each rung (at least 3 for a verdict) follow one discarded warm-up run of each."""
 
     model: str = "resnet"
     scale: str = "auto"
@@ -36,6 +43,7 @@ class PrecisionLadderConfig:
     include_compile: bool | None = None
     device: str = "auto"
     seed: int = 0
+    repeats: int = stats.MIN_REPEATS
 
     def __post_init__(self) -> None:
         check_choice("model", self.model, MODEL_NAMES)
@@ -43,6 +51,7 @@ class PrecisionLadderConfig:
         check_int("batch_size", self.batch_size, minimum=1, allow_none=True)
         if self.include_compile is not None:
             check_bool("include_compile", self.include_compile)
+        check_int("repeats", self.repeats, minimum=1)
 
     def resolved(self) -> tuple[str, int, int, bool]:
         """(scale, steps, batch size, include the compile rung) with the defaults filled in."""
@@ -93,11 +102,12 @@ RUNGS = {
     ),
 }
 # The columns each framework's table shows (TensorFlow has no activation count).
+# `samples_per_s` is the median of the repeats, `range` their min–max, `vs_first` the verdict.
 COLUMNS = {
-    "torch": ("framework", "rung", "samples_per_s", "speedup", "step_time_ms", "activation_mib",
-              "peak_memory_mib", "final_loss", "device"),
-    "tf": ("framework", "rung", "samples_per_s", "speedup", "step_time_ms", "peak_memory_mib",
-           "final_loss", "device"),
+    "torch": ("framework", "rung", "samples_per_s", "range", "speedup", "vs_first", "step_time_ms",
+              "activation_mib", "peak_memory_mib", "final_loss", "device"),
+    "tf": ("framework", "rung", "samples_per_s", "range", "speedup", "vs_first", "step_time_ms",
+           "peak_memory_mib", "final_loss", "device"),
 }
 
 
@@ -106,33 +116,57 @@ def rungs(framework: str, include_compile: bool) -> list[PrecisionRung]:
     return [r for r in RUNGS[framework] if include_compile or not r.compile]
 
 
+WARM_UP_STEPS = 2  # a discarded run this long per rung: first-use costs (thread pools, kernels)
+
+
 def run_ladder(config: PrecisionLadderConfig, framework: str = "torch") -> list[dict[str, Any]]:
-    """Train once per rung with `framework`'s engine; one row per rung, the first rung the
-    speed-up reference."""
+    """Train every rung `config.repeats` times with `framework`'s engine, taking turns after one
+    short discarded run of each; one row per rung with the median and range of samples/s, the
+    speed-up of medians over the first rung and the verdict against it."""
     scale, steps, batch, include_compile = config.resolved()
     climb = rungs(framework, include_compile)  # checks `framework` before anything runs
-    _warm_up(config, framework, scale, batch)
     train = _train_torch if framework == "torch" else _train_tf
-    rows = [train(config, rung, scale, steps, batch) for rung in climb]
-    base = rows[0]["samples_per_s"]
+    runs = stats.round_robin(
+        {r.key: (lambda r=r: train(config, r, scale, steps, batch)) for r in climb},
+        repeats=config.repeats, warm_up_with={r.key: (lambda r=r: train(config, r, scale, WARM_UP_STEPS, batch))
+                                              for r in climb})
+    rows = [_summary(runs[r.key]) for r in climb]
+    base = rows[0]
     for r in rows:
-        r["speedup"] = r["samples_per_s"] / base if base else None
+        r["speedup"] = r["samples_per_s"] / base["samples_per_s"] if base["samples_per_s"] else None
+        r["vs_first"] = ("reference" if r is base else _verdict(base, r))
     return rows
 
 
-def _warm_up(config: PrecisionLadderConfig, framework: str, scale: str, batch: int) -> None:
-    """One short discarded run: lazy initialisation (thread pools, allocator, kernels chosen on
-    first use) would otherwise be charged to the first rung and inflate every speed-up."""
-    short = dict(model=config.model, scale=scale, steps=2, batch_size=batch, seed=config.seed,
-                 device=config.device, progress=False)
-    if framework == "torch":
-        from labkit.torch.engine import fit
+def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row from a rung's repeated runs: the median samples/s and step time, the range, the
+    measurements themselves (`runs_samples_per_s`), the largest peak memory."""
+    rates = stats.Spread(tuple(r["samples_per_s"] for r in runs))
+    row = dict(runs[-1])
+    row.update(samples_per_s=rates.median, runs_samples_per_s=list(rates.values), range=rates.range_text(),
+               step_time_ms=stats.Spread(tuple(r["step_time_ms"] for r in runs)).median,
+               repeats=len(runs))
+    peaks = [r["peak_memory_mib"] for r in runs if r.get("peak_memory_mib") is not None]
+    row["peak_memory_mib"] = max(peaks) if peaks else None
+    return row
 
-        fit(TrainConfig(**short))
-    else:
-        from labkit.tf.engine import fit
 
-        fit(TrainConfig(framework="tf", grad_clip=None, **short))
+def _comparison(base: dict[str, Any], row: dict[str, Any]) -> stats.Comparison | None:
+    """The comparison of a rung's runs with the first rung's, or None when either has fewer
+    than the repeats a verdict needs."""
+    a, b = base.get("runs_samples_per_s") or [], row.get("runs_samples_per_s") or []
+    if min(len(a), len(b)) < stats.MIN_REPEATS:
+        return None
+    return stats.compare(a, b)
+
+
+def _verdict(base: dict[str, Any], row: dict[str, Any]) -> str:
+    c = _comparison(base, row)
+    if c is None:
+        return f"fewer than {stats.MIN_REPEATS} runs: no verdict"
+    if c.winner is None:
+        return stats.NO_DIFFERENCE
+    return "faster" if c.b_is_better else "slower"
 
 
 def _row(framework: str, rung: PrecisionRung, log: Any, **extra: Any) -> dict[str, Any]:
@@ -183,34 +217,43 @@ def find(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
     raise KeyError(f"no rung with key {key!r} in these rows (keys: {', '.join(r['key'] for r in rows)})")
 
 
-# Figures measured on a GPU for readers without one: torchvision ResNet-50, batch 256, one NVIDIA
-# H100 80GB, torch 2.11, 2026-11-22 (REFERENCE_SOURCE).
-REFERENCE_H100_RESNET50 = (
-    {"key": "fp32", "rung": "fp32 (TF32 off)", "samples_per_s": 989.0},
-    {"key": "tf32", "rung": "tf32", "samples_per_s": 1867.0},
-    {"key": "bf16", "rung": "bf16 autocast", "samples_per_s": 2236.0},
-    {"key": "bf16_channels_last", "rung": "bf16 + channels_last", "samples_per_s": 3958.0},
-    {"key": "bf16_channels_last_compile", "rung": "bf16 + channels_last + compile", "samples_per_s": 5534.0},
-)
-REFERENCE_SOURCE = "torchvision ResNet-50, batch 256, one NVIDIA H100 80GB, torch 2.11, measured 2026-11-22"
+def reference_ladder() -> tuple[list[dict[str, Any]], str]:
+    """The ResNet-50 ladder measured on one H100 by the repository's benchmark (labkit's own
+    engine, batch 256, AdamW, synthetic 224² images), read from its results file: (rows with the
+    rung keys of this module, the file's provenance). The last row adds CUDA graphs, which this
+    ladder has no rung for."""
+    from labkit.hardware import results
+
+    ladder = results.resnet_ladder()
+    base = ladder[0].value
+    rows = [{"key": r.key, "rung": r.label, "samples_per_s": r.value, "speedup": r.value / base}
+            for r in ladder]
+    return rows, ladder[0].source.provenance()
 
 
 def conclusions(rows: list[dict[str, Any]]) -> list[str]:
-    """Sentences computed from a ladder's rows (nothing typed in)."""
+    """Sentences computed from a ladder's rows (nothing typed in). A rung is called faster or
+    slower than the first only when their repeated runs' ranges do not overlap."""
     if not rows:
         return []
     base = rows[0]
     best = max(rows, key=lambda r: r["samples_per_s"] or 0)
-    out = [f"Fastest here: {best['rung']} at {best['samples_per_s']:,.0f} samples/s, "
-           f"{best['speedup']:.2f}× the {base['rung']} rung ({best['device']})."]
+    line = (f"Highest median here: {best['rung']} at {best['samples_per_s']:,.0f} samples/s"
+            + (f" (range {best['range']}, {best['repeats']} runs)" if best.get("range") else "")
+            + f", {best['speedup']:.2f}× the {base['rung']} rung ({best['device']})")
+    c = _comparison(base, best) if best is not base else None
+    if best is not base and c is not None and c.winner is None:
+        line += f"; its runs overlap the {base['rung']} rung's, so it is not measurably faster"
+    out = [line + "."]
     for r in rows[1:]:
-        verdict = "faster" if r["speedup"] > 1.05 else "slower" if r["speedup"] < 0.95 else "no faster"
-        line = (f"{r['rung']}: {r['speedup']:.2f}× {base['rung']} ({verdict}); final loss "
-                f"{r['final_loss']:.4f} vs {base['final_loss']:.4f}")
+        c = _comparison(base, r)
+        speed = (c.sentence(base["rung"], r["rung"]) if c is not None else
+                 f"{r['rung']}: {r['speedup']:.2f}× {base['rung']} (fewer than {stats.MIN_REPEATS} runs: no verdict)")
+        line = f"{speed}; final loss {r['final_loss']:.4f} vs {base['final_loss']:.4f}"
         if r.get("activation_mib") is not None and base.get("activation_mib") is not None:
             line += f"; activations {r['activation_mib']:.1f} MiB vs {base['activation_mib']:.1f} MiB"
         out.append(line + ".")
     if base["device"] == "cpu" and any(r["key"] == "tf32" for r in rows):
         out.append("TF32 is a tensor-core mode of NVIDIA GPUs (Ampere and newer); on a CPU the tf32 "
-                   "rung runs the same fp32 kernels, so its difference from fp32 is run-to-run noise.")
+                   "rung runs the same fp32 kernels, so any difference from fp32 can only be run-to-run noise.")
     return out

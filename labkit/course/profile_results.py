@@ -1,23 +1,121 @@
-"""Notebook 05's reading of `labkit.profiling` results: two runs side by side, one stacked bar
-of the step breakdown per run, and the labkit phase ranges a trace holds."""
+"""Notebook 05's reading of `labkit.profiling` results: two runs side by side with a speed verdict
+from repeated runs, one stacked bar of the step breakdown per run, the labkit phase ranges a
+trace holds, and the loader-worker sweep of the CPU-bound decode case.
+
+A profiled run is one run: good for *where* the time goes, not for *how much faster* a fix is.
+The speed verdict comes from separate, unprofiled runs of both settings, taking turns after a
+discarded warm-up run of each (`timed_comparison`, `labkit.core.stats`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from labkit.core import stats
 from labkit.course.plots import finish, new_figure
 from labkit.profiling.phases import CATEGORIES
 from labkit.profiling.run import ProfileResult
+from labkit.profiling.workload import WorkloadConfig, run_workload
 
 
-def compare(before: ProfileResult, after: ProfileResult) -> str:
-    """Two runs side by side: verdicts, step time, throughput and the speed-up."""
-    return (f"before [{before.label}]: {before.verdict.kind}, {1e3 * before.step_s:.1f} ms/step, "
-            f"{before.samples_per_s:,.0f} samples/s\n"
+def training_rate(config) -> Callable[[], float]:
+    """A measurement of a `labkit train` configuration: one unprofiled run of the torch engine,
+    its median samples/s over the steps after the first."""
+    def run() -> float:
+        from labkit.torch.engine import fit
+
+        with warnings.catch_warnings():  # more loader workers than cores is deliberate here
+            warnings.filterwarnings("ignore", message=".*worker processes in total.*")
+            summary = fit(dataclasses.replace(config, progress=False)).to_dict()["summary"]
+        return summary.get("median_samples_per_s") or config.batch_size / summary["median_step_time_s"]
+    return run
+
+
+def workload_rate(config: WorkloadConfig) -> Callable[[], float]:
+    """A measurement of a profiling workload: one unprofiled run, its samples/s."""
+    def run() -> float:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*worker processes in total.*")
+            return run_workload(config)["samples_per_s"]
+    return run
+
+
+def timed_comparison(before: Callable[[], float], after: Callable[[], float],
+                     repeats: int = stats.MIN_REPEATS) -> stats.Comparison:
+    """`after` against `before` in samples/s: one discarded run of each, then `repeats` runs of
+    each in turns."""
+    a, b = stats.interleave(before, after, repeats=repeats, warmup=1)
+    return stats.compare(a, b)
+
+
+def compare(before: ProfileResult, after: ProfileResult, timed: stats.Comparison | None = None) -> str:
+    """Two profiled runs side by side (verdicts, step time, throughput of the profiled run) and,
+    with `timed`, the speed verdict from repeated unprofiled runs."""
+    text = (f"before [{before.label}]: {before.verdict.kind}, {1e3 * before.step_s:.1f} ms/step, "
+            f"{before.samples_per_s:,.0f} samples/s (profiled run)\n"
             f"after  [{after.label}]: {after.verdict.kind}, {1e3 * after.step_s:.1f} ms/step, "
-            f"{after.samples_per_s:,.0f} samples/s\n"
-            f"speed-up: {after.speedup_over(before):.2f}× samples/s")
+            f"{after.samples_per_s:,.0f} samples/s (profiled run)")
+    if timed is None:
+        return text + f"\nprofiled runs only: {after.speedup_over(before):.2f}× samples/s (one run each, no verdict)"
+    return text + "\nrepeated runs, in turns: " + timed.sentence(before.label, after.label)
+
+
+DECODE_IMAGE_SIZE = 224  # a photo-sized JPEG, as ImageNet-style training reads
+
+
+def decode_workload(scale: str = "smoke", threads: int = 1) -> WorkloadConfig:
+    """Notebook 05's CPU-bound input: batches of 32 JPEGs of `DECODE_IMAGE_SIZE`² decoded in the
+    loader, feeding an MLP wide enough that its step costs a fraction of the decoding."""
+    return WorkloadConfig(decode="jpeg", image_size=DECODE_IMAGE_SIZE, batch_size=32, width=1024, depth=2,
+                          steps=16 if scale == "smoke" else 64, threads=threads)
+
+
+def decode_worker_sweep(config: WorkloadConfig, workers: Sequence[int] = (0, 1, 2, 4),
+                        repeats: int = stats.MIN_REPEATS) -> list[dict[str, Any]]:
+    """The CPU-bound decode workload with each number of loader workers, the counts taking
+    turns `repeats` times after a discarded run of each: one row per count with the median and
+    range of samples/s, the speed-up over the first count, and the verdict against the count
+    before it."""
+    runs = stats.round_robin({w: workload_rate(dataclasses.replace(config, num_workers=w)) for w in workers},
+                             repeats=repeats)
+    rows: list[dict[str, Any]] = []
+    for w in workers:
+        spread = stats.Spread(tuple(runs[w]))
+        row = {"workers": w, "samples_per_s": spread.median, "range": spread.range_text(),
+               "runs": list(spread.values), "speedup": spread.median / stats.Spread(tuple(runs[workers[0]])).median}
+        if rows:
+            c = stats.compare(rows[-1]["runs"], row["runs"])
+            row["vs previous"] = (stats.NO_DIFFERENCE if c.winner is None else "faster" if c.b_is_better else "slower")
+        else:
+            row["vs previous"] = "reference"
+        rows.append(row)
+    return rows
+
+
+def decode_verdict(rows: list[dict[str, Any]], cores: int) -> str:
+    """Where adding loader workers stopped paying off in `decode_worker_sweep`'s rows, said
+    against this machine's `cores`."""
+    paid = [r for r in rows[1:] if r["vs previous"] == "faster"]
+    best = max(rows, key=lambda r: r["samples_per_s"])
+    last_paid = paid[-1]["workers"] if paid else rows[0]["workers"]
+    after = [r for r in rows if r["workers"] > last_paid]
+    text = (f"Decoding JPEGs is CPU work: the best median was {best['samples_per_s']:,.0f} samples/s with "
+            f"{best['workers']} worker(s), {best['speedup']:.2f}× {rows[0]['workers']} workers. ")
+    if paid:
+        text += f"Adding workers was measurably faster up to {last_paid} worker(s)"
+    else:
+        text += "No number of workers was measurably faster than the one before it"
+    if after:  # by construction none of these was measurably faster than the count before it
+        text += (f"; each step beyond that ({', '.join(str(r['workers']) for r in after)} workers) was "
+                 + ", ".join(r["vs previous"] for r in after))
+    text += (f". This machine has {cores} usable core(s), and the training step needs one too: decode "
+             f"workers beyond the cores only share them.")
+    return text
 
 
 def plot_breakdowns(results: list[ProfileResult], title: str = "where each step's time goes",

@@ -7,10 +7,12 @@ Readers are found by key (`READERS`); their labels are for display.
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from labkit.core import stats
 from labkit.core.config import check_int
 from labkit.course.input_ladder import LadderData
 from labkit.course.plots import finish, new_figure
@@ -25,11 +27,24 @@ from labkit.data.throughput import (
     single_core_ceiling,
 )
 
-# Reference appetite of one GPU: torchvision ResNet-50 training, batch 256, bf16 autocast +
-# channels_last + torch.compile, synthetic 224×224 input, on one NVIDIA H100 80GB HBM3
-# (torch 2.11.0 + CUDA 13.0), median step after warm-up, measured 2026-11-22.
-REFERENCE_RESNET50_IMAGES_PER_S = 5534
-REFERENCE_SOURCE = "ResNet-50 bf16+channels_last+compile, batch 256, one H100 80GB, measured 2026-11-22"
+
+def reference_resnet():
+    """The appetite of one GPU: labkit's fastest ResNet-50 training rate on one H100 (batch 256,
+    synthetic 224² images), read from the repository's benchmark results
+    (`labkit.hardware.results.best_resnet`: value, what was measured, file, device, date)."""
+    from labkit.hardware.results import best_resnet
+
+    return best_resnet()
+
+
+def __getattr__(name: str):
+    # Older names, now read from the results file rather than typed in.
+    if name == "REFERENCE_RESNET50_IMAGES_PER_S":
+        return reference_resnet().value
+    if name == "REFERENCE_SOURCE":
+        ref = reference_resnet()
+        return f"ResNet-50 {ref.label}, batch 256; {ref.source.provenance()}"
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # key -> label of each reader `page_cache_rates` times.
 READERS = {"raw": "raw read", "crc32c": "crc32c", "torch_batch": "torch, mechanism=batch",
@@ -86,11 +101,12 @@ def page_cache_rates(paths, *, kind: str = "images", batch_size: int = 64, repea
                      {k: t.samples_per_s for k, t in timed.items() if t.samples})
 
 
-def compare_mechanisms(data: LadderData, *, repeats: int | None = None) -> dict[str, float]:
+def compare_mechanisms(data: LadderData, *, repeats: int | None = None) -> dict[str, stats.Spread]:
     """Samples/s delivered from the page cache by each torch reading mechanism (no training
     step, so only reading is compared): the textbook per-sample DataLoader with workers, whole
     batches in-process, whole batches in workers, whole batches on a background thread. Timed
-    round-robin after a warm-up pass (which also starts the persistent workers)."""
+    round-robin after a discarded pass of each (which also starts the persistent workers); each
+    mechanism's passes as a `labkit.core.stats.Spread` of samples/s."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*worker processes in total.*")
         return _compare_mechanisms(data, repeats or 2 * data.config.repeats)
@@ -111,13 +127,30 @@ def _compare_mechanisms(data: LadderData, repeats: int) -> dict[str, float]:
     }
     loaders = {name: make_loader(data.shards.paths, read, cfg) for name, cfg in configs.items()}
     passes = {name: count_pass(lambda ld=loader: ld) for name, loader in loaders.items()}
-    timed = compare(passes, nbytes=files_bytes(data.shards.paths), repeats=repeats)
-    return {name: t.samples_per_s for name, t in timed.items()}
+    runs = stats.round_robin({name: (lambda run=run: _rate(run)) for name, run in passes.items()},
+                             repeats=max(repeats, stats.MIN_REPEATS))
+    return {name: stats.Spread(tuple(values)) for name, values in runs.items()}
 
 
-def best_torch_mechanism(mechanisms: dict[str, float]) -> str:
-    """The mechanism that delivered the most samples/s."""
-    return max(mechanisms, key=mechanisms.get)
+def _rate(run) -> float:
+    t0 = time.perf_counter()
+    samples = run()
+    return samples / max(time.perf_counter() - t0, 1e-9)
+
+
+def _median(value: stats.Spread | float) -> float:
+    return value.median if isinstance(value, stats.Spread) else float(value)
+
+
+def best_torch_mechanism(mechanisms: dict[str, stats.Spread] | dict[str, float]) -> str:
+    """The mechanism with the highest median samples/s."""
+    return max(mechanisms, key=lambda name: _median(mechanisms[name]))
+
+
+def mechanism_rows(mechanisms: dict[str, stats.Spread]) -> list[dict[str, Any]]:
+    """One row per mechanism: median samples/s and the range of its passes."""
+    return [{"mechanism": name, "samples/s": spread.median, "range": spread.range_text(), "passes": len(spread.values)}
+            for name, spread in mechanisms.items()]
 
 
 def write_bench_shards(out_dir: str | os.PathLike, *, record_kb: int = 100, total_mb: int = 32,
@@ -140,6 +173,46 @@ def workers_to_feed(*, images_per_s: float, image_bytes: int, gb_per_s: float) -
     if not gb_per_s or gb_per_s != gb_per_s:
         return 0
     return max(1, -(-int(images_per_s * image_bytes) // int(gb_per_s * 1e9)))
+
+
+@dataclass(frozen=True)
+class FeedEstimate:
+    """How many loader processes like this machine's would feed 1.5× a GPU's appetite (labkit's
+    best ResNet-50 rate on one H100, from the benchmark results), `reference` None (with `why`)
+    when the results are not here."""
+
+    gb_per_s: float
+    reference: Any = None
+    why: str = ""
+    margin: float = 1.5
+    image_bytes: int = 224 * 224 * 3
+
+    @property
+    def images_per_s(self) -> float:
+        return self.margin * self.reference.value
+
+    @property
+    def workers(self) -> int:
+        return workers_to_feed(images_per_s=self.images_per_s, image_bytes=self.image_bytes, gb_per_s=self.gb_per_s)
+
+    def text(self, record_kb: int) -> str:
+        if self.reference is None:
+            return self.why
+        return (f"reference: {self.reference.text()}\n"
+                f"{self.margin:g}× that is {self.images_per_s:,.0f} images/s, "
+                f"{self.images_per_s * self.image_bytes / 1e9:.2f} GB/s of pixels\n"
+                f"one loader process here reads {self.gb_per_s:.2f} GB/s of {record_kb} KB records: about "
+                f"{self.workers} worker(s) would feed {self.margin:g}× that H100 rate (decoding not included)")
+
+
+def feed_estimate(gb_per_s: float) -> FeedEstimate:
+    """`FeedEstimate` for one loader process reading `gb_per_s`."""
+    from labkit.hardware.results import ResultsUnavailable
+
+    try:
+        return FeedEstimate(gb_per_s, reference_resnet())
+    except ResultsUnavailable as e:
+        return FeedEstimate(gb_per_s, None, str(e))
 
 
 def plot_rates(rates: ReadRates, path: str | os.PathLike | None = None):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from labkit.core import stats
+
 
 def alignment_demo(sizes: tuple[int, ...] | None = None, device: str = "auto",
                    dtype: str = "auto", repeats: int = 10) -> list[dict[str, Any]]:
@@ -51,3 +53,27 @@ def _best_time(fn, device, repeats: int) -> float:
             torch.cuda.synchronize(device)
         best = min(best, time.perf_counter() - t)
     return best
+
+
+def vocab_comparison(device: str = "auto", dtype: str = "auto", repeats: int = 5) -> stats.Comparison:
+    """GPT's output projection at vocab 50257 against 50304, timed in turns (`repeats` calls of
+    each after a discarded one), as TFLOP/s: the verdict says whether padding is measurably
+    faster here."""
+    import torch
+
+    from labkit.torch.distributed import DistInfo
+    from labkit.torch.engine import resolve_device
+
+    dev = resolve_device(device, DistInfo())
+    cuda = dev.type == "cuda"
+    dt = {"auto": torch.bfloat16 if cuda else torch.float32, "bf16": torch.bfloat16,
+          "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    tokens = 8192 if cuda else 64
+    a = torch.randn(tokens, 768, device=dev, dtype=dt)
+
+    def rate(vocab: int):
+        b = torch.randn(768, vocab, device=dev, dtype=dt)
+        return lambda: 2 * tokens * 768 * vocab / _best_time(lambda: a @ b, dev, 1) / 1e12
+
+    runs = stats.round_robin({50257: rate(50257), 50304: rate(50304)}, repeats=max(repeats, stats.MIN_REPEATS))
+    return stats.compare(runs[50257], runs[50304])

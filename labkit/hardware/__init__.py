@@ -1,7 +1,9 @@
-"""Hardware: this machine's measured ceilings, the Vertex accelerator catalog and the machine
-prices read from it, the roofline, the Spot preemption model and the time-and-cost estimator.
-Framework-free at import; torch is used lazily by the benchmarks. These modules return data;
-the course layer (`labkit.course`) draws and tabulates it."""
+"""Hardware: this machine's measured ceilings, the catalog of machines a Vertex AI job can ask
+for (each price the whole machine's, with its rate card, source and read date) and the prices
+read from it, the roofline, the Spot preemption model, the time-and-cost estimator, the
+repository's own benchmark results (`results`) and the sourced facts about Spot and Vertex AI
+(`facts`). Framework-free at import; torch is used lazily by the benchmarks. These modules
+return data; the course layer (`labkit.course`) draws and tabulates it."""
 
 from labkit.hardware.bench import BenchConfig, Ceilings, measure_ceilings
 from labkit.hardware.catalog import CATALOG_PATH, CatalogEntry, CatalogError, load_catalog

@@ -10,20 +10,86 @@ The model is deliberately simple so you can check it by hand:
 The preemption overhead is `labkit.hardware.spot.SpotModel`'s (lost work and restarts).
 
 FLOPs per step come from the model (e.g. 6·N·tokens for a transformer, or measured with a FLOP
-counter); utilisation (MFU) is the fraction of the datasheet peak a run reaches. Measure it on
-your hardware (`mfu_from_measurement`) and reuse it, or override the step time of an option you
-actually timed with `measured_step_s`. Options without a price are skipped and listed in
-`EstimateTable.skipped` with the reason, never silently dropped.
+counter). Utilisation (MFU) is always the fraction of the **datasheet** peak (the catalog's
+`peak_bf16_tflops`) a run reaches. Its default is measured, not assumed: labkit's GPT-2 small
+with bf16 and torch.compile at batch 48 on one H100, from the repository's benchmark results,
+restated against the H100's datasheet peak (`default_mfu`; `labkit.hardware.results` says which
+file). A model of yours reaches its own figure: measure it (`mfu_from_measurement`, against the
+same datasheet peak) and pass it, see how the answer moves with it (`mfu_sensitivity`), or
+override the step time of an option you actually timed with `measured_step_s`. Every price is
+the whole machine's (accelerators and host VM). Options without a price are skipped and listed
+in `EstimateTable.skipped` with the reason, never silently dropped.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from labkit.core.config import check_choice, check_float, check_int
-from labkit.hardware.catalog import CatalogEntry
+from labkit.core.config import ParameterError, check_choice, check_float, check_int
+from labkit.hardware.catalog import CatalogEntry, find, load_catalog
+from labkit.hardware.results import DEFAULT_MFU_ROW, MfuReference, ResultsUnavailable
+from labkit.hardware.results import default_mfu as measured_default_mfu
 from labkit.hardware.spot import SpotModel
+
+REFERENCE_MACHINE = "H100 80GB"  # the catalog row whose datasheet peak the default MFU is restated against
+
+
+def default_mfu_reference(catalog_path: str | None = None) -> MfuReference:
+    """The measured run behind the default utilisation, with its MFU against the datasheet peak
+    of the catalog's H100 row and against the GEMM measured in the same run."""
+    h100 = find(load_catalog(catalog_path), REFERENCE_MACHINE)
+    return measured_default_mfu(h100.peak_bf16_tflops)
+
+
+@dataclass(frozen=True)
+class MfuAssumption:
+    """The utilisation an estimate uses: `value` (fraction of the datasheet peak), where it comes
+    from, and the measured runs it can be compared with (`references`, empty with `note` saying
+    why when the benchmark results are not here)."""
+
+    value: float
+    origin: str
+    references: tuple[MfuReference, ...] = ()
+    note: str = ""
+
+    def text(self) -> str:
+        lines = [r.text() for r in self.references] or [self.note]
+        return "\n".join(lines + [f"mfu = {self.value:.1%} of the datasheet peak ({self.origin})"])
+
+    def sensitivity_cases(self) -> list[tuple[str, float]]:
+        """(label, MFU) for `mfu_sensitivity`: every measured run, and this value if it is none of them."""
+        cases = [(r.label, r.of_datasheet) for r in self.references]
+        if all(abs(m - self.value) > 1e-9 for _, m in cases):
+            cases.append(("your mfu parameter", self.value))
+        return cases
+
+
+def mfu_assumption(mfu: float | None, catalog_path: str | None = None) -> MfuAssumption:
+    """`mfu` when given (checked), else the measured default (`default_mfu_reference`); with the
+    measured GPT-2 small runs on one H100 against the datasheet peak of the catalog's H100 row."""
+    from labkit.hardware.results import GPT_MFU_ROWS, gpt_mfu
+
+    h100 = find(load_catalog(catalog_path), REFERENCE_MACHINE)
+    try:
+        refs, note = tuple(gpt_mfu(h100.peak_bf16_tflops, tuple(GPT_MFU_ROWS))), ""
+    except ResultsUnavailable as e:
+        refs, note = (), str(e)
+    if mfu is not None:
+        return MfuAssumption(check_float("mfu", mfu, minimum=1e-6, maximum=1.0), "your parameter", refs, note)
+    if not refs:
+        raise ParameterError("mfu", None, f"has no measured default here ({note}); pass a value")
+    default = next(r for r in refs if r.key == " / ".join(DEFAULT_MFU_ROW))
+    return MfuAssumption(default.of_datasheet, f"the default: {default.label}", refs, note)
+
+
+def default_mfu() -> float:
+    """`default_mfu_reference().of_datasheet`; a ParameterError naming `mfu` when the benchmark
+    results are not installed (then pass `mfu` yourself)."""
+    try:
+        return default_mfu_reference().of_datasheet
+    except ResultsUnavailable as e:
+        raise ParameterError("mfu", None, f"has no measured default here ({e}); pass a value") from None
 
 
 @dataclass
@@ -48,12 +114,12 @@ class Workload:
 
 @dataclass
 class CostAssumptions:
-    """How to turn datasheet peaks into time: `mfu` is the utilisation a tuned run reaches."""
+    """How to turn datasheet peaks into time: `mfu` is the fraction of the datasheet peak a run
+    reaches (default: measured, see `default_mfu`)."""
 
-    mfu: float = 0.4
+    mfu: float = field(default_factory=default_mfu)
     precision: str = "bf16"
     spot: SpotModel = field(default_factory=SpotModel)
-    include_host: bool = True
     include_tpu: bool = True
 
     def __post_init__(self) -> None:
@@ -143,7 +209,7 @@ def estimate_costs(
         if e.is_tpu and not a.include_tpu:
             skipped.append((e.name, "TPU options excluded (include_tpu=False)"))
             continue
-        on_demand = e.hourly(spot=False, include_host=a.include_host)
+        on_demand = e.hourly(spot=False)
         if on_demand is None:
             skipped.append((e.name, "no on-demand price in the catalog" + (f" ({e.note})" if e.note else "")))
             continue
@@ -157,7 +223,7 @@ def estimate_costs(
             step_s, measured = workload.flops_per_step / (peak * 1e12 * a.mfu), False
         hours_epoch = workload.steps_per_epoch * step_s / 3600.0
         hours_run = hours_epoch * workload.epochs
-        spot_rate = e.hourly(spot=True, include_host=a.include_host)
+        spot_rate = e.hourly(spot=True)
         factor = 1.0 + a.spot.overhead
         estimates.append(Estimate(
             name=e.name, step_s=step_s, hours_per_epoch=hours_epoch, hours_per_run=hours_run,
@@ -168,6 +234,26 @@ def estimate_costs(
             measured=measured,
         ))
     return EstimateTable(estimates, skipped)
+
+
+def mfu_sensitivity(workload: Workload, entries: list[CatalogEntry], assumptions: CostAssumptions,
+                    mfus: list[tuple[str, float]]) -> list[dict[str, object]]:
+    """The answer under each utilisation in `mfus` ((label, MFU of the datasheet peak) pairs):
+    the fastest option and its hours, the cheapest option on-demand and on Spot and their cost.
+    Time and cost scale as 1/MFU, so the ranking between options does not change when one MFU
+    applies to all of them; what changes is the budget."""
+    rows = []
+    for label, mfu in mfus:
+        t = estimate_costs(workload, entries, replace(assumptions, mfu=mfu))
+        fast, cheap = t.fastest(), t.cheapest()
+        row: dict[str, object] = {"assumption": label, "MFU of datasheet": f"{mfu:.1%}",
+                                  "fastest": fast.name, "fastest h/run": fast.hours_per_run,
+                                  "cheapest on-demand": cheap.name, "$/run": cheap.on_demand_per_run}
+        if any(e.spot_per_run is not None for e in t.estimates):
+            spot = t.cheapest(spot=True)
+            row.update({"cheapest on Spot": spot.name, "Spot $/run": spot.spot_per_run})
+        rows.append(row)
+    return rows
 
 
 def tpu_break_even(table: EstimateTable, entries: list[CatalogEntry], mfu: float,

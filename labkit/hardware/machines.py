@@ -48,8 +48,9 @@ def target_machine(name: str, catalog_path: str | None = None) -> CatalogEntry:
 
 def price_for_this_machine(price_per_hour: float | None = None, spot_price_per_hour: float | None = None,
                            catalog_path: str | None = None) -> Price | None:
-    """The reader's own price when given; else the catalog row of this machine's GPU
-    (accelerator plus host VM, on-demand and Spot); None when neither exists (a CPU has no row)."""
+    """The reader's own price when given; else the catalog row of this machine's GPU (the whole
+    machine: accelerator plus host VM, on-demand and Spot, on the rate card the row names); None
+    when neither exists (a CPU has no row)."""
     if price_per_hour is not None:
         return Price(price_per_hour, spot_price_per_hour, "price_per_hour parameter")
     from labkit.core import devices
@@ -61,5 +62,5 @@ def price_for_this_machine(price_per_hour: float | None = None, spot_price_per_h
     if entry is None or not entry.has_price:
         return None
     return Price(entry.hourly(), entry.hourly(spot=True),
-                 f"catalog row {entry.name} ({entry.machine_type}, {entry.region}), read "
-                 f"{entry.price_read_on} from {entry.price_source}")
+                 f"catalog row {entry.name} ({entry.machine_type}, {entry.region}, {entry.price_basis} "
+                 f"rate), read {entry.price_read_on} from {entry.price_source}")

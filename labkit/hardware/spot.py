@@ -10,6 +10,12 @@ lengthen, so with `busy` the hours of work and checkpoint writes:
     wall = busy + rate × wall × (lost + restart)   =>   wall = busy / (1 − rate × (lost + restart))
 
 The preemption rate is an input: Google publishes no rate for Spot VMs, so state yours.
+
+How long a job has to act on SIGTERM: Compute Engine gives a Spot VM 30 s between the soft-off
+signal and the hard stop (`labkit.hardware.facts.SPOT_SHUTDOWN_S`), but Vertex AI does not
+document how much of that reaches a training container, so labkit assumes half
+(`SIGTERM_NOTICE_S`, `facts.CONTAINER_SIGTERM_GRACE_S`): a SIGTERM checkpoint that takes longer is
+treated as lost work.
 """
 
 from __future__ import annotations
@@ -18,8 +24,11 @@ import math
 from dataclasses import dataclass
 
 from labkit.core.config import check_bool, check_float
+from labkit.hardware.facts import CONTAINER_SIGTERM_GRACE_S
 
-SIGTERM_NOTICE_S = 15.0  # what to assume for acting on SIGTERM before the VM stops
+# What to assume for acting on SIGTERM before the VM stops: undocumented for Vertex AI, so less
+# than Compute Engine's documented 30 s (see the module docstring).
+SIGTERM_NOTICE_S = float(CONTAINER_SIGTERM_GRACE_S.value)
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """The measured matmul peak of this device, the reference for MFU.
 
-Datasheet peaks overstate what a GEMM reaches (PERFORMANCE.md: 698 of 989 TFLOP/s bf16 on one
-H100), so MFU is reported against a square GEMM timed here, once per process and dtype.
+Datasheet peaks overstate what a GEMM reaches (on one H100 the bf16 GEMM timed by
+benchmarks/bench_torch.py reached about 80% of the datasheet figure: see `peak_tflops` in
+benchmarks/results/2026-11-22-h100-bench-torch-*.json), so MFU is reported against a square GEMM
+timed here, once per process and dtype.
 """
 
 from __future__ import annotations

@@ -1,0 +1,199 @@
+"""The repository's own benchmark results (`benchmarks/results/`), read from the files that the
+benchmark scripts wrote, so a reference figure is never retyped: each one comes back with the
+file, the device, the software, the date and the command that produced it.
+
+    ladder = resnet_ladder()                # labkit's ResNet-50 ladder on one H100, per rung
+    best_resnet()                           # the fastest rung: images/s, with its provenance
+    gpt_mfu(datasheet_tflops=989)           # GPT-2 small MFU, against the datasheet and the GEMM
+
+MFU comes in two kinds, and this module names which: against the **measured** bf16 GEMM peak
+of the same run (what the benchmark files store), and against the **datasheet** peak (what
+`labkit.hardware.cost` multiplies, so its default utilisation comes from here). The files live
+in the source tree, not in an installed package: without them `ResultsUnavailable` says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+RESNET_FILE = "2026-11-22-h100-bench-torch-resnet.json"
+GPT_FILE = "2026-11-22-h100-bench-torch-gpt.json"
+
+# Variant name in the ResNet file -> (rung key of labkit.course.precision, label). The keys are
+# the precision ladder's; the last rung is CUDA graphs on top of compile, which the CPU ladder
+# has no rung for.
+RESNET_RUNGS = {
+    "labkit fp32": ("fp32", "fp32 (TF32 off)"),
+    "labkit tf32": ("tf32", "tf32"),
+    "labkit bf16": ("bf16", "bf16 autocast"),
+    "labkit bf16 + channels_last": ("bf16_channels_last", "bf16 + channels_last"),
+    "labkit bf16 + channels_last + compile": ("bf16_channels_last_compile", "bf16 + channels_last + compile"),
+    "labkit bf16 + channels_last + compile (reduce-overhead)":
+        ("bf16_channels_last_compile_graphs", "bf16 + channels_last + compile + CUDA graphs"),
+}
+# The GPT rows the estimator's utilisation can come from: (workload, variant) -> what it is.
+GPT_MFU_ROWS = {
+    ("GPT b=12", "peer eager"): "a minimal GPT trainer, eager, batch 12",
+    ("GPT b=48", "labkit bf16 + compile"): "labkit bf16 + torch.compile, batch 48",
+    ("GPT b=48", "labkit bf16 + compile + fp8 head"): "labkit bf16 + torch.compile + fp8 head, batch 48",
+}
+DEFAULT_MFU_ROW = ("GPT b=48", "labkit bf16 + compile")
+
+
+class ResultsUnavailable(FileNotFoundError):
+    """The benchmark results are not where this installation looks (they ship with the source
+    tree, not with an installed package); the message names the folder."""
+
+
+@dataclass(frozen=True)
+class ResultsFile:
+    """One results file: its data and where it came from."""
+
+    name: str
+    data: dict[str, Any]
+
+    @property
+    def device(self) -> str:
+        return str(self.data.get("device", "unknown device"))
+
+    @property
+    def software(self) -> str:
+        return str(self.data.get("software") or (f"torch {self.data['torch']}" if "torch" in self.data else ""))
+
+    @property
+    def date(self) -> str:
+        return str(self.data.get("date", ""))
+
+    @property
+    def command(self) -> str:
+        return str(self.data.get("command", ""))
+
+    def provenance(self) -> str:
+        """`benchmarks/results/NAME: DEVICE, SOFTWARE, DATE, `COMMAND``."""
+        parts = [p for p in (self.device, self.software, self.date) if p]
+        return f"benchmarks/results/{self.name}: " + ", ".join(parts) + (f"; `{self.command}`" if self.command else "")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A figure taken from a results file: `value` in `unit`, what was measured, and its file."""
+
+    key: str
+    label: str
+    value: float
+    unit: str
+    source: ResultsFile
+
+    def text(self, digits: int = 0) -> str:
+        return f"{self.value:,.{digits}f} {self.unit} ({self.label}; {self.source.provenance()})"
+
+
+def results_dir() -> Path:
+    """`LABKIT_RESULTS_DIR` when set, else the source tree's `benchmarks/results`."""
+    return Path(os.environ.get("LABKIT_RESULTS_DIR") or RESULTS_DIR)
+
+
+def load(name: str) -> ResultsFile:
+    """The JSON results file `name` from `results_dir()`."""
+    path = results_dir() / name
+    if not path.exists():
+        raise ResultsUnavailable(f"{path}: benchmark results not found (they ship with labkit's "
+                                 "source tree; set LABKIT_RESULTS_DIR to the folder that holds them)")
+    return ResultsFile(name, json.loads(path.read_text(encoding="utf-8")))
+
+
+def available() -> bool:
+    return (results_dir() / RESNET_FILE).exists() and (results_dir() / GPT_FILE).exists()
+
+
+def resnet_ladder() -> list[Reference]:
+    """labkit's ResNet-50 ladder (batch 256) on one H100, one Reference per rung, in climbing
+    order, in images/s."""
+    f = load(RESNET_FILE)
+    rows = {r["variant"]: r for r in f.data["rows"]}
+    return [Reference(key, label, float(rows[variant]["rate"]), rows[variant]["unit"], f)
+            for variant, (key, label) in RESNET_RUNGS.items() if variant in rows]
+
+
+def best_resnet() -> Reference:
+    """The fastest rung of `resnet_ladder()`."""
+    return max(resnet_ladder(), key=lambda r: r.value)
+
+
+@dataclass(frozen=True)
+class MfuReference:
+    """GPT-2 small's model FLOPs utilisation in one measured configuration, against both peaks:
+    `of_measured` the bf16 GEMM timed in the same run (`measured_tflops`), `of_datasheet` the
+    datasheet figure (`datasheet_tflops`)."""
+
+    key: str
+    label: str
+    tokens_per_s: float
+    of_measured: float
+    measured_tflops: float
+    datasheet_tflops: float
+    source: ResultsFile
+
+    @property
+    def of_datasheet(self) -> float:
+        return self.of_measured * self.measured_tflops / self.datasheet_tflops
+
+    def text(self) -> str:
+        return (f"{self.label}: {self.tokens_per_s:,.0f} tokens/s = {self.of_datasheet:.1%} of the "
+                f"{self.datasheet_tflops:,.0f} TFLOP/s datasheet peak ({self.of_measured:.1%} of the "
+                f"{self.measured_tflops:,.0f} TFLOP/s bf16 GEMM measured in the same run); "
+                f"{self.source.provenance()}")
+
+
+def gpt_mfu(datasheet_tflops: float, rows: tuple[tuple[str, str], ...] | None = None) -> list[MfuReference]:
+    """The GPT-2 small rows of `GPT_MFU_ROWS` (or `rows`) with their MFU against both peaks."""
+    f = load(GPT_FILE)
+    measured = float(f.data["peak_tflops"])
+    by_key = {(r["workload"], r["variant"]): r for r in f.data["rows"]}
+    out = []
+    for wanted in rows or tuple(GPT_MFU_ROWS):
+        r = by_key[wanted]
+        out.append(MfuReference(" / ".join(wanted), GPT_MFU_ROWS.get(wanted, " ".join(wanted)),
+                                float(r["rate"]), float(r["mfu"]), measured, datasheet_tflops, f))
+    return out
+
+
+def default_mfu(datasheet_tflops: float) -> MfuReference:
+    """The utilisation the cost estimator assumes unless told otherwise: labkit's GPT-2 small
+    with bf16 and torch.compile at batch 48 on one H100, against the datasheet peak."""
+    return gpt_mfu(datasheet_tflops, (DEFAULT_MFU_ROW,))[0]
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def all_numbers() -> set[float]:
+    """Every number written in any file of `results_dir()` (JSON values and numbers in text
+    files): what a quoted reference figure must be found among."""
+    out: set[float] = set()
+    for path in sorted(results_dir().glob("*")):
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".json":
+            _walk(json.loads(text), out)
+        else:
+            out.update(float(m) for m in _NUMBER.findall(text.replace(",", "")))
+    return out
+
+
+def _walk(value: Any, out: set[float]) -> None:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, (int, float)):
+        out.add(float(value))
+    elif isinstance(value, dict):
+        for v in value.values():
+            _walk(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            _walk(v, out)

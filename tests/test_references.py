@@ -1,0 +1,108 @@
+"""Reference figures are read from the repository's benchmark results, never retyped: every figure
+the course shows as a reference is a number some file in benchmarks/results holds, and a speed
+figure quoted in a notebook's text must be one too."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from labkit.course import precision, read_rates
+from labkit.hardware import results
+from labkit.hardware.catalog import find, load_catalog
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9]*.py"))
+# A number followed by a throughput or bandwidth unit (or "% MFU"), as a sentence would quote it.
+QUOTED = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s*(?:k|K|M)?\s*(images/s|img/s|tokens/s|samples/s|TFLOP/s|GB/s|TB/s|% MFU)")
+
+
+def _held(value: float, decimals: int, numbers: set[float]) -> bool:
+    """Whether some results number, rounded as the quote is, equals the quoted value."""
+    return any(round(n, decimals) == value for n in numbers)
+
+
+def _markdown(path: Path) -> list[str]:
+    cells, current, in_markdown = [], [], False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("# %%"):
+            if in_markdown:
+                cells.append("\n".join(current))
+            in_markdown, current = "[markdown]" in line, []
+        elif in_markdown:
+            current.append(line.removeprefix("# ").removeprefix("#"))
+    if in_markdown:
+        cells.append("\n".join(current))
+    return cells
+
+
+def quoted_figures(text: str) -> list[tuple[str, float, int]]:
+    """(as written, value, decimals) of every number-with-unit in `text`."""
+    out = []
+    for m in QUOTED.finditer(text):
+        raw = m.group(1).replace(",", "")
+        decimals = len(raw.split(".")[1]) if "." in raw else 0
+        out.append((m.group(0), float(raw), decimals))
+    return out
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_text_quotes_only_figures_a_results_file_holds(path):
+    numbers = results.all_numbers()
+    missing = [written for cell in _markdown(path) for written, value, decimals in quoted_figures(cell)
+               if not _held(value, decimals, numbers)]
+    assert not missing, f"{path.name} quotes figures no file in benchmarks/results holds: {missing}"
+
+
+def test_the_check_catches_a_retyped_figure():
+    numbers = results.all_numbers()
+    (written, value, decimals), = quoted_figures("the H100 ladder reached **5,534 images/s**")
+    assert written.startswith("5,534") and not _held(value, decimals, numbers)
+    (_, value, decimals), = quoted_figures("labkit reached 5,536 images/s")
+    assert _held(value, decimals, numbers)
+
+
+def test_reference_ladder_rows_are_the_results_file_rows():
+    rows, provenance = precision.reference_ladder()
+    data = json.loads((results.results_dir() / results.RESNET_FILE).read_text())
+    rates = {r["variant"]: r["rate"] for r in data["rows"]}
+    assert [r["samples_per_s"] for r in rows] == [rates[v] for v in results.RESNET_RUNGS]
+    assert [r["key"] for r in rows][:5] == [r.key for r in precision.RUNGS["torch"] if r.key != "fp16"]
+    assert "NVIDIA H100" in provenance and "2026-11-22" in provenance and "bench_torch.py" in provenance
+    numbers = results.all_numbers()
+    assert all(r["samples_per_s"] in numbers for r in rows)
+
+
+def test_gpu_appetite_and_mfu_references_come_from_the_files():
+    numbers = results.all_numbers()
+    assert read_rates.reference_resnet().value in numbers
+    assert read_rates.REFERENCE_RESNET50_IMAGES_PER_S == read_rates.reference_resnet().value
+    datasheet = find(load_catalog(), "H100 80GB").peak_bf16_tflops
+    for ref in results.gpt_mfu(datasheet):
+        assert ref.tokens_per_s in numbers and ref.of_measured in numbers and ref.measured_tflops in numbers
+
+
+def test_gpu_feed_estimate_uses_the_results_file(monkeypatch, tmp_path):
+    feed = read_rates.feed_estimate(0.9)
+    assert feed.images_per_s == pytest.approx(1.5 * read_rates.reference_resnet().value)
+    assert feed.workers == read_rates.workers_to_feed(images_per_s=feed.images_per_s, image_bytes=224 * 224 * 3,
+                                                      gb_per_s=0.9)
+    assert results.RESNET_FILE in feed.text(100)
+    monkeypatch.setenv("LABKIT_RESULTS_DIR", str(tmp_path))
+    missing = read_rates.feed_estimate(0.9)
+    assert missing.reference is None and str(tmp_path) in missing.text(100)
+
+
+def test_every_results_file_says_where_it_came_from():
+    for name in (results.RESNET_FILE, results.GPT_FILE):
+        f = results.load(name)
+        assert f.device and f.software and f.date and f.command, name
+
+
+def test_missing_results_say_where_they_were_looked_for(monkeypatch, tmp_path):
+    monkeypatch.setenv("LABKIT_RESULTS_DIR", str(tmp_path))
+    with pytest.raises(results.ResultsUnavailable, match=str(tmp_path)):
+        results.resnet_ladder()
+    assert not results.available()
