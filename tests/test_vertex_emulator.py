@@ -90,10 +90,18 @@ def test_failing_worker_is_restarted_alone(tmp_path):
     assert job.final("workerpool1[0]").log_path.name == "workerpool1-0.restart2.log"
 
 
-def test_worker_failing_more_than_five_times_fails_the_job(tmp_path):
+def test_worker_failing_past_its_restarts_retries_the_job_then_fails_it(tmp_path):
+    """Vertex: five restarts of the worker on its VM; failing once more retries the whole job,
+    up to three times; then the job fails."""
     job = run_local(script_job(FLAKY.replace("FAILS", "99")), tmp_path)
-    assert job.state == FAILED and job.worker_restarts == 5
-    assert len([r for r in job.runs if r.pool == 1]) == 6 and "after 5 restarts" in job.error
+    assert job.state == FAILED and job.worker_restarts == 5 * 4 and job.job_restarts == 3
+    assert len([r for r in job.runs if r.pool == 1]) == 6 * 4
+    assert "after 5 restarts, and the job after 3 retries" in job.error
+
+
+def test_a_job_retry_after_the_restarts_can_succeed(tmp_path):
+    job = run_local(script_job(FLAKY.replace("FAILS", "6")), tmp_path)  # fails 6 times, then works
+    assert job.state == SUCCEEDED and job.job_restarts == 1 and job.worker_restarts == 5
 
 
 def test_restart_job_on_worker_restart_restarts_everyone(tmp_path):

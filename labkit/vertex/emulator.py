@@ -15,9 +15,11 @@ for every job attempt: what a replica writes to a relative path such as
 ``Path("gs://b/x")`` (the local folder ``gs:/b/x``) stays there and is gone after a restart, as
 on Vertex. Its ``CLOUD_ML_HP_METRIC_FILE`` (hyperparameter-tuning reports) is in that folder too.
 
-Vertex's restart rules are applied: a replica that exits non-zero is restarted on its own up to
-5 times; with ``restart_job_on_worker_restart`` the whole job restarts instead; on a Spot job a
-preempted replica (an injected SIGTERM) restarts the whole job (up to 6 times). The job succeeds
+Vertex's documented restart rules are applied (`labkit.hardware.facts`): a replica that exits
+non-zero is restarted on its own up to 5 times, and when it fails once more the whole job is
+retried up to 3 times before it fails; with ``restart_job_on_worker_restart`` the whole job
+restarts instead; on a Spot job a preempted replica (an injected SIGTERM) restarts the whole job
+(up to 6 times). The job succeeds
 when the primary replica (workerpool0) exits 0. `Fault` injects SIGTERM or SIGKILL into a chosen
 replica once the job reports a chosen step (a ``step N`` line or a tqdm ``N/M`` counter in
 any replica's output). Each replica is a `labkit.core.launcher.Process`: a session of its
@@ -46,6 +48,7 @@ from labkit.core.frameworks import has_aiplatform
 from labkit.core.gcs import GCS_MOUNT, LOCAL_GCS_ENV
 from labkit.core.hypertune import METRIC_FILE_ENV, TRIAL_ID_ENV
 from labkit.core.launcher import Process, ProcessSpec, child_env
+from labkit.hardware import facts
 from labkit.vertex.specs import SETUP_MARKER, check_spec, validate
 
 SUCCEEDED, FAILED, CANCELLED = "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED"
@@ -57,8 +60,10 @@ SUCCEEDED, FAILED, CANCELLED = "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_S
 DEFAULT_TIMEOUT_S = 600.0
 # sitecustomize.py that registers the local gs:// file system in every replica.
 SITE_DIR = Path(__file__).with_name("site")
-MAX_WORKER_RESTARTS = 5  # a replica that exits non-zero is restarted on its VM up to 5 times
-MAX_PREEMPTION_RESTARTS = 6  # a preempted Spot job is restarted up to six times
+# Vertex's documented restart rules (labkit.hardware.facts, each with its page and read date).
+MAX_WORKER_RESTARTS = int(facts.WORKER_RESTARTS.value)  # per worker, on its own VM
+JOB_RETRIES = int(facts.JOB_RETRIES_AFTER_WORKER_RESTARTS.value)  # then the whole job, this many times
+MAX_PREEMPTION_RESTARTS = int(facts.SPOT_JOB_RESTARTS.value)  # a preempted Spot job
 _STEP_PATTERNS = (re.compile(r"\bstep[\s=:#]*(\d+)", re.I), re.compile(r"(\d+)/\d+\s*\["))
 _IDLE = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\nwhile True: time.sleep(0.2)"
 
@@ -67,13 +72,15 @@ _IDLE = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.
 class Fault:
     """Send `signal` ("SIGTERM" or "SIGKILL") to `replica` ("workerpool1[0]", "workerpool0")
     once the job reports step `at_step` (in any replica's output), in job attempt `job_attempt` (0 = the first run). After
-    SIGTERM the replica has `grace_s` seconds before SIGKILL, like a Spot VM's shutdown."""
+    SIGTERM the replica has `grace_s` seconds before SIGKILL, like a Spot VM's shutdown (Vertex
+    does not document the grace inside a container: labkit assumes the value in
+    `labkit.hardware.facts.CONTAINER_SIGTERM_GRACE_S`)."""
 
     replica: str = "workerpool0"
     at_step: int = 1
     signal: str = "SIGTERM"
     job_attempt: int = 0
-    grace_s: float = 15.0
+    grace_s: float = facts.CONTAINER_SIGTERM_GRACE_S.value
 
     def __post_init__(self) -> None:
         if self.signal not in ("SIGTERM", "SIGKILL"):
@@ -383,7 +390,7 @@ class _EmulatedJob:
         self.runs: list[ReplicaRun] = []
         self.events: list[str] = []
         self.snapshots: dict[int, dict[str, Path]] = {}
-        self.job_restarts = self.worker_restarts = self.preemptions = 0
+        self.job_restarts = self.worker_restarts = self.preemptions = self.job_retries = 0
         self.start = time.monotonic()
 
     def run(self) -> LocalJob:
@@ -480,7 +487,13 @@ class _EmulatedJob:
             self.events.append(f"attempt {attempt}: restart_job_on_worker_restart: job restarts")
             return "restart_job", ""
         if restarts[key] >= MAX_WORKER_RESTARTS:
-            return "failed", f"{name} failed after {restarts[key]} restarts"
+            if self.job_retries >= JOB_RETRIES:
+                return "failed", (f"{name} failed after {restarts[key]} restarts, and the job after "
+                                  f"{self.job_retries} retries")
+            self.job_retries += 1
+            self.events.append(f"attempt {attempt}: {name} failed after {restarts[key]} restarts: "
+                               f"job retry {self.job_retries} of {JOB_RETRIES}")
+            return "restart_job", ""
         restarts[key] += 1
         self.worker_restarts += 1
         self.events.append(f"attempt {attempt}: restarting {name} (restart {restarts[key]})")

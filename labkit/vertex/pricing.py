@@ -1,12 +1,15 @@
-"""Estimated cost per hour of a CustomJob spec, from the dated and sourced accelerator catalog.
+"""Estimated cost per hour of a CustomJob spec, from the dated and sourced machine catalog.
 
 Prices are read from `labkit.hardware.catalog` (one owner for prices): each catalog row prices
-an accelerator (GPU or TPU chip) at a count, so the price per accelerator is the row's price
-divided by its count. Only the accelerators are priced: host VMs and CPU-only pools (e.g.
-Reduction Server replicas) are listed as unpriced in `CostEstimate.notes`, so the figure is a
-lower bound, and Vertex AI's own rate card can differ from Compute Engine's by region: check
-https://cloud.google.com/vertex-ai/pricing. An accelerator the catalog does not price makes the
-estimate incomplete: `priced` is False and `text()` says which, rather than print $0.00.
+a whole machine (its accelerators and host VM) under a named rate card (`price_basis`), so a
+pool with accelerators is priced at the row's price per accelerator (machine price / its
+accelerator count) times the pool's accelerators and replicas: a machine of the same family with
+more accelerators has a proportionally larger host. CPU-only pools (e.g. Reduction Server
+replicas) are not in the catalog and are listed as unpriced in `CostEstimate.notes`, so a job
+with them is a lower bound. Rows priced from Compute Engine's rate card are lower bounds for a
+Vertex AI job too (the row says which basis; notebook 01 compares the two). An accelerator the
+catalog does not price makes the estimate incomplete: `priced` is False and `text()` says which,
+rather than print $0.00.
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ class AcceleratorPrice:
 
 
 def accelerator_prices() -> dict[str, AcceleratorPrice]:
-    """Per-accelerator hourly prices (GPUs and TPU chips), keyed by Vertex accelerator type.
-    Empty (with nothing priced) when the catalog cannot be read."""
+    """Hourly prices per accelerator (GPU or TPU chip) including its share of the host VM,
+    keyed by Vertex accelerator type. Empty (with nothing priced) when the catalog cannot be
+    read."""
     from labkit.hardware.catalog import CatalogError, load_catalog
 
     try:
@@ -37,11 +41,12 @@ def accelerator_prices() -> dict[str, AcceleratorPrice]:
         return {}
     out = {}
     for e in entries:
-        od, sp = e.hourly(spot=False, include_host=False), e.hourly(spot=True, include_host=False)
+        od, sp = e.hourly(spot=False), e.hourly(spot=True)
         if od is None or sp is None or e.accelerator_type in out:
             continue
         n = e.accelerator_count
-        out[e.accelerator_type] = AcceleratorPrice(od / n, sp / n, e.price_source, str(e.price_read_on))
+        out[e.accelerator_type] = AcceleratorPrice(od / n, sp / n, f"{e.price_basis} rate card: {e.price_source}",
+                                                   str(e.price_read_on))
     return out
 
 
@@ -100,7 +105,7 @@ def estimate_cost(spec: Mapping[str, Any]) -> CostEstimate:
             check_machine(machine["machine_type"], acc or None, count,
                           f"worker_pool_specs[{i}].machine_spec.")
         if not acc or not count:
-            est.notes.append(f"{where} (no accelerator) host VM not priced")
+            est.notes.append(f"{where} (no accelerator) not priced: CPU machines are not in the catalog")
             continue
         price = prices.get(acc)
         if price is None:
@@ -113,6 +118,4 @@ def estimate_cost(spec: Mapping[str, Any]) -> CostEstimate:
         src = f"{price.source} (read {price.read_on})"
         if src not in est.sources:
             est.sources.append(src)
-    if est.lines:
-        est.notes.append("host VMs are not included: the figure is a lower bound")
     return est
