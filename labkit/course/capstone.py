@@ -29,6 +29,7 @@ from labkit.core.config import (
     resolve_scale,
 )
 from labkit.core.models import MODEL_NAMES
+from labkit.core.progress import track
 from labkit.core.train_config import TrainConfig
 from labkit.course.precision import compile_included, default_batch
 from labkit.hardware.machines import Price
@@ -257,7 +258,7 @@ def optimise(config: CapstoneConfig, *, hardware: Hardware | None = None,
     measure_fn(replace(base, steps=2))  # warm-up, discarded: thread pools, first kernels, caches
     current = base
     trials = []
-    for lever in tried:
+    for lever in track(tried, "capstone levers", unit="lever"):
         missing = {k: v for k, v in lever.needs.items() if getattr(current, k) != v}
         if missing:
             skipped.append(SkippedLever(lever.key, lever.label, "needs " + ", ".join(

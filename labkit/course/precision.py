@@ -20,6 +20,7 @@ from typing import Any
 
 from labkit.core.config import by_scale, check_bool, check_choice, check_int, resolve_scale
 from labkit.core.models import MODEL_NAMES
+from labkit.core.progress import track
 from labkit.core.train_config import TrainConfig
 
 
@@ -113,7 +114,8 @@ def run_ladder(config: PrecisionLadderConfig, framework: str = "torch") -> list[
     climb = rungs(framework, include_compile)  # checks `framework` before anything runs
     _warm_up(config, framework, scale, batch)
     train = _train_torch if framework == "torch" else _train_tf
-    rows = [train(config, rung, scale, steps, batch) for rung in climb]
+    rows = [train(config, rung, scale, steps, batch)
+            for rung in track(climb, f"precision ladder ({framework})", unit="rung")]
     base = rows[0]["samples_per_s"]
     for r in rows:
         r["speedup"] = r["samples_per_s"] / base if base else None

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from labkit.core.config import check_int, check_str
+from labkit.core.progress import progress
 from labkit.data.example import encode_example
 from labkit.data.synthetic import SyntheticImages, SyntheticTokens
 from labkit.data.tfrecord import RecordWriter, is_remote, normalize_compression, open_binary
@@ -76,21 +77,24 @@ def write_shards(
     out_dir: str | os.PathLike, num_records: int, make_record: Callable[[int], bytes],
     config: ShardConfig, *, kind: str = "raw",
 ) -> ShardSet:
-    """Write records `make_record(0..num_records-1)` into shards of `config.records_per_shard`."""
+    """Write records `make_record(0..num_records-1)` into shards of `config.records_per_shard`,
+    with a progress bar (`labkit.core.progress`)."""
     check_int("num_records", num_records, minimum=1)
     out = os.fspath(out_dir)
     comp = normalize_compression(config.compression)
     n = math.ceil(num_records / config.records_per_shard)
     paths, counts, total = [], [], 0
-    for s in range(n):
-        path = _join(out, f"{config.prefix}-{s:05d}-of-{n:05d}{SUFFIX[comp]}")
-        lo, hi = s * config.records_per_shard, min(num_records, (s + 1) * config.records_per_shard)
-        with RecordWriter(path, comp) as w:
-            for i in range(lo, hi):
-                w.write(make_record(i))
-        paths.append(path)
-        counts.append(hi - lo)
-        total += w.bytes_written
+    with progress(num_records, f"write {kind} shards", unit="record") as bar:
+        for s in range(n):
+            path = _join(out, f"{config.prefix}-{s:05d}-of-{n:05d}{SUFFIX[comp]}")
+            lo, hi = s * config.records_per_shard, min(num_records, (s + 1) * config.records_per_shard)
+            with RecordWriter(path, comp) as w:
+                for i in range(lo, hi):
+                    w.write(make_record(i))
+            paths.append(path)
+            counts.append(hi - lo)
+            total += w.bytes_written
+            bar.update(hi - lo)
     shards = ShardSet(paths, counts, kind, comp, total)
     manifest = {"kind": kind, "compression": comp, "num_records": num_records,
                 "shards": [os.path.basename(p) for p in paths], "counts": counts,
