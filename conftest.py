@@ -20,7 +20,7 @@ def pytest_runtest_call(item):
     text = stderr_text(outputs).strip()
     if text:
         shown = "\n".join(text.splitlines()[-MAX_SHOWN_LINES:])
-        pytest.fail(f"the cell wrote to stderr; send library and child-process output to the "
-                    f"notebook's log, or tag the cell {STDERR_TAG!r} if it is part of the "
-                    f"lesson:\n{shown}", pytrace=False)
+        item.raise_cell_error(f"the cell wrote to stderr; send library and child-process output "
+                              f"to the notebook's log, or tag the cell {STDERR_TAG!r} if it is part "
+                              f"of the lesson:\n{shown}")
     return result

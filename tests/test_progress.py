@@ -24,6 +24,9 @@ def test_non_main_processes_and_the_off_switch_stay_quiet():
     assert progress.style({"LABKIT_PROGRESS": "widget"}, is_main=False) == "off"
     assert progress.style({"LABKIT_NO_PROGRESS": "1"}, kernel=True) == "off"
     assert progress.style({"LABKIT_PROGRESS": "text"}, kernel=False) == "text"
+    # a forced widget reaches child processes through the environment: they are no kernels
+    assert progress.style({"LABKIT_PROGRESS": "widget"}, kernel=False) == "terminal"
+    assert progress.style({"LABKIT_PROGRESS": "widget"}, kernel=True) == "widget"
 
 
 def test_a_bad_override_is_named():

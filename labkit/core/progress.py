@@ -11,7 +11,8 @@ One bar, drawn the way the place it runs in can show it:
 - ``"off"``: no bar, on every process but the main one of a distributed job (other ranks
   stay quiet), or when ``LABKIT_NO_PROGRESS`` is set.
 
-``LABKIT_PROGRESS=widget|text|terminal|off`` overrides the choice.
+``LABKIT_PROGRESS=widget|text|terminal|off`` overrides the choice (a widget only where one can be
+drawn: in a kernel, with ipywidgets).
 """
 
 from __future__ import annotations
@@ -51,12 +52,14 @@ def style(env: Mapping[str, str] | None = None, *, is_main: bool | None = None,
     main = from_env(env).is_chief if is_main is None else is_main
     if not main or env.get(OFF_ENV):
         return "off"
+    kernel = in_kernel() if kernel is None else kernel
+    # A widget needs a kernel and ipywidgets (a forced "widget" reaches child processes too).
+    can_draw_widget = kernel and importlib.util.find_spec("ipywidgets") is not None
     if forced:
-        return forced
-    if not (in_kernel() if kernel is None else kernel):
+        return forced if forced != "widget" or can_draw_widget else ("text" if kernel else "terminal")
+    if not kernel:
         return "terminal"
-    widgets = importlib.util.find_spec("ipywidgets") is not None
-    return "widget" if widgets and env.get("JPY_SESSION_NAME") else "text"
+    return "widget" if can_draw_widget and env.get("JPY_SESSION_NAME") else "text"
 
 
 def progress(total: int | None = None, desc: str = "", *, unit: str = "it", initial: int = 0,

@@ -13,7 +13,6 @@ from pathlib import Path
 
 from labkit.core.config import check_choice, check_float, check_int
 from labkit.core.metrics import load_metrics
-from labkit.core.progress import track
 from labkit.core.train_config import TrainConfig
 from labkit.course.plots import finish, new_figure
 from labkit.vertex.emulator import Fault, LocalJob, LocalPaths, run_local
@@ -126,8 +125,8 @@ def preemption_drill(config: DrillConfig, workdir: str | os.PathLike) -> DrillRe
     """Run the uninterrupted job and the preempted one; compare losses and weights."""
     workdir = Path(workdir)
     out = {}
-    runs = (("clean", None), ("preempted", Fault(config.target, config.preempt_step, config.signal)))
-    for name, fault in track(runs, "preemption drill", unit="job"):
+    for name, fault in (("clean", None),
+                        ("preempted", Fault(config.target, config.preempt_step, config.signal))):
         spec = config.spec(name)
         metrics = f"{config.bucket}/{name}/metrics.json"
         job = run_local(spec, workdir / name, fault=fault, timeout_s=config.timeout_s,

@@ -46,6 +46,7 @@ from labkit.core.frameworks import has_aiplatform
 from labkit.core.gcs import GCS_MOUNT, LOCAL_GCS_ENV
 from labkit.core.hypertune import METRIC_FILE_ENV, TRIAL_ID_ENV
 from labkit.core.launcher import Process, ProcessSpec, child_env
+from labkit.core.progress import progress
 from labkit.vertex.specs import SETUP_MARKER, check_spec, validate
 
 SUCCEEDED, FAILED, CANCELLED = "JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED"
@@ -332,6 +333,7 @@ def run_local(
     gcs_root: str | os.PathLike | None = None,
     trial: str = "",
     stop_when: Callable[[], bool] | None = None,
+    show_progress: bool = True,
 ) -> LocalJob:
     """Run every replica of `spec` as a local process and apply Vertex's restart rules.
 
@@ -343,7 +345,8 @@ def run_local(
     share a bucket, such as the trials of a study, share it). `trial`: a tuning trial's id
     (CLUSTER_SPEC.task.trial and CLOUD_ML_TRIAL_ID). `stop_when()` is polled while the job runs;
     when it returns True every replica is stopped and the job ends JOB_STATE_CANCELLED (how
-    the tuning service stops a trial early)."""
+    the tuning service stops a trial early). `show_progress`: a progress bar of the furthest
+    step any replica reported (`labkit.core.progress`)."""
     if has_aiplatform():
         validate(spec)
     else:
@@ -351,7 +354,12 @@ def run_local(
     job = _EmulatedJob(spec, Path(workdir).resolve(), fault=fault, timeout_s=timeout_s, env=env,
                        worker_grace_s=worker_grace_s, snapshot=snapshot, gcs_root=gcs_root,
                        trial=trial, stop_when=stop_when)
-    return job.run()
+    if not show_progress:
+        return job.run()
+    replicas = sum(int(p.get("replica_count", 1)) for p in spec["worker_pool_specs"] if p)
+    with progress(None, f"local job, {replicas} replica(s)", unit="step") as bar:
+        job.on_step = lambda step: bar.update(max(0, step - bar.n))
+        return job.run()
 
 
 class _EmulatedJob:
@@ -382,6 +390,7 @@ class _EmulatedJob:
         self.base_env = base | dict(env or {})
         self.runs: list[ReplicaRun] = []
         self.events: list[str] = []
+        self.on_step: Callable[[int], None] = lambda step: None  # the furthest step seen so far
         self.snapshots: dict[int, dict[str, Path]] = {}
         self.job_restarts = self.worker_restarts = self.preemptions = 0
         self.start = time.monotonic()
@@ -430,7 +439,11 @@ class _EmulatedJob:
         disk = container_dir(self.workdir, attempt, pool, index)
         (disk / "tmp").mkdir(parents=True, exist_ok=True)
         replica_env = {METRIC_FILE_ENV: str(disk / "tmp" / "hypertune" / "output.metrics")}
-        return _Replica(run, replica_env | self.base_env | env, trigger, disk)
+        def saw(step: int) -> None:
+            trigger(step)
+            self.on_step(step)
+
+        return _Replica(run, replica_env | self.base_env | env, saw, disk)
 
     def _watch(self, attempt: int, live: dict[tuple[int, int], _Replica], envs: dict,
                restarts: dict[tuple[int, int], int], trigger: _FaultTrigger) -> tuple[str, str]:

@@ -5,6 +5,7 @@ it; `make setup` installs Chromium where it can."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -63,13 +64,17 @@ def browser_outputs(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def record_timing(browser_outputs):
-    """`record_timing(name, seconds)`: appended to `timings.json` beside the screenshots."""
+    """`record_timing(name, seconds, cpu_seconds)`: kept in `timings.json` beside the
+    screenshots, with the totals and the machine's load average when the notebook finished."""
     path = browser_outputs / "timings.json"
 
-    def record(name: str, seconds: float) -> None:
-        data = json.loads(path.read_text()) if path.exists() else {}
-        data[name] = round(seconds, 1)
-        data["total"] = round(sum(v for k, v in data.items() if k != "total"), 1)
+    def record(name: str, seconds: float, cpu_seconds: float | None) -> None:
+        data = json.loads(path.read_text()) if path.exists() else {"notebooks": {}}
+        data["notebooks"][name] = {"wall_s": round(seconds, 1), "cpu_s": cpu_seconds and round(cpu_seconds, 1),
+                                   "load_average_1min": round(os.getloadavg()[0], 2)}
+        runs = data["notebooks"].values()
+        data["total_wall_s"] = round(sum(r["wall_s"] for r in runs), 1)
+        data["total_cpu_s"] = round(sum(r["cpu_s"] or 0 for r in runs), 1)
         path.write_text(json.dumps(data, indent=1))
 
     return record

@@ -61,6 +61,17 @@ class LabServer:
         # `reset` starts from an empty workspace: only this notebook opens.
         return f"{self.url}/lab/tree/{notebook}?reset&token={self.token}"
 
+    def children_cpu_seconds(self) -> float | None:
+        """CPU seconds used by the server's finished children (kernels, and what they started
+        and waited for): a measure of a notebook's work that other load on the machine does
+        not inflate as much as wall time. None where /proc is missing."""
+        try:
+            fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        cutime, cstime = int(fields[13]), int(fields[14])  # stat fields 16 and 17
+        return (cutime + cstime) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         if self.process.poll() is None:
             self.process.terminate()
