@@ -75,16 +75,24 @@ def test_the_log_file_follows_the_runner_then_the_notebook_name(tmp_path):
 
 
 @pytest.mark.slow
-def test_library_noise_goes_to_the_log_and_not_into_the_cell(tmp_path):
-    """A real kernel: C-level and child-process stderr land in the log; Python warnings stay."""
+def test_a_headless_kernel_keeps_noise_in_the_log_and_draws_text_bars(tmp_path):
+    """A real kernel run by papermill: C-level and child-process stderr land in the log, not in
+    the cell; a progress bar is plain text on stdout (no widget a saved notebook cannot draw)."""
     nb = nbformat.read(HELLO_NOTEBOOK, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(
         "import os, subprocess, sys\nos.write(2, b'fd-level chatter\\n')\n"
         "subprocess.run([sys.executable, '-c', 'import sys; sys.stderr.write(\"child chatter\")'])"))
+    nb.cells.append(nbformat.v4.new_code_cell(
+        "from labkit.core.progress import track\nfor _ in track(range(3), 'demo'):\n    pass"))
     nbformat.write(nb, tmp_path / "noisy.ipynb")
     run = notebook.run_notebook(tmp_path / "noisy.ipynb", tmp_path / "out" / "noisy.ipynb",
                                 {"size": 16, "repeats": 1}, kernel_log=True)
     assert run.ok, run.error
-    assert notebook.unexpected_stderr(nbformat.read(run.output, as_version=4)) == []
+    executed = nbformat.read(run.output, as_version=4)
+    assert notebook.unexpected_stderr(executed) == []
     log = run.log.read_text()
     assert "fd-level chatter" in log and "child chatter" in log
+    bar = executed.cells[-1].outputs
+    assert {(o.output_type, o.get("name")) for o in bar} == {("stream", "stdout")}
+    text = "".join(o.text for o in bar)
+    assert "demo: 100%" in text and "3/3" in text

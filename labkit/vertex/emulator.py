@@ -357,8 +357,14 @@ def run_local(
     if not show_progress:
         return job.run()
     replicas = sum(int(p.get("replica_count", 1)) for p in spec["worker_pool_specs"] if p)
+    lock = threading.Lock()  # replicas report from their own reader threads
     with progress(None, f"local job, {replicas} replica(s)", unit="step") as bar:
-        job.on_step = lambda step: bar.update(max(0, step - bar.n))
+        def advance(step: int) -> None:
+            with lock:
+                if step > bar.n:
+                    bar.update(step - bar.n)
+
+        job.on_step = advance
         return job.run()
 
 
@@ -439,6 +445,7 @@ class _EmulatedJob:
         disk = container_dir(self.workdir, attempt, pool, index)
         (disk / "tmp").mkdir(parents=True, exist_ok=True)
         replica_env = {METRIC_FILE_ENV: str(disk / "tmp" / "hypertune" / "output.metrics")}
+
         def saw(step: int) -> None:
             trigger(step)
             self.on_step(step)
