@@ -6,18 +6,23 @@ PY := $(VENV)/bin/python
 # The torch build to install first. The default is the CPU/CUDA wheel pip picks for this machine;
 # override on a GPU host, e.g. `make TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130" setup`.
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= torch,tf,vertex,tune,dev
+EXTRAS ?= torch,tf,vertex,tune,lab,dev
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+# The Jupyter kernel every notebook names (labkit.course.notebook.KERNEL_NAME), registered in
+# the environment itself so JupyterLab, papermill, nbval and `labkit run` all start it.
+KERNEL_NAME := labkit
+KERNEL_DISPLAY_NAME := Python (labkit)
+KERNEL_SPEC := $(VENV)/share/jupyter/kernels/$(KERNEL_NAME)/kernel.json
 PYTEST_FLAGS ?=
 # papermill's per-cell timing metadata is output too: strip it with the outputs.
 NBSTRIP_EXTRA_KEYS := metadata.papermill cell.metadata.papermill cell.metadata.execution
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup run test lab lint sync clean
+.PHONY: setup chromium run test lab lint sync clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(KERNEL_SPEC) chromium
 
 # Re-installed whenever pyproject.toml changes (the stamp is older than it).
 $(STAMP): pyproject.toml
@@ -32,6 +37,20 @@ $(STAMP): pyproject.toml
 	@touch $@
 	@echo "labkit environment ready in $(VENV)"
 
+$(KERNEL_SPEC): $(STAMP)
+	$(PY) -m ipykernel install --sys-prefix --name $(KERNEL_NAME) --display-name "$(KERNEL_DISPLAY_NAME)" >/dev/null
+	@echo "Jupyter kernel '$(KERNEL_DISPLAY_NAME)' registered in $(VENV)"
+
+# Chromium for the browser tests (tests/browser), from the system package manager where this
+# user may (root with apt-get); elsewhere one line says how, and those tests skip saying so.
+chromium:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Chromium for the browser tests (apt-get install chromium)"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+			|| echo "Chromium could not be installed with apt-get: the browser tests will be skipped"; \
+	else echo "Chromium not found: install it with your package manager (e.g. sudo apt-get install chromium) to run the browser tests; they are skipped without it"; fi
+
 run: setup
 	$(VENV)/bin/labkit course
 
@@ -39,7 +58,6 @@ test: setup
 	$(PY) -m pytest tests notebooks --nbval-lax --nbval-cell-timeout=900 $(PYTEST_FLAGS)
 
 lab: setup
-	$(PY) -m pip install -q jupyterlab
 	$(VENV)/bin/jupyter lab notebooks
 
 lint: setup

@@ -10,6 +10,7 @@ import jupytext
 import nbformat
 import pytest
 
+from labkit.course.notebook import KERNEL_NAME
 from tests.conftest import NOTEBOOK_DIR
 
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
@@ -72,4 +73,4 @@ def test_paired_script_matches(path):
     twin = jupytext.read(script)
     assert [(c.cell_type, c.source) for c in nb.cells] == [(c.cell_type, c.source) for c in twin.cells], \
         f"{path.name} and {script.name} differ (run `make sync`)"
-    assert nb.metadata.get("kernelspec", {}).get("name") == "python3"
+    assert nb.metadata.get("kernelspec", {}).get("name") == KERNEL_NAME

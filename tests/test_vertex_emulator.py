@@ -282,3 +282,14 @@ def test_process_group_with_explicit_tcp_init(tmp_path):
     job = run_local(script_job(TCP_ALLREDUCE), tmp_path, timeout_s=100)
     assert job.succeeded, job.summary() + job.final().log()
     assert "sum 3.0" in job.final("workerpool1[0]").log()
+
+
+def test_a_local_job_shows_the_furthest_step_any_replica_reported(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("LABKIT_PROGRESS", "text")
+    steps = "import sys\nfor i in range(1, 6): print(f'step {i}', flush=True)"
+    job = run_local(script_job(steps, workers=1), tmp_path)
+    assert job.state == SUCCEEDED
+    out = capsys.readouterr().out
+    assert "local job, 2 replica(s)" in out and "5step" in out
+    run_local(script_job(steps, workers=0), tmp_path / "quiet", show_progress=False)
+    assert "local job" not in capsys.readouterr().out

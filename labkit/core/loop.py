@@ -14,8 +14,9 @@
   and on a stop; periodic saves may finish in the background, the last one and a preemption's
   are waited for;
 - metrics (`Reporter`): loss, step and data time, samples/s, tokens/s, MFU, peak memory, LR,
-  skipped steps into the `MetricsLog`, the `on_step` callback, TensorBoard scalars and a tqdm
-  bar (main process); a loss that is NaN or infinite raises FloatingPointError naming the step;
+  skipped steps into the `MetricsLog`, the `on_step` callback, TensorBoard scalars and a progress
+  bar (main process; `labkit.core.progress`: a widget in JupyterLab, text when headless); a
+  loss that is NaN or infinite raises FloatingPointError naming the step;
 - the metrics file, written by this process when `role.metrics_path` is set: at each
   checkpoint, on a stop and at the end.
 
@@ -40,6 +41,7 @@ from typing import Any
 from labkit.core import hypertune
 from labkit.core.metrics import MetricsLog, StepMetrics
 from labkit.core.preemption import PreemptionGuard
+from labkit.core.progress import progress
 from labkit.core.train_config import Preempted, TrainConfig
 
 StepCallback = Callable[[int, dict[str, Any]], None]
@@ -156,8 +158,8 @@ def shows_progress(config: TrainConfig, is_main: bool) -> bool:
 
 class Reporter:
     """Turns a finished step's numbers into `StepMetrics` and reports them: the `MetricsLog`,
-    `on_step(step, row)` on every process, TensorBoard scalars (`train/<key>`) and the tqdm bar
-    on the main process. A context manager: the bar and the event file close on exit."""
+    `on_step(step, row)` on every process, TensorBoard scalars (`train/<key>`) and the progress
+    bar on the main process. A context manager: the bar and the event file close on exit."""
 
     def __init__(self, config: TrainConfig, throughput: Throughput, log: MetricsLog, *,
                  is_main: bool = True, start: int = 0, on_step: StepCallback | None = None):
@@ -176,10 +178,8 @@ class Reporter:
 
             self._writer = ScalarWriter(self._tensorboard_dir)
         if self._bar_settings is not None:
-            from tqdm.auto import tqdm
-
             total, initial, desc = self._bar_settings
-            self._bar = tqdm(total=total, initial=initial, desc=desc, unit="step")
+            self._bar = progress(total, desc, unit="step", initial=initial, is_main=True)
         return self
 
     def __exit__(self, *exc) -> None:

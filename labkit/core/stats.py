@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from labkit.core.config import check_float, check_int
+from labkit.core.progress import progress
 
 MIN_REPEATS = 3
 NO_DIFFERENCE = "no measurable difference here"
@@ -138,17 +139,24 @@ def interleave(measure_a: Callable[[], T], measure_b: Callable[[], T], *,
 
 
 def round_robin(measures: Mapping[K, Callable[[], T]], *, repeats: int = MIN_REPEATS, warmup: int = 1,
-                warm_up_with: Mapping[K, Callable[[], object]] | None = None) -> dict[K, list[T]]:
+                warm_up_with: Mapping[K, Callable[[], object]] | None = None,
+                desc: str | None = None) -> dict[K, list[T]]:
     """`warmup` discarded rounds (each configuration once per round, with `warm_up_with[key]`
     when given, e.g. a shorter run of the same configuration), then `repeats` rounds a, b, c,
-    a, b, c, ...; returns each configuration's measurements in order."""
+    a, b, c, ...; returns each configuration's measurements in order. With `desc`, a progress
+    bar counts the runs (`labkit.core.progress`)."""
     check_int("repeats", repeats, minimum=1)
     check_int("warmup", warmup, minimum=0)
-    for _ in range(warmup):
-        for key, measure in measures.items():
-            (warm_up_with or {}).get(key, measure)()
     out: dict[K, list[T]] = {key: [] for key in measures}
-    for _ in range(repeats):
-        for key, measure in measures.items():
-            out[key].append(measure())
+    # No description, no bar (e.g. the comparisons inside a capstone lever, which has its own).
+    with progress(len(measures) * (warmup + repeats), desc or "", unit="run",
+                  is_main=False if desc is None else None) as bar:
+        for _ in range(warmup):
+            for key, measure in measures.items():
+                (warm_up_with or {}).get(key, measure)()
+                bar.update(1)
+        for _ in range(repeats):
+            for key, measure in measures.items():
+                out[key].append(measure())
+                bar.update(1)
     return out

@@ -23,4 +23,11 @@ By notebook:
     vertex_demo: small real distributed programs a local Vertex job runs (`python -m`)
 
 Rungs and levers are found by key; their labels are only for display.
+
+Imported in a Jupyter kernel, this package sends the kernel's file-descriptor-2 output (C/C++
+library logs, child processes' stderr) to the notebook's log file: see `notebook`.
 """
+
+from labkit.course.notebook import route_kernel_stderr
+
+route_kernel_stderr()

@@ -39,6 +39,7 @@ from labkit.core.config import (
     resolve_scale,
 )
 from labkit.core.models import MODEL_NAMES
+from labkit.core.progress import track
 from labkit.core.train_config import TrainConfig
 from labkit.course.precision import compile_included, default_batch
 from labkit.hardware.machines import Price
@@ -365,7 +366,7 @@ def _climb(config: CapstoneConfig, base: TrainConfig, hw: Hardware,
     bench = _Bench(measure_fn, config.resolved_repeats())
     current = base
     trials = []
-    for lever in tried:
+    for lever in track(tried, "capstone levers", unit="lever"):
         missing = {k: v for k, v in lever.needs.items() if getattr(current, k) != v}
         if missing:
             skipped.append(SkippedLever(lever.key, lever.label, "needs " + ", ".join(

@@ -17,6 +17,7 @@ from typing import Any
 
 from labkit.core import frameworks
 from labkit.core.metrics import MetricsLog
+from labkit.core.progress import track
 from labkit.core.train_config import TrainConfig
 from labkit.course.plots import finish, new_figure
 
@@ -103,9 +104,9 @@ def compare(config: TrainConfig, processes: tuple[int, ...] = (1, 2),
     for fw in frameworks_:
         if not available(fw):
             result.skipped[fw] = frameworks.missing_reason(FRAMEWORK_MODULES[fw])
-            continue
-        for n in processes:
-            result.runs[(fw, n)] = run_job(config, fw, n)
+    jobs = [(fw, n) for fw in frameworks_ if fw not in result.skipped for n in processes]
+    for fw, n in track(jobs, "distributed runs", unit="run"):
+        result.runs[(fw, n)] = run_job(config, fw, n)
     return result
 
 

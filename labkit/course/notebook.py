@@ -4,6 +4,19 @@
 kernel (an unknown name or a value of the wrong type fails at once, naming the parameter), then
 executes it and returns the key figures it recorded. `labkit run NOTEBOOK -p name value` is the
 command-line form.
+
+The kernel: every course notebook names the Jupyter kernel `KERNEL_NAME` ("labkit", shown as
+"Python (labkit)"), which `make setup` registers in the course's environment (`python -m
+ipykernel install --sys-prefix --name labkit --display-name "Python (labkit)"`; `--user` on
+Vertex AI Workbench), so JupyterLab, papermill, nbval and `labkit run` all start the interpreter
+that has labkit.
+
+The lesson stays clean: inside a kernel, what C/C++ libraries and child processes write to file
+descriptor 2 (TensorFlow's start-up chatter, gloo's connection messages, a child kernel's
+warnings) goes to the notebook's log file (`kernel_log_path`), not into a cell's output.
+Python's own stderr (warnings, tracebacks) still shows. A cell whose stderr output is a
+deliberate part of the lesson carries the tag `STDERR_TAG`; the tests fail on any other stderr
+output in an executed notebook (`unexpected_stderr`).
 """
 
 from __future__ import annotations
@@ -14,15 +27,133 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from labkit.core.config import ParameterError
+from labkit.core.progress import in_kernel
 from labkit.course.report import KeyFigure, figures_in_notebook
 
 ARTIFACTS_ENV = "LABKIT_ARTIFACTS"
+KERNEL_NAME = "labkit"
+KERNEL_DISPLAY_NAME = "Python (labkit)"
+# Where a kernel's file-descriptor-2 output goes (set by `run_notebook` for its kernel).
+KERNEL_LOG_ENV = "LABKIT_KERNEL_LOG"
+# "notebook": leave file descriptor 2 alone (C/C++ library output shows in the cells).
+KERNEL_STDERR_ENV = "LABKIT_KERNEL_STDERR"
+STDERR_TAG = "allow-stderr"
+
+
+class KernelNotFound(FileNotFoundError):
+    """The Jupyter kernel a notebook names is not registered in this environment."""
+
+
+def kernel_install_command(*, user: bool = False) -> str:
+    """The command that registers the course kernel for this environment's Python."""
+    where = "--user" if user else "--sys-prefix"
+    return (f'python -m ipykernel install {where} --name {KERNEL_NAME} '
+            f'--display-name "{KERNEL_DISPLAY_NAME}"')
+
+
+def kernel_spec(name: str = KERNEL_NAME):
+    """The registered kernel spec called `name` (jupyter_client's KernelSpec), or None."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    try:
+        return KernelSpecManager().get_kernel_spec(name)
+    except NoSuchKernel:
+        return None
+
+
+def notebook_kernel(path: str | os.PathLike) -> str | None:
+    """The kernel name a notebook's metadata asks for (None if it names none)."""
+    import nbformat
+
+    nb = nbformat.read(os.fspath(path), as_version=4)
+    return nb.metadata.get("kernelspec", {}).get("name")
+
+
+def require_kernel(path: str | os.PathLike) -> str:
+    """The kernel `path` names, after checking it is registered here (KernelNotFound, with the
+    command that registers it, when not)."""
+    name = notebook_kernel(path) or KERNEL_NAME
+    if kernel_spec(name) is None:
+        hint = (f"; register it with `{kernel_install_command()}` (or run `make setup`)"
+                if name == KERNEL_NAME else "")
+        raise KernelNotFound(f"{Path(path).name} names the Jupyter kernel {name!r}, which is not "
+                             f"registered in this environment{hint}")
+    return name
+
+
+def ensure_kernel() -> bool:
+    """Register the course kernel for this Python (in `sys.prefix`) unless it exists; True if
+    it was registered now. For containers that pip-install labkit and then run a notebook."""
+    if kernel_spec() is not None:
+        return False
+    from ipykernel.kernelspec import install
+
+    install(kernel_name=KERNEL_NAME, display_name=KERNEL_DISPLAY_NAME, prefix=sys.prefix)
+    return True
+
+
+def kernel_log_path(env: Mapping[str, str] | None = None) -> Path:
+    """The notebook's log file: $LABKIT_KERNEL_LOG when a runner chose it (`labkit run` and
+    `labkit course`: `<executed notebook>.log`), else `<notebook name>.log` under
+    $LABKIT_ARTIFACTS or the temporary folder's `labkit-logs/` (the notebook's name comes from
+    the Jupyter server, which tells its kernels in JPY_SESSION_NAME)."""
+    env = os.environ if env is None else env
+    if env.get(KERNEL_LOG_ENV):
+        return Path(env[KERNEL_LOG_ENV])
+    session = env.get("JPY_SESSION_NAME")
+    stem = Path(session).stem if session else f"kernel-{os.getpid()}"
+    base = Path(env[ARTIFACTS_ENV]) if env.get(ARTIFACTS_ENV) else Path(tempfile.gettempdir()) / "labkit-logs"
+    return base / f"{stem}.log"
+
+
+_routed_to: Path | None = None
+
+
+def route_kernel_stderr(path: str | os.PathLike | None = None) -> Path | None:
+    """In a Jupyter kernel, point file descriptor 2 at the notebook's log file (appending), so
+    C/C++ library output and inherited child-process stderr stay out of the cells. Once per
+    process; returns the log's path, or None outside a kernel or with LABKIT_KERNEL_STDERR=notebook.
+    Importing `labkit.course` calls it."""
+    global _routed_to
+    if _routed_to is not None:
+        return _routed_to
+    if not in_kernel() or os.environ.get(KERNEL_STDERR_ENV, "").lower() == "notebook":
+        return None
+    target = Path(path) if path else kernel_log_path()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(fd, 2)
+    finally:
+        os.close(fd)
+    _routed_to = target
+    return target
+
+
+def stderr_text(outputs) -> str:
+    """What a code cell's outputs (nbformat output dicts) wrote to stderr."""
+    return "".join(o.get("text", "") for o in outputs
+                   if o.get("output_type") == "stream" and o.get("name") == "stderr")
+
+
+def allows_stderr(cell) -> bool:
+    """Whether a cell's stderr output is a deliberate part of the lesson (tag `STDERR_TAG`)."""
+    return STDERR_TAG in cell.get("metadata", {}).get("tags", [])
+
+
+def unexpected_stderr(nb) -> list[tuple[int, str]]:
+    """(cell index, its stderr text) for every code cell of an executed notebook (an nbformat
+    node) that wrote to stderr without the `STDERR_TAG` tag."""
+    return [(i, text) for i, cell in enumerate(nb.cells)
+            if cell.get("cell_type") == "code" and not allows_stderr(cell)
+            and (text := stderr_text(cell.get("outputs", []))).strip()]
 
 
 def find_notebook_dir(start: str | os.PathLike | None = None) -> Path:
@@ -131,7 +262,8 @@ def run_notebook(
 ) -> NotebookRun:
     """Execute `notebook` with papermill; never raises for a failing cell (see `.ok`/`.error`).
     `kernel_log` sends what the kernel process prints to stderr (framework start-up chatter,
-    warnings) to `<output>.log` instead of this terminal."""
+    warnings) to `<output>.log` instead of this terminal, and makes that file the notebook's
+    log (`kernel_log_path`). Raises KernelNotFound when the kernel it names is not registered."""
     import nbformat
     import papermill
 
@@ -140,13 +272,14 @@ def run_notebook(
         raise FileNotFoundError(f"no notebook at {notebook}")
     parameters = dict(parameters or {})
     check_parameters(notebook, parameters)
+    require_kernel(notebook)
     output = Path(output) if output else Path("runs") / timestamp() / notebook.name
     output.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     error = ""
     log = output.with_suffix(".log") if kernel_log else None
     try:
-        with _stderr_to(log):
+        with _stderr_to(log), _environ({KERNEL_LOG_ENV: str(log.resolve())} if log else {}):
             papermill.execute_notebook(
                 str(notebook), str(output), parameters=parameters,
                 cwd=str(cwd or notebook.parent), progress_bar=False, log_output=log_output,
@@ -157,6 +290,21 @@ def run_notebook(
     seconds = time.perf_counter() - start
     figures = figures_in_notebook(nbformat.read(output, as_version=4)) if output.exists() else []
     return NotebookRun(notebook, output, parameters, seconds, not error, error, figures, log)
+
+
+@contextlib.contextmanager
+def _environ(values: Mapping[str, str]):
+    """Set environment variables for the block (a kernel started in it inherits them)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @contextlib.contextmanager

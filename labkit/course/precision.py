@@ -129,7 +129,8 @@ def run_ladder(config: PrecisionLadderConfig, framework: str = "torch") -> list[
     runs = stats.round_robin(
         {r.key: (lambda r=r: train(config, r, scale, steps, batch)) for r in climb},
         repeats=config.repeats, warm_up_with={r.key: (lambda r=r: train(config, r, scale, WARM_UP_STEPS, batch))
-                                              for r in climb})
+                                              for r in climb},
+        desc=f"precision ladder ({framework})")
     rows = [_summary(runs[r.key]) for r in climb]
     base = rows[0]
     for r in rows:

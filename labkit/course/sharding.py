@@ -17,6 +17,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from labkit.core.progress import track
 from labkit.core.train_config import TrainConfig
 
 
@@ -87,7 +88,7 @@ def compare_sharding(config: TrainConfig, nproc: int = 2, *, timeout_s: float = 
 
     rows = []
     tmp = Path(tempfile.mkdtemp(prefix="labkit-fsdp-"))
-    for mode in ("ddp", "fsdp"):
+    for mode in track(("ddp", "fsdp"), "sharding comparison", unit="mode"):
         def cmd(rank: int, mode: str = mode) -> list[str]:
             return [sys.executable, "-m", "labkit.course.sharding", "--mode", mode, "--out",
                     str(tmp / f"{mode}-{rank}.json"), "--config", json.dumps(asdict(config))]

@@ -31,11 +31,12 @@ def hello_matmul(size: int = 512, repeats: int = 3) -> float:
 
 def papermill_demo(out_dir: str | Path, size: int = 256) -> tuple[NotebookRun, str]:
     """Run the hello notebook headless with `size` as a parameter; return the run and the source
-    of the cell papermill injected, so the reader sees exactly what `-p size N` does."""
+    of the cell papermill injected, so the reader sees exactly what `-p size N` does. The child
+    kernel's own stderr goes to `hello_executed.log` beside it, not into the lesson."""
     import nbformat
 
     out = Path(out_dir) / "hello_executed.ipynb"
-    run = run_notebook(HELLO_NOTEBOOK, out, {"size": size})
+    run = run_notebook(HELLO_NOTEBOOK, out, {"size": size}, kernel_log=True)
     nb = nbformat.read(out, as_version=4)
     injected = next(c.source for c in nb.cells
                     if "injected-parameters" in c.get("metadata", {}).get("tags", []))

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from labkit.core.config import check_choice, check_int, check_str
+from labkit.core.progress import progress
 from labkit.data.example import encode_example
 from labkit.data.synthetic import SyntheticImages, SyntheticTokens
 from labkit.data.tfrecord import (
@@ -120,7 +121,8 @@ def write_shards(
     """Write records `make_record(0..num_records-1)` into shards of `config.records_per_shard`,
     then the manifest. A set with the same prefix already in `out_dir` is replaced whole
     (`if_exists="replace"`) or refused with ShardSetExistsError (`"error"`). An `out_dir` that
-    is a file or cannot be written is refused (an OSError naming it) before anything is written."""
+    is a file or cannot be written is refused (an OSError naming it) before anything is written.
+    Shows a progress bar (`labkit.core.progress`)."""
     check_int("num_records", num_records, minimum=1)
     check_choice("if_exists", if_exists, IF_EXISTS)
     out = os.fspath(out_dir)
@@ -136,15 +138,17 @@ def write_shards(
         fs.remove(manifest_path)
     n = math.ceil(num_records / config.records_per_shard)
     paths, counts, total = [], [], 0
-    for s in range(n):
-        path = _join(out, f"{config.prefix}-{s:05d}-of-{n:05d}{SUFFIX[comp]}")
-        lo, hi = s * config.records_per_shard, min(num_records, (s + 1) * config.records_per_shard)
-        with RecordWriter(path, comp) as w:
-            for i in range(lo, hi):
-                w.write(make_record(i))
-        paths.append(path)
-        counts.append(hi - lo)
-        total += w.bytes_written
+    with progress(num_records, f"write {kind} shards", unit="record") as bar:
+        for s in range(n):
+            path = _join(out, f"{config.prefix}-{s:05d}-of-{n:05d}{SUFFIX[comp]}")
+            lo, hi = s * config.records_per_shard, min(num_records, (s + 1) * config.records_per_shard)
+            with RecordWriter(path, comp) as w:
+                for i in range(lo, hi):
+                    w.write(make_record(i))
+            paths.append(path)
+            counts.append(hi - lo)
+            total += w.bytes_written
+            bar.update(hi - lo)
     new = {os.path.basename(p) for p in paths}
     for name in sorted(old - new - {manifest_name(config.prefix)}):
         fs.remove(_join(out, name))

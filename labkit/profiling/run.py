@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,7 +88,9 @@ def profile_training(config, profile: ProfileConfig, label: str = "labkit train"
 
     config = dataclasses.replace(config, steps=max(config.steps, profile.steps_needed), progress=False)
     sampler = GpuSampler() if sample_gpu else None
-    with (sampler or _Null()), torch_profile(profile) as prof:
+    with (sampler or _Null()), torch_profile(profile) as prof, warnings.catch_warnings():
+        if config.input_latency_ms:  # loader workers that mostly wait on storage may outnumber cores
+            warnings.filterwarnings("ignore", message=".*worker processes in total.*")
         fit(config, on_step=lambda step, metrics: prof.step())
     return _analyse(prof, profile, label, config.batch_size, sampler)
 

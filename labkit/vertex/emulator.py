@@ -48,6 +48,7 @@ from labkit.core.frameworks import has_aiplatform
 from labkit.core.gcs import GCS_MOUNT, LOCAL_GCS_ENV
 from labkit.core.hypertune import METRIC_FILE_ENV, TRIAL_ID_ENV
 from labkit.core.launcher import Process, ProcessSpec, child_env
+from labkit.core.progress import progress
 from labkit.hardware import facts
 from labkit.vertex.specs import SETUP_MARKER, check_spec, validate
 
@@ -339,6 +340,7 @@ def run_local(
     gcs_root: str | os.PathLike | None = None,
     trial: str = "",
     stop_when: Callable[[], bool] | None = None,
+    show_progress: bool = True,
 ) -> LocalJob:
     """Run every replica of `spec` as a local process and apply Vertex's restart rules.
 
@@ -350,7 +352,8 @@ def run_local(
     share a bucket, such as the trials of a study, share it). `trial`: a tuning trial's id
     (CLUSTER_SPEC.task.trial and CLOUD_ML_TRIAL_ID). `stop_when()` is polled while the job runs;
     when it returns True every replica is stopped and the job ends JOB_STATE_CANCELLED (how
-    the tuning service stops a trial early)."""
+    the tuning service stops a trial early). `show_progress`: a progress bar of the furthest
+    step any replica reported (`labkit.core.progress`)."""
     if has_aiplatform():
         validate(spec)
     else:
@@ -358,7 +361,18 @@ def run_local(
     job = _EmulatedJob(spec, Path(workdir).resolve(), fault=fault, timeout_s=timeout_s, env=env,
                        worker_grace_s=worker_grace_s, snapshot=snapshot, gcs_root=gcs_root,
                        trial=trial, stop_when=stop_when)
-    return job.run()
+    if not show_progress:
+        return job.run()
+    replicas = sum(int(p.get("replica_count", 1)) for p in spec["worker_pool_specs"] if p)
+    lock = threading.Lock()  # replicas report from their own reader threads
+    with progress(None, f"local job, {replicas} replica(s)", unit="step") as bar:
+        def advance(step: int) -> None:
+            with lock:
+                if step > bar.n:
+                    bar.update(step - bar.n)
+
+        job.on_step = advance
+        return job.run()
 
 
 class _EmulatedJob:
@@ -389,6 +403,7 @@ class _EmulatedJob:
         self.base_env = base | dict(env or {})
         self.runs: list[ReplicaRun] = []
         self.events: list[str] = []
+        self.on_step: Callable[[int], None] = lambda step: None  # the furthest step seen so far
         self.snapshots: dict[int, dict[str, Path]] = {}
         self.job_restarts = self.worker_restarts = self.preemptions = self.job_retries = 0
         self.start = time.monotonic()
@@ -437,7 +452,12 @@ class _EmulatedJob:
         disk = container_dir(self.workdir, attempt, pool, index)
         (disk / "tmp").mkdir(parents=True, exist_ok=True)
         replica_env = {METRIC_FILE_ENV: str(disk / "tmp" / "hypertune" / "output.metrics")}
-        return _Replica(run, replica_env | self.base_env | env, trigger, disk)
+
+        def saw(step: int) -> None:
+            trigger(step)
+            self.on_step(step)
+
+        return _Replica(run, replica_env | self.base_env | env, saw, disk)
 
     def _watch(self, attempt: int, live: dict[tuple[int, int], _Replica], envs: dict,
                restarts: dict[tuple[int, int], int], trigger: _FaultTrigger) -> tuple[str, str]:

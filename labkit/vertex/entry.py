@@ -64,7 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "torchrun":
         return _torchrun(args.nproc_per_node, args.labkit_args)
 
-    from labkit.course.notebook import run_notebook
+    from labkit.course.notebook import KERNEL_NAME, ensure_kernel, run_notebook
+
+    if ensure_kernel():  # prebuilt images get labkit by pip, without the course kernel
+        print(f"registered the Jupyter kernel {KERNEL_NAME!r} for {sys.executable}")
 
     try:
         params = json.loads(args.parameters)

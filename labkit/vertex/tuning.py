@@ -41,6 +41,7 @@ from labkit.core.cluster import is_reduction_server_image
 from labkit.core.config import ParameterError, check_int, check_str
 from labkit.core.frameworks import has_aiplatform, require
 from labkit.core.hypertune import read_reports, reported_values
+from labkit.core.progress import progress
 from labkit.core.train_config import TrainConfig, flag
 from labkit.vertex.emulator import SUCCEEDED, container_dir, run_local
 from labkit.vertex.pricing import estimate_cost
@@ -360,7 +361,8 @@ def run_local_tuning(
 
         started = time.monotonic()
         job = run_local(trial_spec(spec, trial_id, trial.params), trial_dir, gcs_root=workdir / "gcs",
-                        trial=trial_id, timeout_s=trial_timeout_s, env=env, stop_when=stop_when)
+                        trial=trial_id, timeout_s=trial_timeout_s, env=env, stop_when=stop_when,
+                        show_progress=False)
         stop_when()  # the reports written in the last moments
         measurements = reported_values(read_reports(_metric_file(trial_dir)), tag)
         value = measurements[-1][1] if measurements else None
@@ -378,9 +380,12 @@ def run_local_tuning(
         records[trial.number] = TrialRecord(trial_id, parameters, value, state,
                                             time.monotonic() - started, measurements, trial_dir, error)
 
-    with ThreadPoolExecutor(max_workers=int(spec["parallel_trial_count"])) as pool:
-        for future in [pool.submit(one_trial, i) for i in range(int(spec["max_trial_count"]))]:
+    trials = int(spec["max_trial_count"])
+    with ThreadPoolExecutor(max_workers=int(spec["parallel_trial_count"])) as pool, \
+            progress(trials, "local study", unit="trial") as bar:
+        for future in [pool.submit(one_trial, i) for i in range(trials)]:
             future.result()
+            bar.update(1)
     return [records[k] for k in sorted(records)]
 
 
