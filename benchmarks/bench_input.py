@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from labkit.core.frameworks import has_tf, has_torch, missing_reason  # noqa: E402
-from labkit.course.read_rates import REFERENCE_RESNET50_IMAGES_PER_S  # noqa: E402
+from labkit.course.read_rates import reference_resnet  # noqa: E402
 from labkit.data import ReadConfig, ShardConfig, write_raw_shards  # noqa: E402
 from labkit.data.tfrecord import iter_views  # noqa: E402
 from labkit.data.throughput import (  # noqa: E402
@@ -134,7 +134,7 @@ def bench_images(size: int, num: int, workers: int, step_ms: float, workdir: str
         loader = make_loader(paths, ReadConfig(kind="images", batch_size=256), cfg)
         rates[name] = measure(name, consume(loader), repeats=2).samples_per_s
     return {"image_size": size, "pin_memory": pin, "step_ms": step_ms, "images_per_s": rates,
-            "target_images_per_s": 1.5 * REFERENCE_RESNET50_IMAGES_PER_S}
+            "target_images_per_s": 1.5 * reference_resnet().value}
 
 
 def main(argv=None) -> int:

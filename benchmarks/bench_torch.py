@@ -207,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     peak_flops = peak.measured_peak_flops(device, dtype)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     results = {"device": name, "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
+               "command": "python " + " ".join(sys.argv),
                "peak_tflops": peak_flops / 1e12, "peak_dtype": str(dtype), "rows": []}
     print(f"{name}, torch {torch.__version__}, measured {str(dtype)} GEMM peak {peak_flops / 1e12:.3g} TFLOP/s")
     per_token = flops_per_sample(gpt_cfg) / gpt_cfg.block_size

@@ -88,8 +88,9 @@ if mechanisms:
 # A reader that reads every byte once and checksums it once cannot beat, on one core,
 # 1 / (1/raw_read + 1/crc32c). Measured here on shards of `bench_record_kb` KB records from the
 # page cache, with labkit's torch path (batch mechanism, one process) and tf.data's
-# TFRecordDataset (batch 64, 2 parallel reads) timed in the same run. (labkit memory-maps local
-# shards, which saves the copy a read makes, then copies each payload once into its batch.)
+# TFRecordDataset (batch 64, 2 parallel reads) timed in the same run. (labkit reads shards in
+# cache-sized pieces into one reused buffer, checks each record's CRCs with one call, and copies
+# each payload once into its batch.)
 
 # %%
 bench = read_rates.write_bench_shards(out / "bench", record_kb=bench_record_kb, total_mb=mb)

@@ -75,13 +75,14 @@ else:
 
 # %% [markdown]
 # ## What Spot saves
-# Prices per accelerator-hour, dated and sourced (Vertex's own rate card can differ by region;
-# check it before committing a budget).
+# The machine's price per hour (its accelerators and host VM) divided by its accelerators, dated
+# and sourced, with the rate card it comes from (Compute Engine rates are a lower bound for a
+# Vertex AI job: notebook 01 compares the two).
 
 # %%
 price = pricing.accelerator_prices()[accelerator_type]
 discount = 1 - price.spot / price.on_demand
-print(f"{accelerator_type}: on-demand ${price.on_demand:.2f}/h, Spot ${price.spot:.2f}/h per accelerator")
+print(f"{accelerator_type}: on-demand ${price.on_demand:.2f}/h, Spot ${price.spot:.2f}/h per accelerator, host VM share included")
 print(f"source: {price.source}, read {price.read_on}")
 key_figure(f"{accelerator_type} Spot discount", discount * 100, "%", note=f"prices read {price.read_on}")
 

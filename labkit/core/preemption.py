@@ -1,6 +1,8 @@
 """SIGTERM handling: finish the step, checkpoint, exit.
 
-Vertex AI (Spot preemption, maintenance) sends SIGTERM and allows about 15 s. The handler only
+Vertex AI (Spot preemption, maintenance) sends SIGTERM. Compute Engine gives a Spot VM 30 s
+before the hard stop; Vertex AI does not document the grace inside a training container
+(`labkit.hardware.facts`), so the loop acts at once, and checkpoints periodically too. The handler only
 sets a flag; the training loop (`labkit.core.loop`, and the TF parameter-server and Keras loops
 through its parts) checks it at the end of the step, checkpoints, calls the handler that was
 installed before ours (chaining), and raises `labkit.core.train_config.Preempted` (the CLI exits
