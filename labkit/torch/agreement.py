@@ -58,3 +58,27 @@ class StepAgreement:
             return out[:n].view_as(grads)
 
         return fut.then(unpack)
+
+    def around(self, inner):
+        """A hook that reduces the gradients with `inner` (a compression hook, called with the
+        state registered beside this hook) and, on the last bucket, all-reduces the offered loss
+        and stop flag in fp32 beside it: a compressed bucket cannot carry them exactly."""
+
+        def hook(state, bucket):
+            fut = inner(state, bucket)
+            extra = self._offer if bucket.is_last() else None
+            if extra is None:
+                return fut
+            self._offer = None
+            group = getattr(state, "process_group", None) or dist.group.WORLD
+            self._world = dist.get_world_size(group)
+            agreed = dist.all_reduce(extra, group=group, async_op=True).get_future()
+
+            def unpack(f: torch.futures.Future) -> torch.Tensor:
+                agreed.wait()
+                self._result = extra
+                return f.value()
+
+            return fut.then(unpack)
+
+        return hook
