@@ -362,11 +362,27 @@ INTERCONNECTS = (Interconnect("NVLink node + 3.2 Tb/s RDMA (A3)", 50.0, 450.0),
                  Interconnect("PCIe node + 100 Gb/s Ethernet", 12.5, 16.0))
 
 
+def _comm_seconds(cfg: GPTConfig, layout: Layout, e: Estimate, batch: int, precision: Bytes,
+                  link: Interconnect) -> float:
+    """Seconds per step the bytes of `e` take: inside one node (8 GPUs) on the node's link;
+    across nodes on the network, except tp's all-reduces, which stay inside a node."""
+    if layout.world <= 8:
+        return e.comm_bytes_per_step / (link.node_gb_per_s * 1e9)
+    if layout.mode == "tp":
+        inside = estimate(cfg, Layout("tp", layout.tp, tp=layout.tp), batch_size=batch // layout.dp,
+                          precision=precision, activation_bytes=2).comm_bytes_per_step
+        return inside / (link.node_gb_per_s * 1e9) + (e.comm_bytes_per_step - inside) / (link.gb_per_s * 1e9)
+    return e.comm_bytes_per_step / (link.gb_per_s * 1e9)
+
+
 def decide(cfg: GPTConfig, gpus: int, gpu_gib: float, link: Interconnect, *, precision: Bytes = MIXED,
-           tokens_per_gpu: int = 8192) -> dict[str, Any]:
-    """The mode to choose: among those whose states and activations fit, the one whose bytes
-    per step take the least time on `link` (tp's all-reduces on the node's link, the rest on
-    the network when the group spans nodes). None fits: says so."""
+           tokens_per_gpu: int = 8192, effective_tflops: float = 400.0) -> dict[str, Any]:
+    """The mode to choose: among those whose states and activations fit, the one with the
+    shortest step = compute (6·N FLOPs per token at `effective_tflops` per GPU, an assumed
+    planning rate, the same in every mode), stretched by the pipeline bubble for pp, plus the
+    time its bytes take on `link` (`_comm_seconds`; no overlap assumed). Ties keep the simpler
+    mode (the order of `MODES`). None fits: says so."""
+    compute = 6 * GPTShape.of(cfg).total * tokens_per_gpu / (effective_tflops * 1e12)
     best = None
     for mode, layout in layouts_for(gpus, stages=cfg.n_layer).items():
         if mode == "tp" and cfg.n_head % layout.tp:
@@ -376,11 +392,12 @@ def decide(cfg: GPTConfig, gpus: int, gpu_gib: float, link: Interconnect, *, pre
         total = e.total_bytes + activation_estimate(cfg, layout)
         if total > gpu_gib * GIB:
             continue
-        bandwidth = link.node_gb_per_s if (mode == "tp" and layout.dp == 1) or gpus <= 8 else link.gb_per_s
-        seconds = e.comm_bytes_per_step / (bandwidth * 1e9)
-        if best is None or seconds < best[1]:
-            best = (mode, seconds, total)
-    out = {"gpus": gpus, "gpu_GiB": gpu_gib, "interconnect": link.name}
+        comm = _comm_seconds(cfg, layout, e, batch, precision, link)
+        stretch = 1 / (1 - pipeline_bubble(layout.pp, layout.microbatches)) if mode == "pp" else 1.0
+        step = compute * stretch + comm
+        if best is None or step < best[1]:
+            best = (mode, step, comm, total)
+    out = {"gpus": gpus, "gpu_GiB": gpu_gib, "interconnect": link.name, "compute_s": compute}
     if best is None:
-        return {**out, "mode": "none fits", "comm_s_per_step": None, "GiB_per_rank": None}
-    return {**out, "mode": best[0], "comm_s_per_step": best[1], "GiB_per_rank": best[2] / GIB}
+        return {**out, "mode": "none fits", "step_s": None, "comm_s_per_step": None, "GiB_per_rank": None}
+    return {**out, "mode": best[0], "step_s": best[1], "comm_s_per_step": best[2], "GiB_per_rank": best[3] / GIB}

@@ -99,10 +99,15 @@ class Pipeline(Strategy):
         self._time_stage_work()
 
     def _time_stage_work(self) -> None:
-        """Count the seconds this stage computes (forward and backward of its micro-batches);
-        the rest of a step it waits for its neighbours or sends."""
-        for name in ("forward_one_chunk", "backward_one_chunk"):
-            work = getattr(self.stage, name)
+        """Count the seconds this stage computes (forward and backward of its micro-batches, and
+        on the last stage the loss, which the schedule computes between them); the rest of a
+        step it waits for its neighbours or sends."""
+        targets = [(self.stage, "forward_one_chunk"), (self.stage, "backward_one_chunk"),
+                   (self.schedule, "_maybe_compute_loss")]
+        for owner, name in targets:
+            work = getattr(owner, name, None)
+            if work is None:  # a torch without this step: it counts as waiting
+                continue
 
             def timed(*args, _work=work, **kwargs):
                 t = time.perf_counter()
@@ -111,7 +116,7 @@ class Pipeline(Strategy):
                 finally:
                     self.busy_s += time.perf_counter() - t
 
-            setattr(self.stage, name, timed)
+            setattr(owner, name, timed)
 
     def param_groups(self) -> list[dict[str, Any]]:
         params = list(self.model.parameters())
