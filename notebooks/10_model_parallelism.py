@@ -21,7 +21,7 @@
 scale = "auto"
 processes = 2
 four_processes = True
-steps = 8
+steps = 6
 global_batch = 32
 microbatches = 4
 use_deepspeed = True
@@ -35,6 +35,7 @@ from labkit.course import model_parallel as mp, notebook, recipe_view
 from labkit.course.report import key_figure
 from labkit.course.tables import table
 
+# %%
 scale = config.resolve_scale(scale)
 config.check_int("processes", processes, minimum=2, maximum=8)
 workdir = notebook.artifacts_dir("10_model_parallelism")

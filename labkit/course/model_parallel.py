@@ -126,8 +126,9 @@ def run_modes(base: TrainConfig, modes: list[Mode], workdir: str | Path) -> tupl
 
 
 def mode_table(reference: ModeResult, results: list[ModeResult]) -> list[dict[str, Any]]:
-    """Per run: memory held by the largest rank and its ratio to DDP's, bytes sent per step,
-    median step time, and the largest relative loss gap from one process."""
+    """Per run: memory held by the largest rank and its ratio to DDP's, bytes sent per step and
+    their ratio to DDP's, median step time and its ratio to DDP's (same process count), and the
+    largest relative loss gap from one process."""
     ddp = next((r for r in results if r.mode.parallel == "ddp" and r.mode.grad_compression == "none"
                 and r.mode.nproc == results[0].mode.nproc), None)
     rows = []
@@ -135,8 +136,9 @@ def mode_table(reference: ModeResult, results: list[ModeResult]) -> list[dict[st
         rows.append({"mode": r.mode.label, "held_KiB": r.held() / 1024,
                      "vs_ddp": r.held() / ddp.held() if ddp else None,
                      "sent_KiB_per_step": r.comm_bytes_per_step / 1024,
+                     "sent_vs_ddp": r.comm_bytes_per_step / ddp.comm_bytes_per_step if ddp else None,
                      "step_ms": 1000 * r.step_time_s,
-                     "step_vs_1proc": r.step_time_s / reference.step_time_s,
+                     "step_vs_ddp": r.step_time_s / ddp.step_time_s if ddp else None,
                      "loss_gap": r.loss_gap(reference.losses)})
     return rows
 
@@ -235,9 +237,11 @@ def conclusions(reference: ModeResult, results: list[ModeResult]) -> list[str]:
     sharded = [r for r in rows.values() if r["vs_ddp"] is not None]
     least = min(sharded, key=lambda r: r["vs_ddp"])
     out.append(f"{least['mode']} held the least per rank: {least['vs_ddp']:.2f}× of DDP's bytes.")
-    most = max(sharded, key=lambda r: r["sent_KiB_per_step"])
-    ddp = next((r for r in sharded if r["mode"].startswith("ddp")), None)
-    if ddp:
-        out.append(f"{most['mode']} sent the most per step: {most['sent_KiB_per_step'] / ddp['sent_KiB_per_step']:.2f}× "
-                   f"of DDP's {ddp['sent_KiB_per_step']:.0f} KiB.")
+    most = max(sharded, key=lambda r: r["sent_vs_ddp"])
+    why = (": its all-reduces carry activations, which grow with the batch, not with the model"
+           if most["mode"].startswith("tp") else "")
+    out.append(f"{most['mode']} sent the most per step, {most['sent_vs_ddp']:.2f}× DDP's bytes{why}.")
+    slowest = max(sharded, key=lambda r: r["step_vs_ddp"])
+    out.append(f"{slowest['mode']} had the slowest step here, {slowest['step_vs_ddp']:.2f}× DDP's "
+               f"(CPU processes on a shared machine: an order, not a GPU forecast).")
     return out

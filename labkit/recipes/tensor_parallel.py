@@ -76,10 +76,10 @@ def main(argv: list[str] | None = None) -> common.StepLog:
                 g.copy_(flat[offset:offset + g.numel()].view_as(g) / dp)
                 offset += g.numel()
         if args.grad_clip:  # sharded parts' squares summed over the group, replicated ones once
-            sharded = sum(g.pow(2).sum() for q, g in zip(params, grads) if isinstance(q, DTensor))
+            sharded = sum(g.pow(2).sum() for q, g in zip(params, grads, strict=True) if isinstance(q, DTensor))
             sharded = torch.as_tensor(sharded, dtype=torch.float32)
             dist.all_reduce(sharded, group=mesh["tp"].get_group())
-            norm = (sharded + sum(g.pow(2).sum() for q, g in zip(params, grads)
+            norm = (sharded + sum(g.pow(2).sum() for q, g in zip(params, grads, strict=True)
                                   if not isinstance(q, DTensor))).sqrt()
             for g in grads:
                 g.mul_((args.grad_clip / (norm + 1e-6)).clamp(max=1.0))

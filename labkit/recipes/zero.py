@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> common.StepLog:
             mine = torch.nn.Parameter(flat[rank * size:(rank + 1) * size])  # a view: updates land in flat
             shards.append((params, flat, mine))
         optimizer = torch.optim.AdamW(
-            [{"params": [s[2]], "weight_decay": g["weight_decay"]} for s, g in zip(shards, groups)],
+            [{"params": [s[2]], "weight_decay": g["weight_decay"]} for s, g in zip(shards, groups, strict=True)],
             lr=args.lr, betas=(0.9, 0.95))
     else:
         from torch.distributed.fsdp import fully_shard

@@ -43,13 +43,14 @@ from labkit.core.models import GPTConfig, ModelConfig, build_config, flops_per_s
 from labkit.core.parallelism import Layout, pipeline_bubble
 from labkit.core.schedule import WarmupThenConstant
 from labkit.core.train_config import Preempted, TrainConfig, with_vertex_dirs
-from labkit.torch import compression, distributed, fp8, parallel, peak, state
+from labkit.torch import compression, distributed, fp8, peak, state
 from labkit.torch.agreement import StepAgreement
 from labkit.torch.comm_count import CommCounter
 from labkit.torch.data import DataPosition, ResumableLoader, make_dataset, to_float_images
 from labkit.torch.models import build_model, count_parameters
 from labkit.torch.precision import PrecisionPolicy, apply_matmul_precision
 from labkit.torch.step_graph import StepGraph
+from labkit.torch.strategy import Strategy, held_bytes
 
 
 def resolve_device(choice: str, info: distributed.DistInfo) -> torch.device:
@@ -91,7 +92,7 @@ class Components:
     # `cuda_graph_step`: the optimizer step, replayed as one CUDA graph (set by `build`)
     step_graph: StepGraph | None = None
     # --parallel other than ddp: the mode's model, optimizer, step and sharded state
-    strategy: parallel.Strategy | None = None
+    strategy: Strategy | None = None
     layout: Layout = field(default_factory=Layout)
     # bytes of parameters, gradients and optimizer state this rank held at its last update
     held: dict[str, int] | None = None
@@ -145,10 +146,12 @@ def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
     lr = config.peak_lr(layout.dp)
     groups = _param_groups(model)
     fused = device.type == "cuda"
-    strategy = None
+    chosen = None
     if layout.mode == "zero1":
-        optimizer = parallel.Zero1.optimizer_for(groups, lr, foreach=not fused)
-        strategy = parallel.Zero1(layout, info.rank, model, optimizer)
+        from labkit.torch.parallel import Zero1
+
+        optimizer = Zero1.optimizer_for(groups, lr, foreach=not fused)
+        chosen = Zero1(layout, info.rank, model, optimizer)
     else:
         optimizer = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), fused=fused or None,
                                       foreach=None if fused else True)
@@ -163,7 +166,7 @@ def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
                    device, info, model_config, compute_loss,
                    cuda_graphs=(config.compile and device.type == "cuda" and not config.cuda_graph_step
                                 and uses_cuda_graphs(config.compile_mode)),
-                   agreement=agreement, strategy=strategy, layout=layout)
+                   agreement=agreement, strategy=chosen, layout=layout)
     if config.cuda_graph_step:
         c.step_graph = StepGraph(lambda batches, grad_clip: _update(c, batches, grad_clip, graphed=True)[0],
                                  optimizer, device)
@@ -185,10 +188,12 @@ def _build_sharded(config: TrainConfig, info: distributed.DistInfo, device: torc
     if config.sharding_backend == "deepspeed":
         from labkit.torch.deepspeed_zero import DeepSpeedZero
 
-        strategy: parallel.Strategy = DeepSpeedZero(config, layout, info.rank, model,
+        strategy: Strategy = DeepSpeedZero(config, layout, info.rank, model,
                                                     _param_groups(model), lr)
     else:
-        strategy = parallel.setup(config, layout, info.rank, model, _param_groups(model), lr, device)
+        from labkit.torch.parallel import setup
+
+        strategy = setup(config, layout, info.rank, model, _param_groups(model), lr, device)
     forward_model = strategy.model
 
     def compute_loss(x, y):
@@ -253,7 +258,7 @@ def train_step(c: Components, micro_batches, grad_clip: float | None,
             total, skipped = _update(c, micro_batches, grad_clip, stop_requested)
         if c.info.distributed:  # what this rank holds, gradients included, before they are freed
             c.held = c.strategy.held_bytes() if c.strategy is not None else \
-                parallel.held_bytes(c.model, c.optimizer)
+                held_bytes(c.model, c.optimizer)
         c.optimizer.zero_grad(set_to_none=True)
     with _quiet_scheduler_warning():
         c.scheduler.step()
@@ -495,7 +500,7 @@ def _loop_engine(config: TrainConfig, c: Components, loader: ResumableLoader,
 
 def _agree(loss: torch.Tensor, stop: bool, info: distributed.DistInfo,
            agreement: StepAgreement | None = None,
-           strategy: parallel.Strategy | None = None) -> tuple[float, bool]:
+           strategy: Strategy | None = None) -> tuple[float, bool]:
     """Mean loss over replicas and whether any replica was asked to stop (every replica must
     checkpoint and leave at the same step): what the step's gradient all-reduce carried, else
     one all-reduce of its own (the strategy's, which knows which ranks hold a loss)."""

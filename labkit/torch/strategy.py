@@ -11,14 +11,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import DTensor
 
 from labkit.core.parallelism import Layout
 
 
 def local(t: torch.Tensor) -> torch.Tensor:
     """This rank's part of a tensor (a DTensor's local shard, else the tensor)."""
-    return t.to_local() if isinstance(t, DTensor) else t
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def _storage_bytes(tensors) -> int:
@@ -138,7 +137,9 @@ class Strategy:
         for index, entries in saved["state"].items():
             p = params[int(index)]
             for key, value in entries.items():
-                if isinstance(p, DTensor) and isinstance(value, torch.Tensor) and value.dim() > 0:
+                if hasattr(p, "device_mesh") and isinstance(value, torch.Tensor) and value.dim() > 0:
+                    from torch.distributed.tensor import DTensor
+
                     entries[key] = DTensor.from_local(value, p.device_mesh, p.placements,
                                                       run_check=False, shape=p.shape, stride=p.stride())
         optimizer.load_state_dict(saved)
