@@ -190,3 +190,13 @@ def test_doctor_reports_whether_optional_libraries_import():
     report = doctor.collect()
     assert set(report.imports) == {"deepspeed", "horovod.torch"}
     assert "import horovod.torch" in report.text()
+
+
+def test_tf_refuses_torch_parallel_settings_and_missing_deepspeed_is_one_line(monkeypatch):
+    with pytest.raises(ParameterError, match="parallel.*torch engine setting"):
+        TrainConfig(framework="tf", parallel="zero1")
+    with pytest.raises(ParameterError, match="grad_compression.*torch engine setting"):
+        TrainConfig(framework="tf", grad_compression="fp16")
+    monkeypatch.setattr(parallelism, "is_installed", lambda name: False)
+    with pytest.raises(ParameterError, match="sharding_backend.*not installed.*labkit\\[deepspeed\\]"):
+        TrainConfig(parallel="zero2", sharding_backend="deepspeed").check_world_size(2)

@@ -126,7 +126,7 @@ def _env() -> dict[str, str]:
 
 
 @pytest.mark.parametrize("recipe, argv", [
-    ("zero", ["--stage", "2"]), ("zero", ["--stage", "3", "--no-reshard-after-forward"]),
+    ("zero", ["--stage", "2"]),
     ("tensor_parallel", []), ("pipeline", ["--schedule", "gpipe", "--microbatches", "2"]),
     pytest.param("deepspeed_zero", ["--stage", "2"], marks=DEEPSPEED)])
 def test_parallel_recipes_equal_the_engine(recipe, argv, tmp_path):

@@ -17,15 +17,20 @@ _IMPORT_CHECKS = ("deepspeed", "horovod.torch")
 
 
 def import_check(module: str) -> str:
-    """"imports", "not installed", or the error importing `module` raised (one line)."""
+    """"imports", "not installed", or the error importing `module` raised (one line). What the
+    import prints (DeepSpeed logs its accelerator choice to stdout) is swallowed: `labkit doctor
+    --json` prints JSON only."""
+    import contextlib
     import importlib
+    import io
 
     from labkit.core.frameworks import is_installed
 
     if not is_installed(module.split(".")[0]):
         return "not installed"
     try:
-        importlib.import_module(module)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            importlib.import_module(module)
     except Exception as e:  # noqa: BLE001 - any failure is the answer
         return f"fails: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     return "imports"

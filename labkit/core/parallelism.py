@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from labkit.core.config import ParameterError
+from labkit.core.frameworks import is_installed
 from labkit.core.models import GPTConfig, ModelConfig
 
 MODES = ("ddp", "zero1", "zero2", "zero3", "tp", "pp")
@@ -41,6 +42,7 @@ SHARDED = ("zero1", "zero2", "zero3")
 class ParallelSettings(Protocol):
     """The `TrainConfig` fields this module reads."""
 
+    framework: str
     model: str
     parallel: str
     sharding_backend: str
@@ -58,6 +60,9 @@ class ParallelSettings(Protocol):
 def check_config(c: ParallelSettings) -> None:
     """Refuse settings no engine runs, before any process starts (ParameterError naming the field)."""
     mode = c.parallel
+    if c.framework != "torch" and (mode != "ddp" or c.grad_compression != "none"):
+        field, value = ("parallel", mode) if mode != "ddp" else ("grad_compression", c.grad_compression)
+        raise ParameterError(field, value, "is a torch engine setting (use --framework torch)")
     if mode in ("tp", "pp") and c.model != "gpt":
         what = "attention and MLP blocks to split" if mode == "tp" else "a stack of blocks to cut into stages"
         raise ParameterError("parallel", mode, f"needs --model gpt ({what}); {c.model} has none")
@@ -116,7 +121,11 @@ class Layout:
     @classmethod
     def of(cls, c: ParallelSettings, world_size: int) -> Layout:
         """The layout of `c` on `world_size` processes; ParameterError when a degree does not
-        divide the processes or the batch does not split evenly."""
+        divide the processes, the batch does not split evenly, or DeepSpeed is asked for and
+        not installed."""
+        if getattr(c, "sharding_backend", "torch") == "deepspeed" and not is_installed("deepspeed"):
+            raise ParameterError("sharding_backend", "deepspeed", "DeepSpeed is not installed here "
+                                 "(pip install 'labkit[deepspeed]')")
         tp = pp = 1
         if c.parallel != "ddp" and world_size == 1:
             raise ParameterError("parallel", c.parallel, "needs several processes (--nproc-per-node N)")
