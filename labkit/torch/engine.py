@@ -6,7 +6,14 @@ bf16, fp16 + GradScaler), channels_last, torch.compile (model and loss; `compile
 graphs and kernel tuning), the whole step as one CUDA graph (`cuda_graph_step`), the fp8 output
 head for GPT, fused AdamW (CUDA), accumulation with
 `no_sync` on all but the last micro-step, clipping, activation checkpointing, LR warm-up and
-world-size scaling, DDP (gloo on CPU, nccl on CUDA).
+world-size scaling, DDP (gloo on CPU, nccl on CUDA) with optional gradient compression
+(`labkit.torch.compression`), and the other `--parallel` modes (ZeRO 1-3, tensor and pipeline
+parallelism, DeepSpeed: `labkit.torch.parallel`), whose step is their strategy's. With several
+processes the metrics `run` section records `parallel`, `memory_per_rank` (bytes of parameters,
+gradients at the update and optimizer state this rank held) and `comm_bytes_per_step` (bytes it
+sent, counted from its collectives on two steps: `labkit.torch.comm_count`). DDP checkpoints are
+gathered (rank 0 writes model and optimizer); every other mode's are sharded (each rank writes
+what it holds: `labkit.torch.state.ShardedSaver`).
 
 The loop itself (step cadence, the preemption drill, checkpoint cadence, metrics, TensorBoard,
 progress, the non-finite loss check) is `labkit.core.loop`, shared with the TF engine; this

@@ -97,7 +97,7 @@ class FlatZero2(Strategy):
 
     def step_fn(self, compute_loss, micro_batches, grad_clip, autocast) -> torch.Tensor:
         n = len(micro_batches)
-        total = torch.zeros(())
+        total = torch.zeros((), device=micro_batches[0][0].device)
         for x, y in micro_batches:
             with autocast():
                 loss = compute_loss(x, y) / n
@@ -105,12 +105,13 @@ class FlatZero2(Strategy):
             loss.backward()
         world = self.layout.world
         for params, flat, shard in self.flats:
-            grads = [p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel()) for p in params]
+            grads = [p.grad.reshape(-1) if p.grad is not None else torch.zeros_like(p).reshape(-1)
+                     for p in params]
             pad = flat.numel() - sum(g.numel() for g in grads)
-            full = torch.cat(grads + [torch.zeros(pad, dtype=flat.dtype)])
+            full = torch.cat(grads + [flat.new_zeros(pad)])
             for p in params:
                 p.grad = None  # the full gradients go; only this rank's slice stays
-            mine = torch.empty(shard.numel(), dtype=flat.dtype)
+            mine = flat.new_empty(shard.numel())
             dist.reduce_scatter_tensor(mine, full, op=dist.ReduceOp.SUM)
             shard.grad = mine.div_(world)
         if grad_clip:
@@ -139,7 +140,7 @@ class Zero3(Strategy):
 
     def step_fn(self, compute_loss, micro_batches, grad_clip, autocast) -> torch.Tensor:
         n = len(micro_batches)
-        total = torch.zeros(())
+        total = torch.zeros((), device=micro_batches[0][0].device)
         for k, (x, y) in enumerate(micro_batches):
             self.model.set_requires_gradient_sync(k == n - 1)  # reduce-scatter once per step
             with autocast():

@@ -140,7 +140,7 @@ class Pipeline(Strategy):
             else:
                 self.schedule.step()
         self.schedule_s += time.perf_counter() - started
-        total = torch.stack(losses).mean().detach() if losses else torch.zeros(())
+        total = torch.stack(losses).mean().detach() if losses else torch.zeros((), device=self.stage.device)
         params = [p for p in self.model.parameters() if p.grad is not None]
         if self.tie_group is not None:
             tied = self.model.wte.weight if self.model.first else self.model.lm_head.weight

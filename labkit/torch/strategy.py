@@ -52,14 +52,15 @@ def clip_grad_norm(grads: list[tuple[torch.Tensor, Any]], max_norm: float) -> to
     gradient with the process group over which it is split (None: whole on this rank, or the
     same on every rank of the groups that share it). The squared norms of sharded parts are
     summed over their group, so every rank computes the norm of the whole model."""
-    total = torch.zeros((), dtype=torch.float32)
+    device = grads[0][0].device if grads else torch.device("cpu")
+    total = torch.zeros((), dtype=torch.float32, device=device)
     by_group: dict[Any, torch.Tensor] = {}
     for g, group in grads:
         sq = g.detach().float().pow(2).sum()
         if group is None:
             total = total + sq
         else:
-            by_group[group] = by_group.get(group, torch.zeros(())) + sq
+            by_group[group] = by_group.get(group, torch.zeros((), device=device)) + sq
     for group, sq in by_group.items():
         dist.all_reduce(sq, group=group)
         total = total + sq
@@ -113,7 +114,8 @@ class Strategy:
         return self.layout.world
 
     def agree(self, loss: torch.Tensor, stop: bool) -> tuple[float, bool]:
-        t = torch.stack([loss.detach().float().reshape(()).cpu(), torch.tensor(float(stop))])
+        loss = loss.detach().float().reshape(())
+        t = torch.stack([loss, torch.tensor(float(stop), device=loss.device)])
         dist.all_reduce(t)
         return float(t[0]) / self.loss_divisor(), bool(t[1] > 0)
 

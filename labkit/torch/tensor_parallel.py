@@ -68,7 +68,7 @@ class TensorParallel(Strategy):
 
     def step_fn(self, compute_loss, micro_batches, grad_clip, autocast) -> torch.Tensor:
         n = len(micro_batches)
-        total = torch.zeros(())
+        total = torch.zeros((), device=micro_batches[0][0].device)
         for x, y in micro_batches:
             with autocast():
                 loss = compute_loss(x, y) / n
