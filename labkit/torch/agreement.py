@@ -62,7 +62,10 @@ class StepAgreement:
     def around(self, inner):
         """A hook that reduces the gradients with `inner` (a compression hook, called with the
         state registered beside this hook) and, on the last bucket, all-reduces the offered loss
-        and stop flag in fp32 beside it: a compressed bucket cannot carry them exactly."""
+        and stop flag in fp32 once the inner hook's collectives are done: a compressed bucket
+        cannot carry them exactly, and a hook such as PowerSGD starts its later collectives from
+        callbacks, so only a collective started after them is issued in the same order on
+        every replica."""
 
         def hook(state, bucket):
             fut = inner(state, bucket)
@@ -72,13 +75,13 @@ class StepAgreement:
             self._offer = None
             group = getattr(state, "process_group", None) or dist.group.WORLD
             self._world = dist.get_world_size(group)
-            agreed = dist.all_reduce(extra, group=group, async_op=True).get_future()
 
-            def unpack(f: torch.futures.Future) -> torch.Tensor:
-                agreed.wait()
+            def agree(f: torch.futures.Future) -> torch.Tensor:
+                grads = f.value()
+                dist.all_reduce(extra, group=group)
                 self._result = extra
-                return f.value()
+                return grads
 
-            return fut.then(unpack)
+            return fut.then(agree)
 
         return hook
