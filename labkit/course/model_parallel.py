@@ -77,8 +77,11 @@ class ModeResult:
 
     @property
     def step_time_s(self) -> float:
-        """Median step time past the first step (which builds buckets, exchanges shapes)."""
-        return statistics.median(self.step_times[1:] or self.step_times)
+        """Median step time past the first step (which builds buckets, exchanges shapes), without
+        the steps whose collectives were counted (counting slows them)."""
+        counted = set(self.run.get("comm_counted_steps") or [])
+        times = [t for i, t in enumerate(self.step_times) if i > 0 and i not in counted]
+        return statistics.median(times or self.step_times)
 
     @property
     def memory_by_rank(self) -> list[dict[str, int]]:

@@ -424,10 +424,11 @@ class _StepComm:
     third and fourth, past warm-ups such as PowerSGD's) are counted, so the others keep their
     true step time."""
 
-    def __init__(self, c: Components, run_steps: int):
+    def __init__(self, c: Components, run_steps: int, start: int = 0):
         self.c = c
         self.counter = CommCounter() if c.info.distributed else None
         self.counted = {min(2, run_steps - 1), min(3, run_steps - 1)}
+        self.first_step = start
         self.calls = 0
         self.sent: list[float] = []
         self.ops: dict | None = None
@@ -464,12 +465,14 @@ class _StepComm:
         if not c.info.distributed:
             return {}
         mine = {"memory": c.held, "comm_bytes_per_step": statistics.median(self.sent) if self.sent else None,
+                "counted": sorted(self.first_step + i for i in self.counted if 0 <= i < self.calls),
                 "comm_ops_last_step": self.ops,
                 "bubble": statistics.median(self.bubbles[1:] or self.bubbles) if self.bubbles else None}
         everyone: list = [None] * c.info.world_size
         dist.all_gather_object(everyone, mine)
         out = {"memory_per_rank": mine["memory"], "comm_bytes_per_step": mine["comm_bytes_per_step"],
                "comm_ops_last_step": mine["comm_ops_last_step"],
+               "comm_counted_steps": mine["counted"],
                "memory_by_rank": [e["memory"] for e in everyone],
                "comm_bytes_by_rank": [e["comm_bytes_per_step"] for e in everyone]}
         if c.layout.mode == "pp":
@@ -481,7 +484,7 @@ class _StepComm:
 def _loop_engine(config: TrainConfig, c: Components, loader: ResumableLoader,
                  saver: state.Saver | state.ShardedSaver | None, start: int = 0) -> loop.Engine:
     """This run's steps as the shared loop drives them (`labkit.core.loop.Engine`)."""
-    comm = _StepComm(c, config.steps - start)
+    comm = _StepComm(c, config.steps - start, start)
 
     def next_batch() -> list:
         return [to_device(next(loader), c, config.channels_last) for _ in range(config.grad_accum)]
