@@ -195,6 +195,21 @@ def adamw(model, args: argparse.Namespace):
     return optimizer, scheduler
 
 
+def leave_worker() -> None:
+    """End a torchrun worker after `main()` returned (its files written, its group destroyed).
+    torch keeps gloo's worker threads alive past `destroy_process_group`; one that frees its last
+    finished collective while Python shuts down aborts the process ("terminate called without
+    an active exception") after a successful run. A worker of several therefore leaves at once,
+    output flushed, without finalizing Python; a lone process exits normally."""
+    import os
+    import sys
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
 # ---------------------------------------------------------------- TensorFlow
 
 
