@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 # The torch build to install first. The default is the CPU/CUDA wheel pip picks for this machine;
 # override on a GPU host, e.g. `make TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130" setup`.
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= torch,tf,vertex,tune,lab,dev
+EXTRAS ?= torch,tf,vertex,tune,deepspeed,lab,dev
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 # The Jupyter kernel every notebook names (labkit.course.notebook.KERNEL_NAME), registered in

@@ -143,6 +143,25 @@ if (("torch", processes) in comp.runs) and frameworks.has_torch():
                note=f"base lr {lr}")
 
 # %% [markdown]
+# ## Why the ring all-reduce is taught through DDP and torchrun, not Horovod
+# Horovod made the ring all-reduce popular (one `hvd.DistributedOptimizer` around any
+# framework's optimizer, `horovodrun` to start the processes). Its last release, 0.28.1 (2023),
+# does not build against this course's PyTorch. Tried on 2026-11-23 with torch 2.13.0 and
+# gcc 12 (`pip wheel horovod==0.28.1` from source, `HOROVOD_WITH_PYTORCH=1`, gloo, no MPI):
+# Horovod's CMake compiles its torch extension as C++14, and the first torch header stops it:
+#
+# ```
+# horovod/torch/mpi_ops_v2.cc ... -std=c++14
+# torch/include/torch/csrc/api/include/torch/all.h:5:2: error: #error C++17 or later
+#   compatible compiler is required to use PyTorch.
+# ```
+#
+# DDP's gradient all-reduce is the same ring algorithm (gloo on CPUs, NCCL's rings and trees on
+# GPUs), bucketed and overlapped with backward, and torchrun starts the processes as
+# `horovodrun` did, so the course teaches it there. `labkit doctor` reports whether
+# `horovod.torch` imports in your environment.
+
+# %% [markdown]
 # ## Why labkit's TF engine uses a custom loop, not `model.fit`
 # With TensorFlow 2.21 and Keras 3.15, `model.fit` under `MultiWorkerMirroredStrategy` on two
 # workers fails ("Attempt to convert a value (PerReplica...) to a Tensor"). Two things do

@@ -159,6 +159,33 @@ if fw.torch:
     key_figure("all-reduce of 124M fp32 gradients, this machine", seconds * 1e3, "ms")
 
 # %% [markdown]
+# ## Gradient compression: fewer bytes per step, at a price
+# When the link is the bottleneck, DDP can send less. Its communication hooks compress each
+# gradient bucket before the all-reduce: **fp16** and **bf16** halve the bytes (rounding every
+# gradient); **PowerSGD** (Vogels et al., 2019) sends each gradient matrix as two thin rank-r
+# factors, with the approximation error fed back into the next step. Each hook below trains the
+# same GPT on `replicas` processes (`labkit train --grad-compression ...`); the bytes are counted
+# from the collectives each rank ran, and the losses are compared with the uncompressed run.
+# Compression costs arithmetic on every step: timed on its own (tensors shaped like this model's
+# gradients, interleaved repeats), it gives the **break-even bandwidth**: below it the saved
+# bytes take longer to send than the compression takes to compute, so compressing pays.
+
+# %%
+if fw.torch:
+    from labkit.course import grad_compression as gc
+    from labkit.core.train_config import TrainConfig
+
+    comp_base = TrainConfig(model="gpt", scale=scale, steps=config.by_scale(scale, smoke=12, full=100),
+                            batch_size=global_batch, device="cpu", progress=False)
+    comp = gc.compare(comp_base, replicas)
+    even = gc.break_even(comp, gc.compression_cost(comp_base))
+    print(table([{k: v for k, v in r.items() if k != "losses"} for r in comp], title="bytes and losses per hook"))
+    print(table(even, title="measured cost and break-even bandwidth (ms: this machine's CPU)"))
+    least = min(comp, key=lambda r: r["vs_none"])
+    key_figure("gradient bytes per step with compression", least["vs_none"], "× of none",
+               f"{least['hook']}, largest loss gap {least['max_loss_gap']:.2g}")
+
+# %% [markdown]
 # ## Reduction Server
 # Across nodes the network, not NVLink, limits all-reduce. A ring all-reduce makes each node
 # send 2(n−1)/n times the gradient size; with Vertex's **Reduction Server** (pool 2, Google's

@@ -109,11 +109,36 @@ def _configs():
         draws[f.name] = st.one_of(st.none(), s) if optional else s
 
     def build(values):
+        _keep_parallel_settings_valid(values)
         values.update(fp8_head=values["fp8_head"] and values["model"] == "gpt" and values["precision"] == "bf16",
                       cuda_graph_step=values["cuda_graph_step"] and values["precision"] != "fp16")
         return TrainConfig(**values)
 
     return st.fixed_dictionaries(draws).map(build)
+
+
+def _keep_parallel_settings_valid(values: dict) -> None:
+    """Bend drawn parallelism settings into a combination `TrainConfig` accepts."""
+    if values["framework"] != "torch":
+        values.update(parallel="ddp", grad_compression="none")
+    mode = values["parallel"]
+    if mode in ("tp", "pp"):
+        values["model"] = "gpt"
+    if mode not in ("zero1", "zero2", "zero3"):
+        values["sharding_backend"] = "torch"
+    if mode != "tp":
+        values["tp_degree"] = None
+    if mode != "pp":
+        values["pp_degree"] = None
+    else:
+        values["grad_accum"] = 1
+    if mode != "ddp":
+        values["grad_compression"] = "none"
+    if mode not in ("ddp", "zero1") or values["sharding_backend"] == "deepspeed":
+        values.update(compile=False, fp8_head=False, precision="bf16" if values["precision"] == "fp16"
+                      else values["precision"])
+    if values["sharding_backend"] == "deepspeed":
+        values["grad_accum"] = 1
 
 
 def test_to_argv_round_trips_every_field_including_none():

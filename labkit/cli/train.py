@@ -22,7 +22,8 @@ def add_train_command(subparsers) -> None:
                     "command again to resume.")
     add_arguments(p)
     p.add_argument("--nproc-per-node", type=int, default=1,
-                   help="start this many local DDP replicas (gloo on loopback; torch only)")
+                   help="start this many local processes (gloo on loopback; torch only): DDP "
+                        "replicas, or the ranks of the --parallel mode")
     p.set_defaults(handler=_train_command)
 
 

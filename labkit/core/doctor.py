@@ -10,7 +10,30 @@ from labkit.core import devices, gcp
 from labkit.core.frameworks import Frameworks
 
 _PACKAGES = ("labkit", "torch", "tensorflow", "keras", "tf-keras", "google-cloud-aiplatform",
-             "papermill", "numpy")
+             "deepspeed", "horovod", "papermill", "numpy")
+# Optional distributed libraries: whether each one imports here (installed is not enough: a
+# Horovod built without its torch extension installs and then fails to import horovod.torch).
+_IMPORT_CHECKS = ("deepspeed", "horovod.torch")
+
+
+def import_check(module: str) -> str:
+    """"imports", "not installed", or the error importing `module` raised (one line). What the
+    import prints (DeepSpeed logs its accelerator choice to stdout) is swallowed: `labkit doctor
+    --json` prints JSON only."""
+    import contextlib
+    import importlib
+    import io
+
+    from labkit.core.frameworks import is_installed
+
+    if not is_installed(module.split(".")[0]):
+        return "not installed"
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - any failure is the answer
+        return f"fails: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return "imports"
 
 
 def _version(dist: str) -> str | None:
@@ -30,6 +53,7 @@ class DoctorReport:
     frameworks: Frameworks
     devices: devices.DeviceInfo
     cloud: gcp.CloudContext
+    imports: dict[str, str] | None = None
 
     def advice(self) -> list[str]:
         """What the findings mean for running the course here."""
@@ -53,6 +77,13 @@ class DoctorReport:
         if not fw.aiplatform:
             out.append("google-cloud-aiplatform missing: job specs cannot be validated or submitted "
                        "(pip install 'labkit[vertex]').")
+        imports = self.imports or {}
+        if imports.get("deepspeed", "imports") != "imports":
+            out.append("DeepSpeed " + imports["deepspeed"] + ": --sharding-backend deepspeed and its "
+                       "notebook 10 rows are skipped (pip install 'labkit[deepspeed]').")
+        if imports.get("horovod.torch", "imports") != "imports":
+            out.append("Horovod " + imports["horovod.torch"] + ": the course teaches its ring "
+                       "all-reduce through DDP and torchrun instead (notebook 02 says why).")
         if self.cloud.ready:
             out.append(f"Google Cloud configured (project {self.cloud.project}, region "
                        f"{self.cloud.region}): cloud cells can submit real Vertex jobs.")
@@ -81,6 +112,8 @@ class DoctorReport:
         if not d.gpus:
             lines.append("gpu         none")
         lines.append(f"tpu         {d.tpu or 'none'}")
+        for module, status in (self.imports or {}).items():
+            lines.append(f"{'import ' + module:<11} {status}")
         c = self.cloud
         lines.append(f"gcp         project={c.project or '-'} region={c.region or '-'} "
                      f"bucket={c.bucket or '-'} credentials={c.credentials or '-'}"
@@ -97,4 +130,5 @@ def collect() -> DoctorReport:
         frameworks=Frameworks.detect(),
         devices=devices.detect(),
         cloud=gcp.detect(),
+        imports={m: import_check(m) for m in _IMPORT_CHECKS},
     )

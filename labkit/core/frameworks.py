@@ -13,11 +13,13 @@ _INSTALL_HINT = {
     "torch": "pip install 'labkit[torch]'",
     "tensorflow": "pip install 'labkit[tf]'",
     "google.cloud.aiplatform": "pip install 'labkit[vertex]'",
+    "deepspeed": "pip install 'labkit[deepspeed]'",
 }
 _DISPLAY_NAME = {
     "torch": "PyTorch",
     "tensorflow": "TensorFlow",
     "google.cloud.aiplatform": "google-cloud-aiplatform",
+    "deepspeed": "DeepSpeed",
 }
 
 

@@ -28,6 +28,7 @@ from labkit.core.config import (
 )
 from labkit.core.gcs import aip_mount_paths
 from labkit.core.models import MODEL_NAMES
+from labkit.core.parallelism import Layout, check_config
 
 FRAMEWORKS = ("torch", "tf")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
@@ -35,6 +36,12 @@ DEVICES = ("auto", "cpu", "cuda")
 # torch.compile's modes, and "tuned": CUDA graphs plus coordinate-descent tuning of the generated
 # Triton kernels, without max-autotune's matmul search (which takes minutes and rarely beats cuBLAS).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune", "tuned")
+# How several processes split the work (labkit.torch.parallel): data parallel (DDP), ZeRO stages
+# 1-3, tensor parallel, pipeline parallel. Degrees and schedules: labkit.core.parallelism.
+PARALLEL_MODES = ("ddp", "zero1", "zero2", "zero3", "tp", "pp")
+SHARDING_BACKENDS = ("torch", "deepspeed")
+PIPELINE_SCHEDULES = ("gpipe", "1f1b")
+GRAD_COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM, what a process killed by SIGTERM reports
 
 
@@ -119,6 +126,25 @@ class TrainConfig:
                                   "checkpoint, exit 143")
     device: str = _opt("auto", "auto: CUDA when available, else CPU", DEVICES)
     progress: bool = _opt(True, "progress bar on rank 0")
+    # Several processes (torch): how they split the model and the work.
+    parallel: str = _opt("ddp", "how processes split the work: ddp (replicas), zero1 (optimizer "
+                         "state sharded), zero2 (+ gradients), zero3 (+ parameters), tp (tensor "
+                         "parallel), pp (pipeline parallel)", PARALLEL_MODES)
+    sharding_backend: str = _opt("torch", "zero1-3 through torch (ZeroRedundancyOptimizer, labkit's "
+                                 "ZeRO-2, FSDP2) or deepspeed (deepspeed.initialize)",
+                                 SHARDING_BACKENDS)
+    reshard_after_forward: bool = _opt(True, "zero3 (torch): free the gathered parameters after "
+                                       "each block's forward and gather them again for backward "
+                                       "(less memory, one more all-gather)")
+    tp_degree: int | None = _opt(None, "tp: processes per tensor-parallel group (default: all; the "
+                                 "rest data-parallel)")
+    pp_degree: int | None = _opt(None, "pp: pipeline stages (default: all processes; the rest "
+                                 "data-parallel)")
+    microbatches: int = _opt(4, "pp: micro-batches per replica batch")
+    pp_schedule: str = _opt("1f1b", "pp: pipeline schedule", PIPELINE_SCHEDULES)
+    grad_compression: str = _opt("none", "ddp: compress the gradient all-reduce (torch comm hooks)",
+                                 GRAD_COMPRESSIONS)
+    powersgd_rank: int = _opt(1, "--grad-compression powersgd: rank of the low-rank approximation")
 
     def __post_init__(self) -> None:
         check_choice("framework", self.framework, FRAMEWORKS)
@@ -155,6 +181,19 @@ class TrainConfig:
         check_int("preempt_at", self.preempt_at, minimum=0, allow_none=True)
         check_choice("device", self.device, DEVICES)
         check_bool("progress", self.progress)
+        self._check_parallel()
+
+    def _check_parallel(self) -> None:
+        check_choice("parallel", self.parallel, PARALLEL_MODES)
+        check_choice("sharding_backend", self.sharding_backend, SHARDING_BACKENDS)
+        check_bool("reshard_after_forward", self.reshard_after_forward)
+        check_int("tp_degree", self.tp_degree, minimum=1, allow_none=True)
+        check_int("pp_degree", self.pp_degree, minimum=1, allow_none=True)
+        check_int("microbatches", self.microbatches, minimum=1)
+        check_choice("pp_schedule", self.pp_schedule, PIPELINE_SCHEDULES)
+        check_choice("grad_compression", self.grad_compression, GRAD_COMPRESSIONS)
+        check_int("powersgd_rank", self.powersgd_rank, minimum=1)
+        check_config(self)
 
     def check_world_size(self, world_size: int) -> None:
         """Refuse settings that need a single process, for a run of `world_size` replicas (the
@@ -163,6 +202,7 @@ class TrainConfig:
             raise ParameterError("cuda_graph_step", True,
                                  f"needs a single process (got {world_size}): DDP's gradient all-reduce "
                                  f"is driven from the host, outside any graph")
+        Layout.of(self, world_size)  # degrees divide the processes, batches divide evenly
 
     def peak_lr(self, replicas: int) -> float:
         """The LR after warm-up for a run of `replicas` data-parallel replicas: `lr`, times the

@@ -28,6 +28,10 @@ RECIPE_DIR = Path(__file__).resolve().parents[1] / "recipes"
 TRAINING_RECIPES = {
     "ddp": ("torch", "torchrun"),
     "fsdp": ("torch", "torchrun"),
+    "zero": ("torch", "torchrun"),
+    "deepspeed_zero": ("torch", "torchrun"),
+    "tensor_parallel": ("torch", "torchrun"),
+    "pipeline": ("torch", "torchrun"),
     "mixed_precision": ("torch", None),
     "preemptible": ("torch", None),
     "profile": ("torch", None),
@@ -189,7 +193,7 @@ def engine_losses(name: str, argv: list[str], nproc: int = 1) -> tuple[list[floa
     from labkit.train import run_replicas, run_training
 
     framework = TRAINING_RECIPES[name][0]
-    config = replace(engine_config_from_argv(argv, framework), checkpoint_dir=None,
+    config = replace(engine_config_from_argv(argv, framework, recipe=name), checkpoint_dir=None,
                      checkpoint_every=0, preempt_at=None, metrics_out=None)
     log = run_replicas(config, nproc) if nproc > 1 else run_training(config)
     return log.losses, config.precision

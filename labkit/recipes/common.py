@@ -65,16 +65,34 @@ def engine_config(args: argparse.Namespace, framework: str = "torch") -> TrainCo
     return TrainConfig(framework=framework, progress=False, **values)
 
 
-def engine_config_from_argv(argv: list[str], framework: str = "torch") -> TrainConfig:
-    """The `labkit train` settings of a recipe command line (its own extra flags ignored)."""
+def engine_config_from_argv(argv: list[str], framework: str = "torch",
+                            recipe: str | None = None) -> TrainConfig:
+    """The `labkit train` settings of a recipe command line (its own extra flags ignored). For
+    the parallelism recipes (`recipe` zero, deepspeed_zero, tensor_parallel, pipeline) the run
+    uses the same `--parallel` mode, degrees and schedule."""
+    import argparse
+    from dataclasses import replace
+
     p = parser("recipe flags")
     p.add_argument("--precision", default=TrainConfig.precision)
     p.add_argument("--grad-accum", type=int, default=TrainConfig.grad_accum)
     p.add_argument("--checkpoint-dir", default=None)
     p.add_argument("--checkpoint-every", type=int, default=TrainConfig.checkpoint_every)
     p.add_argument("--preempt-at", type=int, default=None)
+    p.add_argument("--stage", type=int, default=1)
+    p.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--tp-degree", type=int, default=None)
+    p.add_argument("--microbatches", type=int, default=TrainConfig.microbatches)
+    p.add_argument("--schedule", default=TrainConfig.pp_schedule)
     args, _ = p.parse_known_args(argv)
-    return engine_config(args, framework)
+    config = engine_config(args, framework)
+    parallel = {
+        "zero": {"parallel": f"zero{args.stage}", "reshard_after_forward": args.reshard_after_forward},
+        "deepspeed_zero": {"parallel": f"zero{args.stage}", "sharding_backend": "deepspeed"},
+        "tensor_parallel": {"parallel": "tp", "tp_degree": args.tp_degree},
+        "pipeline": {"parallel": "pp", "microbatches": args.microbatches, "pp_schedule": args.schedule},
+    }.get(recipe or "", {})
+    return replace(config, **parallel) if parallel else config
 
 
 def model_config(args: argparse.Namespace) -> ModelConfig:
@@ -175,6 +193,21 @@ def adamw(model, args: argparse.Namespace):
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0)
     return optimizer, scheduler
+
+
+def leave_worker() -> None:
+    """End a torchrun worker after `main()` returned (its files written, its group destroyed).
+    torch keeps gloo's worker threads alive past `destroy_process_group`; one that frees its last
+    finished collective while Python shuts down aborts the process ("terminate called without
+    an active exception") after a successful run. A worker of several therefore leaves at once,
+    output flushed, without finalizing Python; a lone process exits normally."""
+    import os
+    import sys
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 # ---------------------------------------------------------------- TensorFlow

@@ -58,3 +58,30 @@ class StepAgreement:
             return out[:n].view_as(grads)
 
         return fut.then(unpack)
+
+    def around(self, inner):
+        """A hook that reduces the gradients with `inner` (a compression hook, called with the
+        state registered beside this hook) and, on the last bucket, all-reduces the offered loss
+        and stop flag in fp32 once the inner hook's collectives are done: a compressed bucket
+        cannot carry them exactly, and a hook such as PowerSGD starts its later collectives from
+        callbacks, so only a collective started after them is issued in the same order on
+        every replica."""
+
+        def hook(state, bucket):
+            fut = inner(state, bucket)
+            extra = self._offer if bucket.is_last() else None
+            if extra is None:
+                return fut
+            self._offer = None
+            group = getattr(state, "process_group", None) or dist.group.WORLD
+            self._world = dist.get_world_size(group)
+
+            def agree(f: torch.futures.Future) -> torch.Tensor:
+                grads = f.value()
+                dist.all_reduce(extra, group=group)
+                self._result = extra
+                return grads
+
+            return fut.then(agree)
+
+        return hook

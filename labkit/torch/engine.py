@@ -6,7 +6,14 @@ bf16, fp16 + GradScaler), channels_last, torch.compile (model and loss; `compile
 graphs and kernel tuning), the whole step as one CUDA graph (`cuda_graph_step`), the fp8 output
 head for GPT, fused AdamW (CUDA), accumulation with
 `no_sync` on all but the last micro-step, clipping, activation checkpointing, LR warm-up and
-world-size scaling, DDP (gloo on CPU, nccl on CUDA).
+world-size scaling, DDP (gloo on CPU, nccl on CUDA) with optional gradient compression
+(`labkit.torch.compression`), and the other `--parallel` modes (ZeRO 1-3, tensor and pipeline
+parallelism, DeepSpeed: `labkit.torch.parallel`), whose step is their strategy's. With several
+processes the metrics `run` section records `parallel`, `memory_per_rank` (bytes of parameters,
+gradients at the update and optimizer state this rank held) and `comm_bytes_per_step` (bytes it
+sent, counted from its collectives on two steps: `labkit.torch.comm_count`). DDP checkpoints are
+gathered (rank 0 writes model and optimizer); every other mode's are sharded (each rank writes
+what it holds: `labkit.torch.state.ShardedSaver`).
 
 The loop itself (step cadence, the preemption drill, checkpoint cadence, metrics, TensorBoard,
 progress, the non-finite loss check) is `labkit.core.loop`, shared with the TF engine; this
@@ -27,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import resource
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.distributed as dist
@@ -40,14 +47,17 @@ from labkit.core.config import ParameterError, resolve_scale
 from labkit.core.loop import StepCallback
 from labkit.core.metrics import MetricsLog
 from labkit.core.models import GPTConfig, ModelConfig, build_config, flops_per_sample
+from labkit.core.parallelism import Layout, pipeline_bubble
 from labkit.core.schedule import WarmupThenConstant
 from labkit.core.train_config import Preempted, TrainConfig, with_vertex_dirs
-from labkit.torch import distributed, fp8, peak, state
+from labkit.torch import compression, distributed, fp8, peak, state
 from labkit.torch.agreement import StepAgreement
+from labkit.torch.comm_count import CommCounter
 from labkit.torch.data import DataPosition, ResumableLoader, make_dataset, to_float_images
 from labkit.torch.models import build_model, count_parameters
 from labkit.torch.precision import PrecisionPolicy, apply_matmul_precision
 from labkit.torch.step_graph import StepGraph
+from labkit.torch.strategy import Strategy, held_bytes
 
 
 def resolve_device(choice: str, info: distributed.DistInfo) -> torch.device:
@@ -88,6 +98,11 @@ class Components:
     agreement: StepAgreement | None = None
     # `cuda_graph_step`: the optimizer step, replayed as one CUDA graph (set by `build`)
     step_graph: StepGraph | None = None
+    # --parallel other than ddp: the mode's model, optimizer, step and sharded state
+    strategy: Strategy | None = None
+    layout: Layout = field(default_factory=Layout)
+    # bytes of parameters, gradients and optimizer state this rank held at its last update
+    held: dict[str, int] | None = None
 
 
 def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
@@ -102,9 +117,11 @@ def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
     if config.cuda_graph_step and device.type != "cuda":
         raise ParameterError("cuda_graph_step", True, f"needs a CUDA GPU (this run is on {device.type})")
     config.check_world_size(info.world_size)
+    layout = Layout.of(config, info.world_size)
     policy = PrecisionPolicy.for_mode(config.precision, device.type)
     apply_matmul_precision(policy)
     model_config = model_config or build_config(config.model, resolve_scale(config.scale))
+    layout.check_model(model_config)
     torch.manual_seed(config.seed)  # same initial weights on every replica and every run
     model = build_model(model_config, activation_checkpointing=config.activation_checkpointing)
     model = model.to(device)
@@ -112,13 +129,19 @@ def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
         model.fp8_head = True  # GPT: output projection + loss in one fp8 function
     if config.channels_last and not isinstance(model_config, GPTConfig):
         model = model.to(memory_format=torch.channels_last)
+    if layout.mode not in ("ddp", "zero1") or config.sharding_backend == "deepspeed":
+        return _build_sharded(config, info, device, model_config, model, policy, layout)
     forward_model: nn.Module = model
     agreement = None
     if info.distributed:
         forward_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
                             gradient_as_bucket_view=True)
         agreement = StepAgreement()
-        forward_model.register_comm_hook(None, agreement.hook)
+        if config.grad_compression == "none":
+            forward_model.register_comm_hook(None, agreement.hook)
+        else:  # the compression hook reduces the gradients; the agreement rides on the last bucket
+            inner, state_ = compression.hook(config.grad_compression, config.powersgd_rank)
+            forward_model.register_comm_hook(state_, agreement.around(inner))
     loss_of_logits: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = loss_fn
     if config.compile:
         # The loss is compiled too: eager, the cross-entropy over GPT-2's 50304-wide logits
@@ -127,13 +150,18 @@ def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
         cudagraphs = not config.cuda_graph_step
         forward_model = compile_(forward_model, config.compile_mode, cudagraphs)
         loss_of_logits = compile_(loss_fn, config.compile_mode, cudagraphs)
-    lr = config.peak_lr(info.world_size)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
+    lr = config.peak_lr(layout.dp)
+    groups = _param_groups(model)
     fused = device.type == "cuda"
-    optimizer = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), fused=fused or None,
-                                  foreach=None if fused else True)
+    chosen = None
+    if layout.mode == "zero1":
+        from labkit.torch.parallel import Zero1
+
+        optimizer = Zero1.optimizer_for(groups, lr, foreach=not fused)
+        chosen = Zero1(layout, info.rank, model, optimizer)
+    else:
+        optimizer = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), fused=fused or None,
+                                      foreach=None if fused else True)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupThenConstant(config.warmup_steps))
     if config.fp8_head:
         def compute_loss(x, y):
@@ -145,11 +173,42 @@ def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
                    device, info, model_config, compute_loss,
                    cuda_graphs=(config.compile and device.type == "cuda" and not config.cuda_graph_step
                                 and uses_cuda_graphs(config.compile_mode)),
-                   agreement=agreement)
+                   agreement=agreement, strategy=chosen, layout=layout)
     if config.cuda_graph_step:
         c.step_graph = StepGraph(lambda batches, grad_clip: _update(c, batches, grad_clip, graphed=True)[0],
                                  optimizer, device)
     return c
+
+
+def _param_groups(model: nn.Module) -> list[dict]:
+    """AdamW's groups: weight decay on matrices and embeddings, not on biases and norm scales."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def _build_sharded(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
+                   model_config: ModelConfig, model: nn.Module, policy: PrecisionPolicy,
+                   layout: Layout) -> Components:
+    """Components of a run whose step is its strategy's (zero2, zero3, tp, pp; any DeepSpeed stage)."""
+    lr = config.peak_lr(layout.dp)
+    if config.sharding_backend == "deepspeed":
+        from labkit.torch.deepspeed_zero import DeepSpeedZero
+
+        strategy: Strategy = DeepSpeedZero(config, layout, info.rank, model,
+                                                    _param_groups(model), lr)
+    else:
+        from labkit.torch.parallel import setup
+
+        strategy = setup(config, layout, info.rank, model, _param_groups(model), lr, device)
+    forward_model = strategy.model
+
+    def compute_loss(x, y):
+        return loss_fn(forward_model(x), y)
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(strategy.optimizer, WarmupThenConstant(config.warmup_steps))
+    return Components(strategy.model, forward_model, strategy.optimizer, scheduler, policy.make_scaler(),
+                      policy, device, info, model_config, compute_loss, strategy=strategy, layout=layout)
 
 
 def compile_options(mode: str, cudagraphs: bool = True) -> dict[str, bool]:
@@ -199,7 +258,14 @@ def train_step(c: Components, micro_batches, grad_clip: float | None,
     if c.step_graph is not None:
         total, skipped = c.step_graph(micro_batches, grad_clip), None  # it zeroes gradients as it needs
     else:
-        total, skipped = _update(c, micro_batches, grad_clip, stop_requested)
+        if c.strategy is not None and c.strategy.step_fn is not None:
+            total, skipped = c.strategy.step_fn(c.compute_loss, micro_batches, grad_clip,
+                                                c.policy.autocast), None
+        else:
+            total, skipped = _update(c, micro_batches, grad_clip, stop_requested)
+        if c.info.distributed:  # what this rank holds, gradients included, before they are freed
+            c.held = c.strategy.held_bytes() if c.strategy is not None else \
+                held_bytes(c.model, c.optimizer)
         c.optimizer.zero_grad(set_to_none=True)
     with _quiet_scheduler_warning():
         c.scheduler.step()
@@ -296,14 +362,18 @@ def fit(config: TrainConfig, *, on_step: StepCallback | None = None,
 
 def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
          on_step: StepCallback | None, read_loss_late: bool | None) -> MetricsLog:
-    micro = micro_batch_size(config, info.world_size)
     c = build(config, info, device)
+    data_rank, data_world = ((c.strategy.data_rank, c.strategy.data_world) if c.strategy is not None
+                             else (info.rank, info.world_size))
+    micro = micro_batch_size(config, data_world)
     start, position = 0, DataPosition()
+    sharded = c.strategy is not None
     if config.checkpoint_dir:
-        start, position = state.restore(config.checkpoint_dir, c, info) or (start, position)
+        restore = state.restore_sharded if sharded else state.restore
+        start, position = restore(config.checkpoint_dir, c, info) or (start, position)
     dataset = make_dataset(c.model_config, config.num_samples_or_default(), config.seed,
                            config.input_latency_ms / 1000.0)
-    loader = ResumableLoader(dataset, micro, world_size=info.world_size, rank=info.rank,
+    loader = ResumableLoader(dataset, micro, world_size=data_world, rank=data_rank,
                              seed=config.seed, num_workers=config.num_workers,
                              pin_memory=config.pin_memory and device.type == "cuda", position=position)
     throughput = loop.Throughput(
@@ -315,47 +385,139 @@ def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
                           "parameters": count_parameters(c.model),
                           "flops_per_sample": throughput.flops_per_sample,
                           "peak_flops": throughput.peak_flops,
-                          "mfu_peak": peak.describe(device, c.policy.peak_dtype)})
-    saver = state.Saver(config.checkpoint_dir, info) if config.checkpoint_dir else None
+                          "mfu_peak": peak.describe(device, c.policy.peak_dtype),
+                          "parallel": _parallel_info(config, c.layout)})
+    saver_class = state.ShardedSaver if sharded else state.Saver
+    saver = saver_class(config.checkpoint_dir, info) if config.checkpoint_dir else None
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     # On a single GPU the loss of step i is read after step i+1 is queued, so the host never
     # waits for the device between steps; elsewhere it is read at once.
     late = (device.type == "cuda" if read_loss_late is None else read_loss_late) and not info.distributed
     role = loop.ProcessRole(info.is_main, info.world_size, config.metrics_out if info.is_main else None)
-    return loop.run(config, _loop_engine(config, c, loader, saver), log, start=start, role=role,
+    return loop.run(config, _loop_engine(config, c, loader, saver, start), log, start=start, role=role,
                     throughput=throughput, on_step=on_step, read_loss_late=late)
 
 
+def _parallel_info(config: TrainConfig, layout: Layout) -> dict:
+    """The metrics `run` section's description of how the processes split the work."""
+    out = {"mode": layout.mode, "dp": layout.dp, "tp": layout.tp, "pp": layout.pp}
+    if layout.mode in ("zero1", "zero2", "zero3"):
+        out["sharding_backend"] = config.sharding_backend
+    if layout.mode == "zero3":
+        out["reshard_after_forward"] = config.reshard_after_forward
+    if layout.mode == "pp":
+        out.update(microbatches=layout.microbatches, schedule=config.pp_schedule)
+    if layout.mode == "ddp":
+        out["grad_compression"] = config.grad_compression
+        if config.grad_compression == "powersgd":
+            out["powersgd_rank"] = config.powersgd_rank
+    return out
+
+
+class _StepComm:
+    """Bytes this rank sends per step (its collectives counted while the step runs and its loss
+    is agreed), and for a pipeline the share of each step's schedule its stage sat idle.
+
+    Counting sees every operation of the step in Python (a dispatch mode), which slows a small
+    CPU step by a third or more: only steps `counted` (indices within this run, default the
+    third and fourth, past warm-ups such as PowerSGD's) are counted, so the others keep their
+    true step time."""
+
+    def __init__(self, c: Components, run_steps: int, start: int = 0):
+        self.c = c
+        self.counter = CommCounter() if c.info.distributed else None
+        self.counted = {min(2, run_steps - 1), min(3, run_steps - 1)}
+        self.first_step = start
+        self.calls = 0
+        self.sent: list[float] = []
+        self.ops: dict | None = None
+        self.bubbles: list[float] = []
+        self._pipeline = c.strategy if hasattr(c.strategy, "busy_s") else None
+        self._before = (0.0, 0.0)
+
+    def counting(self):
+        """The context a step's collectives run in (the counter, on counted steps)."""
+        counted = self.counter is not None and self.calls in self.counted
+        return self.counter if counted else contextlib.nullcontext()
+
+    def start(self):
+        if self._pipeline is not None:
+            self._before = (self._pipeline.busy_s, self._pipeline.schedule_s)
+        return self.counting()
+
+    def finish(self) -> None:
+        if self.counter is not None and self.calls in self.counted:
+            tally = self.counter.reset()
+            self.sent.append(tally.sent)
+            self.ops = tally.as_dict()
+        self.calls += 1
+        if self._pipeline is not None:
+            busy = self._pipeline.busy_s - self._before[0]
+            ran = self._pipeline.schedule_s - self._before[1]
+            self.bubbles.append(1.0 - busy / ran if ran > 0 else 0.0)
+
+    def run_info(self) -> dict:
+        """The metrics `run` entries: rank 0's, and every rank's (gathered: all ranks call this)."""
+        import statistics
+
+        c = self.c
+        if not c.info.distributed:
+            return {}
+        mine = {"memory": c.held, "comm_bytes_per_step": statistics.median(self.sent) if self.sent else None,
+                "counted": sorted(self.first_step + i for i in self.counted if 0 <= i < self.calls),
+                "comm_ops_last_step": self.ops,
+                "bubble": statistics.median(self.bubbles[1:] or self.bubbles) if self.bubbles else None}
+        everyone: list = [None] * c.info.world_size
+        dist.all_gather_object(everyone, mine)
+        out = {"memory_per_rank": mine["memory"], "comm_bytes_per_step": mine["comm_bytes_per_step"],
+               "comm_ops_last_step": mine["comm_ops_last_step"],
+               "comm_counted_steps": mine["counted"],
+               "memory_by_rank": [e["memory"] for e in everyone],
+               "comm_bytes_by_rank": [e["comm_bytes_per_step"] for e in everyone]}
+        if c.layout.mode == "pp":
+            out["pipeline_bubble"] = {"measured_by_rank": [e["bubble"] for e in everyone],
+                                      "theory": pipeline_bubble(c.layout.pp, c.layout.microbatches)}
+        return out
+
+
 def _loop_engine(config: TrainConfig, c: Components, loader: ResumableLoader,
-                 saver: state.Saver | None) -> loop.Engine:
+                 saver: state.Saver | state.ShardedSaver | None, start: int = 0) -> loop.Engine:
     """This run's steps as the shared loop drives them (`labkit.core.loop.Engine`)."""
+    comm = _StepComm(c, config.steps - start, start)
 
     def next_batch() -> list:
         return [to_device(next(loader), c, config.channels_last) for _ in range(config.grad_accum)]
 
     def run_step(batches: list, stop_requested: bool) -> tuple:
-        return (*train_step(c, batches, config.grad_clip, stop_requested), stop_requested)
+        with comm.start():
+            return (*train_step(c, batches, config.grad_clip, stop_requested), stop_requested)
 
     def read_step(handle: tuple) -> loop.StepOutcome:
         loss, skipped, stop_requested = handle
-        loss_value, stop = _agree(loss, stop_requested, c.info, c.agreement)
+        with comm.counting():
+            loss_value, stop = _agree(loss, stop_requested, c.info, c.agreement, c.strategy)
+        comm.finish()
         return loop.StepOutcome(loss_value, stop, bool(skipped.item()) if skipped is not None else False)
 
     checkpoints = {} if saver is None else {
         "save": lambda step, wait: saver.save(c, step, loader.position, wait=wait),
         "wait_for_saves": saver.wait}
     return loop.Engine(next_batch, run_step, read_step, lambda step: scheduled_lr(c),
-                       peak_memory=lambda: _peak_memory(c.device), **checkpoints)
+                       peak_memory=lambda: _peak_memory(c.device), final_run_info=comm.run_info,
+                       **checkpoints)
 
 
 def _agree(loss: torch.Tensor, stop: bool, info: distributed.DistInfo,
-           agreement: StepAgreement | None = None) -> tuple[float, bool]:
+           agreement: StepAgreement | None = None,
+           strategy: Strategy | None = None) -> tuple[float, bool]:
     """Mean loss over replicas and whether any replica was asked to stop (every replica must
     checkpoint and leave at the same step): what the step's gradient all-reduce carried, else
-    one all-reduce of its own."""
+    one all-reduce of its own (the strategy's, which knows which ranks hold a loss)."""
     if not info.distributed:
         return float(loss.item()), stop
+    if strategy is not None and strategy.step_fn is not None:
+        return strategy.agree(loss, stop)
     agreed = agreement.take() if agreement is not None else None
     if agreed is not None:
         return agreed

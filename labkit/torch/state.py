@@ -216,3 +216,90 @@ def restore(directory: str, c: TrainingState, info: DistInfo) -> tuple[int, Data
                       checkpoint.CheckpointWarning, stacklevel=2)
     pos = train["data_position"]
     return int(train["next_step"]), DataPosition(int(pos["epoch"]), int(pos["batch"]))
+
+
+# ---------------------------------------------------------------- sharded state (parallel modes)
+#
+# Under --parallel zero1/zero2/zero3/tp/pp (and DeepSpeed) every rank writes one blob,
+# `rank{r}.pt`: the parameters and optimizer state it holds (its shards; replicated parts as
+# they are), the LR schedule, the next step, the data position and its RNG state. Nothing is
+# gathered, so no rank ever holds the whole model state; a resumed run must use the same layout
+# (mode and degrees), which the marker records and `restore_sharded` checks.
+
+
+class ShardedState(Protocol):
+    """What a sharded checkpoint reads (`labkit.torch.engine.Components` with a strategy)."""
+
+    strategy: Any
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+
+
+def _layout_meta(c: ShardedState) -> dict[str, Any]:
+    layout = c.strategy.layout
+    return {"mode": layout.mode, "world": layout.world, "tp": layout.tp, "pp": layout.pp}
+
+
+def sharded_blobs(c: ShardedState, info: DistInfo, step: int, position: DataPosition) -> dict[str, bytes]:
+    """This rank's one blob for the state after `step`."""
+    obj = {"local": c.strategy.local_state(), "scheduler": c.scheduler.state_dict(),
+           "next_step": step + 1, "data_position": {"epoch": position.epoch, "batch": position.batch},
+           "rng": rng_state()}
+    return {f"rank{info.rank}.pt": to_bytes(obj)}
+
+
+class ShardedSaver:
+    """Checkpoints of a parallel run: each rank writes its blob, rank 0 commits once all are
+    written (synchronously: committing needs every rank). Same interface as `Saver`."""
+
+    def __init__(self, directory: str, info: DistInfo):
+        self.directory = directory
+        self.info = info
+
+    def save(self, c: ShardedState, step: int, position: DataPosition, *, wait: bool = False) -> None:
+        blobs = sharded_blobs(c, self.info, step, position)
+        entries: dict[str, Any] = {name: checkpoint.write_blob(self.directory, step, name, data)
+                                   for name, data in blobs.items()}
+        gathered: list[dict[str, Any]] = [{} for _ in range(self.info.world_size)]
+        dist.all_gather_object(gathered, entries)  # also a barrier: every blob is written
+        if self.info.is_main:
+            merged = {k: v for part in gathered for k, v in part.items()}
+            checkpoint.commit(self.directory, step, merged,
+                              {"world_size": self.info.world_size, "framework": "torch",
+                               "sharded": True, "layout": _layout_meta(c)})
+        dist.barrier()
+
+    @property
+    def in_flight(self) -> bool:
+        return False
+
+    def wait(self) -> None:
+        return None
+
+
+class LayoutMismatch(ValueError):
+    """A sharded checkpoint was written by a run of another parallel layout."""
+
+
+def restore_sharded(directory: str, c: ShardedState, info: DistInfo) -> tuple[int, DataPosition] | None:
+    """Load this rank's blob of the newest committed step into `c`; returns (next step, data
+    position), or None when there is none. Raises `LayoutMismatch` naming both layouts when the
+    checkpoint was written by another mode or other degrees."""
+    expected = _layout_meta(c)
+
+    def decode(ckpt: checkpoint.Checkpoint) -> Any:
+        saved = ckpt.meta.get("layout")
+        if not ckpt.meta.get("sharded") or saved != expected:
+            raise LayoutMismatch(f"checkpoint_dir: step {ckpt.step} in {directory} was written with "
+                                 f"layout {saved or 'unsharded (ddp)'}, this run is {expected}")
+        return from_bytes(ckpt.files[f"rank{info.rank}.pt"])
+
+    # A layout mismatch (a ValueError) is raised, not skipped like a blob that does not decode.
+    errors = tuple(e for e in _DECODE_ERRORS if e is not ValueError)
+    found = checkpoint.restore(directory, decode, errors)
+    if found is None:
+        return None
+    c.strategy.load_local_state(found["local"])
+    c.scheduler.load_state_dict(found["scheduler"])
+    set_rng_state(found["rng"])
+    pos = found["data_position"]
+    return int(found["next_step"]), DataPosition(int(pos["epoch"]), int(pos["batch"]))

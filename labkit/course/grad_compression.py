@@ -1,0 +1,116 @@
+"""Notebook 06's gradient compression: what DDP's fp16, bf16 and PowerSGD communication hooks
+save in bytes, what they cost in compute and in loss, and the interconnect bandwidth below which
+they pay off.
+
+`compare(base, nproc)` trains `base` once per hook (`labkit train --grad-compression ...` on
+`nproc` local processes) and reads back the bytes each rank sent per step (counted from the
+collectives) and the losses. `compression_cost(base)` times the hooks' arithmetic on tensors
+shaped like the model's gradients (interleaved repeats). Compression pays when the seconds the
+saved bytes take on the link exceed that cost: break-even bandwidth = saved bytes / cost.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from labkit.core.train_config import TrainConfig
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One `--grad-compression` setting."""
+
+    kind: str = "none"
+    rank: int = 1
+
+    @property
+    def label(self) -> str:
+        return f"powersgd r={self.rank}" if self.kind == "powersgd" else self.kind
+
+
+HOOKS = (Hook("none"), Hook("fp16"), Hook("bf16"), Hook("powersgd", 1), Hook("powersgd", 4))
+
+
+def compare(base: TrainConfig, nproc: int = 2, hooks: tuple[Hook, ...] = HOOKS) -> list[dict[str, Any]]:
+    """One run per hook: bytes each rank sent per step (the busiest rank), final loss, and the
+    largest gap from the uncompressed run's per-step losses."""
+    from labkit.train import run_replicas
+
+    out = []
+    for h in hooks:
+        log = run_replicas(replace(base, grad_compression=h.kind, powersgd_rank=h.rank), nproc)
+        sent = [b for b in log.run.get("comm_bytes_by_rank") or [] if b is not None]
+        out.append({"hook": h.label, "sent_KiB_per_step": max(sent) / 1024 if sent else None,
+                    "losses": log.losses, "final_loss": log.losses[-1]})
+    plain = out[0]["losses"]
+    for row in out:
+        row["vs_none"] = row["sent_KiB_per_step"] / out[0]["sent_KiB_per_step"]
+        row["max_loss_gap"] = max(abs(a - b) for a, b in zip(row["losses"], plain, strict=True))
+    return out
+
+
+def compression_cost(base: TrainConfig, hooks: tuple[Hook, ...] = HOOKS, *, repeats: int = 5,
+                     iterations: int = 20) -> dict[str, dict[str, float]]:
+    """Milliseconds per step of each hook's arithmetic on tensors shaped like the model's
+    gradients, timed on their own (a whole backward pass varies more than the hooks cost):
+    fp16/bf16 cast the flat gradients down and back; PowerSGD of rank r runs, per matrix M,
+    P = M·Q, orthogonalises P, Q = Mᵀ·P, rebuilds P·Qᵀ and keeps the error for the next step.
+    Median and spread over `repeats` interleaved repeats of `iterations` steps."""
+    import torch
+
+    from labkit.core.config import resolve_scale
+    from labkit.core.models import build_config
+    from labkit.torch.models import build_model
+
+    torch.manual_seed(base.seed)
+    grads = [torch.randn_like(p) for p in build_model(build_config(base.model, resolve_scale(base.scale))).parameters()]
+    matrices = [g.reshape(g.shape[0], -1) for g in grads if g.dim() >= 2]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+
+    def cast(dtype):
+        def run() -> None:
+            flat.copy_(flat.to(dtype).div_(2).to(torch.float32))
+        return run
+
+    def powersgd(rank: int):
+        qs = [torch.randn(m.shape[1], min(rank, *m.shape)) for m in matrices]
+
+        def run() -> None:
+            for m, q in zip(matrices, qs, strict=True):
+                p, _ = torch.linalg.qr(m @ q)
+                q.copy_(m.T @ p)
+                error = m - p @ q.T  # error feedback, added to the next step's gradient
+                del error
+        return run
+
+    work = {h: (lambda: None) if h.kind == "none" else cast(torch.float16) if h.kind == "fp16"
+            else cast(torch.bfloat16) if h.kind == "bf16" else powersgd(h.rank) for h in hooks}
+    samples: dict[Hook, list[float]] = {h: [] for h in hooks}
+    for _ in range(repeats):
+        for h, run in work.items():
+            start = time.perf_counter()
+            for _ in range(iterations):
+                run()
+            samples[h].append((time.perf_counter() - start) / iterations)
+    return {h.label: {"cost_ms": 1000 * statistics.median(s), "spread_ms": 1000 * (max(s) - min(s))}
+            for h, s in samples.items()}
+
+
+def break_even(rows: list[dict[str, Any]], costs: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    """Per hook: bytes saved per step, its measured cost, and the bandwidth below which the
+    saved bytes take longer to send than the hook takes to compute (None when it saved nothing
+    or cost nothing measurable)."""
+    plain = rows[0]["sent_KiB_per_step"] * 1024
+    out = []
+    for row in rows[1:]:
+        saved = plain - row["sent_KiB_per_step"] * 1024
+        cost = costs[row["hook"]]
+        measurable = cost["cost_ms"] > 0
+        out.append({"hook": row["hook"], "saved_KiB_per_step": saved / 1024,
+                    "cost_ms_per_step": cost["cost_ms"], "spread_ms": cost["spread_ms"],
+                    "break_even_MB_per_s": saved / (cost["cost_ms"] / 1000) / 1e6 if measurable and saved > 0 else None,
+                    "max_loss_gap": row["max_loss_gap"]})
+    return out

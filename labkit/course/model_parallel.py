@@ -1,0 +1,264 @@
+"""Notebook 10's measurements: one GPT trained in every parallel mode, each on real local
+processes through `labkit train`, beside a single process at the same global batch.
+
+`Mode` names one run (mode, processes, degrees, backend); `run_modes` trains each and returns a
+`ModeResult` per run (per-step losses, what every rank held, bytes it sent per step, step time,
+the pipeline's measured bubble). `mode_table`, `calculator_check` and `bubble_rows` turn them
+into the notebook's tables; the calculator itself is `labkit.core.parallelism`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from labkit.core import parallelism
+from labkit.core.config import resolve_scale
+from labkit.core.models import GPTConfig, build_config
+from labkit.core.train_config import TrainConfig
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One way to train: `parallel` mode on `nproc` processes (degrees and options as the
+    `labkit train` flags of the same names)."""
+
+    parallel: str = "ddp"
+    nproc: int = 2
+    sharding_backend: str = "torch"
+    tp_degree: int | None = None
+    pp_degree: int | None = None
+    microbatches: int = 4
+    pp_schedule: str = "1f1b"
+    reshard_after_forward: bool = True
+    grad_compression: str = "none"
+    powersgd_rank: int = 1
+
+    @property
+    def label(self) -> str:
+        name = self.parallel
+        if self.sharding_backend == "deepspeed":
+            name = f"deepspeed {name}"
+        if self.parallel == "zero3" and not self.reshard_after_forward:
+            name += " (no reshard)"
+        if self.parallel == "pp":
+            name += f" {self.pp_schedule} m={self.microbatches}"
+        if self.grad_compression != "none":
+            name += f" {self.grad_compression}" + (f" r={self.powersgd_rank}" if
+                                                    self.grad_compression == "powersgd" else "")
+        layout = f"{self.nproc}"
+        if self.tp_degree and self.tp_degree < self.nproc:
+            layout = f"{self.nproc // self.tp_degree}×{self.tp_degree}"
+        if self.pp_degree and self.pp_degree < self.nproc:
+            layout = f"{self.nproc // self.pp_degree}×{self.pp_degree}"
+        return f"{name} [{layout}]"
+
+    def config(self, base: TrainConfig) -> TrainConfig:
+        return replace(base, parallel=self.parallel, sharding_backend=self.sharding_backend,
+                       tp_degree=self.tp_degree, pp_degree=self.pp_degree,
+                       microbatches=self.microbatches, pp_schedule=self.pp_schedule,
+                       reshard_after_forward=self.reshard_after_forward,
+                       grad_compression=self.grad_compression, powersgd_rank=self.powersgd_rank)
+
+    def layout(self, base: TrainConfig) -> parallelism.Layout:
+        return parallelism.Layout.of(self.config(base), self.nproc)
+
+
+@dataclass
+class ModeResult:
+    """One run's measurements (from rank 0's metrics file)."""
+
+    mode: Mode
+    losses: list[float]
+    step_times: list[float]
+    run: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def step_time_s(self) -> float:
+        """Median step time past the first step (which builds buckets, exchanges shapes), without
+        the steps whose collectives were counted (counting slows them)."""
+        counted = set(self.run.get("comm_counted_steps") or [])
+        times = [t for i, t in enumerate(self.step_times) if i > 0 and i not in counted]
+        return statistics.median(times or self.step_times)
+
+    @property
+    def memory_by_rank(self) -> list[dict[str, int]]:
+        return self.run.get("memory_by_rank") or [{}]
+
+    def held(self, rank: int | None = None) -> int:
+        """Bytes of parameters + gradients + optimizer state of `rank` (default: the largest)."""
+        totals = [sum(m.values()) for m in self.memory_by_rank if m]
+        return totals[rank] if rank is not None else max(totals)
+
+    @property
+    def comm_bytes_per_step(self) -> float:
+        return max(b for b in self.run.get("comm_bytes_by_rank") or [0.0] if b is not None)
+
+    def loss_gap(self, reference: list[float]) -> float:
+        """Largest relative difference from `reference`'s per-step losses."""
+        return max(abs(a - b) / abs(b) for a, b in zip(self.losses, reference, strict=True))
+
+
+def base_config(scale: str = "smoke", *, steps: int = 8, batch_size: int = 32, seed: int = 0,
+                workdir: str | Path | None = None) -> TrainConfig:
+    """The run every mode repeats: labkit's GPT at `scale`, fp32, on the CPU."""
+    return TrainConfig(model="gpt", scale=resolve_scale(scale), steps=steps, batch_size=batch_size,
+                       seed=seed, device="cpu", progress=False)
+
+
+def run_one(base: TrainConfig, mode: Mode | None, metrics_out: Path) -> ModeResult:
+    """Train `base` in `mode` (None: one process, the reference)."""
+    from labkit.train import run_replicas, run_training
+
+    config = replace(base if mode is None else mode.config(base), metrics_out=str(metrics_out))
+    log = run_training(config) if mode is None else run_replicas(config, mode.nproc)
+    data = log.to_dict()
+    return ModeResult(mode or Mode("single", 1), [s["loss"] for s in data["steps"]],
+                      [s["step_time_s"] for s in data["steps"]], data["run"])
+
+
+def run_modes(base: TrainConfig, modes: list[Mode], workdir: str | Path) -> tuple[ModeResult, list[ModeResult]]:
+    """The single-process reference and one run per mode, in order."""
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    reference = run_one(base, None, workdir / "single.json")
+    results = [run_one(base, m, workdir / f"mode-{i}.json") for i, m in enumerate(modes)]
+    return reference, results
+
+
+def mode_table(reference: ModeResult, results: list[ModeResult]) -> list[dict[str, Any]]:
+    """Per run: memory held by the largest rank and its ratio to DDP's, bytes sent per step and
+    their ratio to DDP's, median step time and its ratio to DDP's (same process count), and the
+    largest relative loss gap from one process."""
+    ddp = next((r for r in results if r.mode.parallel == "ddp" and r.mode.grad_compression == "none"
+                and r.mode.nproc == results[0].mode.nproc), None)
+    rows = []
+    for r in results:
+        rows.append({"mode": r.mode.label, "held_KiB": r.held() / 1024,
+                     "vs_ddp": r.held() / ddp.held() if ddp else None,
+                     "sent_KiB_per_step": r.comm_bytes_per_step / 1024,
+                     "sent_vs_ddp": r.comm_bytes_per_step / ddp.comm_bytes_per_step if ddp else None,
+                     "step_ms": 1000 * r.step_time_s,
+                     "step_vs_ddp": r.step_time_s / ddp.step_time_s if ddp else None,
+                     "loss_gap": r.loss_gap(reference.losses)})
+    return rows
+
+
+def calculator_check(base: TrainConfig, results: list[ModeResult]) -> list[dict[str, Any]]:
+    """Measured bytes per rank beside `labkit.core.parallelism.estimate`, for every rank of
+    every torch run (DeepSpeed keeps buffers of its own and is not modelled)."""
+    cfg = build_config("gpt", resolve_scale(base.scale))
+    rows = []
+    for r in results:
+        if r.mode.sharding_backend != "torch" or r.mode.grad_compression != "none":
+            continue
+        layout = r.mode.layout(base)
+        for rank, measured in enumerate(r.memory_by_rank):
+            e = parallelism.estimate(cfg, layout, batch_size=base.batch_size, rank=rank,
+                                     reshard_after_forward=r.mode.reshard_after_forward)
+            total = sum(measured.values())
+            rows.append({"mode": r.mode.label, "rank": rank, "measured_B": total,
+                         "calculator_B": e.total_bytes, "ratio": total / e.total_bytes,
+                         "sent_B": (r.run.get("comm_bytes_by_rank") or [None] * (rank + 1))[rank],
+                         "sent_calculator_B": e.comm_bytes_per_step})
+    return rows
+
+
+def bubble_rows(results: list[ModeResult]) -> list[dict[str, Any]]:
+    """Each pipeline run's idle share: measured on the stage that computed the most (the one
+    setting the pace; the others also wait for it) against (p-1)/(m+p-1)."""
+    rows = []
+    for r in results:
+        bubble = r.run.get("pipeline_bubble")
+        if not bubble:
+            continue
+        measured = [b for b in bubble["measured_by_rank"] if b is not None]
+        rows.append({"mode": r.mode.label, "stages": r.run["parallel"]["pp"],
+                     "microbatches": r.run["parallel"]["microbatches"],
+                     "measured": min(measured), "theory": bubble["theory"],
+                     "difference": min(measured) - bubble["theory"],
+                     "per_stage": ", ".join(f"{b:.2f}" for b in measured)})
+    return rows
+
+
+def deepspeed_equivalents(base: TrainConfig, nproc: int) -> list[dict[str, Any]]:
+    """The DeepSpeed config of each torch mode (what `--sharding-backend deepspeed` passes to
+    `deepspeed.initialize`): ZeRO stage 0 is DDP; tp and pp have no config-only equivalent
+    (DeepSpeed's PipelineModule and AutoTP change the model code)."""
+    from labkit.torch.deepspeed_zero import deepspeed_config
+
+    rows = []
+    for mode, stage in (("ddp", 0), ("zero1", 1), ("zero2", 2), ("zero3", 3)):
+        cfg = deepspeed_config("zero1", base.batch_size, base.batch_size // nproc, base.grad_clip)
+        cfg["zero_optimization"] = {"stage": stage}
+        rows.append({"torch mode": mode, "deepspeed config": cfg})
+    for mode in ("tp", "pp"):
+        rows.append({"torch mode": mode, "deepspeed config": None})
+    return rows
+
+
+def measured_effective_tflops() -> tuple[float, str]:
+    """The compute rate the decision table plans with, per GPU: what labkit's own GPT-2 small
+    run reached on one H100 (bf16, compiled, batch 48), read from benchmarks/results, and a line
+    saying where it comes from."""
+    from labkit.hardware.cost import default_mfu_reference
+
+    ref = default_mfu_reference()
+    return ref.of_datasheet * ref.datasheet_tflops, ref.text()
+
+
+def decision_rows(models: dict[str, GPTConfig] | None = None, gpus: tuple[int, ...] = (8, 64),
+                  gpu_gib: tuple[float, ...] = (40, 80), effective_tflops: float | None = None
+                  ) -> list[dict[str, Any]]:
+    """The calculator's choice for each model, GPU count, GPU memory and interconnect, planning
+    compute at `effective_tflops` per GPU (default: `measured_effective_tflops`)."""
+    if effective_tflops is None:
+        effective_tflops, _ = measured_effective_tflops()
+    rows = []
+    for name, cfg in (models or parallelism.reference_models()).items():
+        for n in gpus:
+            for mem in gpu_gib:
+                for link in parallelism.INTERCONNECTS:
+                    d = parallelism.decide(cfg, n, mem, link, effective_tflops=effective_tflops)
+                    rows.append({"model": name, "gpus": n, "GiB": mem, "interconnect": link.name,
+                                 "mode": d["mode"], "GiB_per_rank": d["GiB_per_rank"],
+                                 "step_s": d["step_s"], "comm_s": d["comm_s_per_step"]})
+    return rows
+
+
+def course_modes(processes: int = 2, four: bool = True, deepspeed: bool = True,
+                 microbatches: int = 4) -> list[Mode]:
+    """The runs of notebook 10: every torch mode on `processes` processes (zero3 with and
+    without resharding, the pipeline under both schedules), the three DeepSpeed stages when
+    DeepSpeed is installed, and with `four` the 2 × 2 layouts (tp and pp beside data parallelism)."""
+    modes = [Mode("ddp", processes), Mode("zero1", processes), Mode("zero2", processes),
+             Mode("zero3", processes), Mode("zero3", processes, reshard_after_forward=False),
+             Mode("tp", processes), Mode("pp", processes, pp_schedule="gpipe", microbatches=microbatches),
+             Mode("pp", processes, pp_schedule="1f1b", microbatches=microbatches)]
+    if deepspeed:
+        modes += [Mode(f"zero{s}", processes, sharding_backend="deepspeed") for s in (1, 2, 3)]
+    if four:
+        modes += [Mode("tp", 4, tp_degree=2), Mode("pp", 4, pp_degree=2, microbatches=microbatches)]
+    return modes
+
+
+def conclusions(reference: ModeResult, results: list[ModeResult]) -> list[str]:
+    """What this run showed, in sentences computed from it."""
+    rows = {r["mode"]: r for r in mode_table(reference, results)}
+    out = []
+    worst = max(rows.values(), key=lambda r: r["loss_gap"])
+    out.append(f"Every mode reproduced the single process's losses: the largest relative gap was "
+               f"{worst['loss_gap']:.1e} ({worst['mode']}).")
+    sharded = [r for r in rows.values() if r["vs_ddp"] is not None]
+    least = min(sharded, key=lambda r: r["vs_ddp"])
+    out.append(f"{least['mode']} held the least per rank: {least['vs_ddp']:.2f}× of DDP's bytes.")
+    most = max(sharded, key=lambda r: r["sent_vs_ddp"])
+    why = (": its all-reduces carry activations, which grow with the batch, not with the model"
+           if most["mode"].startswith("tp") else "")
+    out.append(f"{most['mode']} sent the most per step, {most['sent_vs_ddp']:.2f}× DDP's bytes{why}.")
+    slowest = max(sharded, key=lambda r: r["step_vs_ddp"])
+    out.append(f"{slowest['mode']} had the slowest step here, {slowest['step_vs_ddp']:.2f}× DDP's "
+               f"(CPU processes on a shared machine: an order, not a GPU forecast).")
+    return out

@@ -1,0 +1,38 @@
+"""Gradient compression for DDP through torch's communication hooks.
+
+`hook(kind, rank)` returns (hook, state) for `ddp.register_comm_hook(state, hook)`:
+
+- `fp16` / `bf16`: each bucket is cast to 16 bits (and divided by the world size) before the
+  all-reduce and cast back after: half the bytes, rounding error in every gradient.
+- `powersgd`: each gradient matrix M (n × m) is sent as two thin factors P (n × r) and Q (m × r)
+  from one power iteration, (n + m)·r numbers instead of n·m; the error of the approximation is
+  fed back into the next step's gradient (Vogels et al., 2019). Vectors (biases, norms) are
+  all-reduced uncompressed. The first `start_iter` steps run plain all-reduce.
+
+labkit's DDP already has a hook: the replicas' loss and stop flag ride on the last bucket
+(`labkit.torch.agreement.StepAgreement`); `StepAgreement.around(hook)` composes the two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+POWERSGD_START_ITER = 2  # plain all-reduce for the first steps (torch requires > 1 with error feedback)
+
+
+def hook(kind: str, rank: int = 1) -> tuple[Callable, Any]:
+    """The DDP communication hook of `kind` ("fp16", "bf16", "powersgd") and its state."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    if kind == "fp16":
+        return default_hooks.fp16_compress_hook, None
+    if kind == "bf16":
+        return default_hooks.bf16_compress_hook, None
+    if kind == "powersgd":
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=rank,
+                                            start_powerSGD_iter=POWERSGD_START_ITER,
+                                            min_compression_rate=1.0, use_error_feedback=True,
+                                            warm_start=True, random_seed=0)
+        return powerSGD_hook.powerSGD_hook, state
+    raise ValueError(f"grad_compression: no hook for {kind!r}")

@@ -1,0 +1,182 @@
+# %% [markdown]
+# # 10 · Beyond data parallelism: ZeRO 1–3, DeepSpeed, tensor and pipeline parallelism
+#
+# DDP copies the whole training state to every GPU: weights (P), gradients (P) and AdamW's two
+# moments (2P). When that stops fitting, practitioners reach for:
+#
+# - **ZeRO** (stages 1, 2, 3): shard the optimizer state, then the gradients, then the weights
+#   across the data-parallel processes (torch: `ZeroRedundancyOptimizer`, labkit's flat-buffer
+#   ZeRO-2, FSDP2 `fully_shard`; or DeepSpeed with `zero_optimization.stage`);
+# - **tensor parallelism** (Megatron): split every attention and MLP matrix across a group;
+# - **pipeline parallelism**: cut the stack of blocks into stages and stream micro-batches
+#   through them (GPipe, 1F1B), paying a "bubble" of (p−1)/(m+p−1).
+#
+# All of them run on CPU processes with gloo, so this notebook measures them here: the same GPT
+# trained with every mode through `labkit train --parallel ...`, each rank's memory and the
+# bytes it sends per step (counted from the collectives that ran), step time, and the losses
+# against one process at the same global batch. Then the calculator scales the accounting to
+# GPT-2 small, a 7B and a 70B model on 80 GB GPUs and picks a mode.
+
+# %% tags=["parameters"]
+scale = "auto"
+processes = 2
+four_processes = True
+steps = 6
+global_batch = 32
+microbatches = 4
+use_deepspeed = True
+compare_recipe = "pipeline"
+
+# %%
+import json
+from IPython.display import Markdown, display
+from labkit.core import config, frameworks, parallelism
+from labkit.course import model_parallel as mp, notebook, recipe_view
+from labkit.course.report import key_figure
+from labkit.course.tables import table
+
+# %%
+scale = config.resolve_scale(scale)
+config.check_int("processes", processes, minimum=2, maximum=8)
+workdir = notebook.artifacts_dir("10_model_parallelism")
+has_torch = frameworks.has_torch()
+deepspeed_missing = None if frameworks.is_installed("deepspeed") else frameworks.missing_reason("deepspeed")
+base = mp.base_config(scale, steps=steps, batch_size=global_batch)
+print(f"scale {scale}: GPT, {steps} steps, global batch {global_batch}, {processes} processes"
+      + ("" if has_torch else "; " + frameworks.missing_reason("torch")))
+print("DeepSpeed:", deepspeed_missing or "installed")
+
+# %% [markdown]
+# ## 1. Every mode, measured in one run
+# Each row is one `labkit train --nproc-per-node N --parallel MODE` run on local processes
+# (gloo on loopback, one thread each). `held` is what the largest rank keeps between steps
+# (weights, optimizer state, and the gradients at the update); `sent` is what a rank sends per
+# optimizer step, counted from the collectives that ran (ring algorithms); `loss_gap` is the
+# largest relative difference from one process. Steps are short CPU steps on a shared machine:
+# read the step times as this machine's, not a GPU's.
+
+# %%
+if has_torch:
+    modes = mp.course_modes(processes, four_processes, use_deepspeed and not deepspeed_missing, microbatches)
+    reference, results = mp.run_modes(base, modes, workdir / "runs")
+    rows = mp.mode_table(reference, results)
+    display(Markdown(table(rows, markdown=True)))
+    least = min(rows, key=lambda r: r["vs_ddp"])
+    key_figure("least memory per rank vs DDP", least["vs_ddp"], "×", least["mode"])
+    key_figure("largest loss gap from one process", max(r["loss_gap"] for r in rows), "", "relative")
+
+# %% [markdown]
+# ## 2. The calculator against the measurement
+# `labkit.core.parallelism.estimate` predicts, from the model's shape alone, the bytes each rank
+# holds and sends in each mode. Every rank of every torch run, measured beside it
+# (ZeroRedundancyOptimizer gives each rank whole tensors, so its shares are only nearly equal).
+
+# %%
+if has_torch:
+    check = mp.calculator_check(base, results)
+    display(Markdown(table(check, markdown=True)))
+    worst = max(check, key=lambda r: abs(r["ratio"] - 1))
+    key_figure("calculator vs measured memory, worst rank", worst["ratio"], "×", worst["mode"])
+
+# %% [markdown]
+# ## 3. The pipeline bubble
+# A stage waits while the pipeline fills and drains. With p equal stages and m micro-batches
+# the idle share of a step is (p−1)/(m+p−1). Measured: the share of the schedule during which
+# the stage that computes the most (the last one: it also holds the output head and the loss)
+# was not computing. Sends and the schedule's own bookkeeping count as idle too.
+
+# %%
+if has_torch:
+    bubbles = mp.bubble_rows(results)
+    display(Markdown(table(bubbles, markdown=True)))
+    first = bubbles[0]
+    key_figure("pipeline bubble, measured − (p−1)/(m+p−1)", first["difference"], "",
+               f"{first['mode']}: {first['measured']:.2f} vs {first['theory']:.2f}")
+
+# %% [markdown]
+# ## 4. The DeepSpeed equivalent of each torch mode
+# `--sharding-backend deepspeed` hands the same model and AdamW to `deepspeed.initialize` with
+# this config (ZeRO stage 0 is plain data parallelism). DeepSpeed's stages ran above
+# ("deepspeed zero…" rows) when it is installed. Tensor and pipeline parallelism have no
+# config-only equivalent: DeepSpeed's `PipelineModule` and AutoTP change the model code.
+
+# %%
+if has_torch:
+    for row in mp.deepspeed_equivalents(base, processes):
+        print(f"{row['torch mode']:>6}:", json.dumps(row["deepspeed config"]))
+
+# %% [markdown]
+# ## 5. Scaling up: GPT-2 small, 7B and 70B on 80 GB GPUs
+# The same accounting with bf16 weights and gradients and fp32 master weights and moments
+# (2 + 2 + 12 bytes per parameter), plus checkpointed activations of one 4096-token sequence
+# (Korthikanti et al., 2022), on 8 GPUs (one node) and 64 (eight nodes). A calculation,
+# labelled as such: measured only at CPU scale above.
+
+# %%
+plan = parallelism.plan_table(gpus=(8, 64), gpu_gib=80)
+display(Markdown(table(plan, ["model", "params_B", "gpus", "mode", "layout", "weights_GiB", "grads_GiB",
+                              "optimizer_GiB", "activations_GiB", "total_GiB", "fits", "sent_GB_per_step"],
+                       markdown=True)))
+fit_70b = [r["mode"] for r in plan if r["model"] == "70B" and r["gpus"] == 64 and r["fits"]]
+print("70B on 64 × 80 GB fits with:", ", ".join(fit_70b) or "none")
+
+# %% [markdown]
+# ## 6. Which mode? A decision table from the calculator
+# For each model, GPU count, GPU memory and interconnect: among the modes that fit, the one
+# with the shortest step, computed as the model's FLOPs at the rate labkit's own GPT-2 small run
+# reached on one H100 (read from this repository's benchmark results, printed below), stretched
+# by the bubble for pipelines, plus the time its bytes take on the link (tensor parallelism's
+# all-reduces stay inside a node). Larger models usually reach a higher rate: the table is a
+# plan, and its step times are estimates.
+
+# %%
+effective_tflops, rate_source = mp.measured_effective_tflops()
+print(f"planning rate: {effective_tflops:,.0f} TFLOP/s per GPU ({rate_source})")
+decisions = mp.decision_rows(gpus=(8, 64), gpu_gib=(40, 80), effective_tflops=effective_tflops)
+display(Markdown(table(decisions, markdown=True)))
+
+# %% [markdown]
+# ## The code
+# Each technique as a plain PyTorch script (`labkit/recipes/`), run with torchrun, giving
+# `labkit train`'s losses for the same settings (the test suite checks every one). ZeRO 1–3:
+
+# %%
+recipe_view.show("zero")
+
+# %% [markdown]
+# Tensor parallelism with DTensor:
+
+# %%
+recipe_view.show("tensor_parallel")
+
+# %% [markdown]
+# Pipeline parallelism with `torch.distributed.pipelining`:
+
+# %%
+recipe_view.show("pipeline")
+
+# %% [markdown]
+# DeepSpeed ZeRO:
+
+# %%
+recipe_view.show("deepspeed_zero")
+
+# %% [markdown]
+# One recipe run here as a learner runs it (`torchrun -m labkit.recipes.NAME`) against
+# `labkit train` with the same flags:
+
+# %%
+if has_torch and compare_recipe:
+    cmp = recipe_view.compare(compare_recipe, ["--model", "gpt", "--steps", "4", "--batch-size", "16"],
+                              nproc=processes)
+    recipe_view.plot(cmp)
+    key_figure(f"recipe {compare_recipe} vs labkit train, largest loss gap", cmp.max_abs_diff, "",
+               f"tolerance {cmp.tolerance:.0e}")
+
+# %% [markdown]
+# ## Conclusions (computed from this run)
+
+# %%
+if has_torch:
+    for line in mp.conclusions(reference, results):
+        print("-", line)
