@@ -90,6 +90,17 @@ def test_a_resumed_run_starts_at_its_step_and_says_so(tmp_path):
     assert log.steps == [] and fake.of("run") == []
 
 
+def test_a_run_whose_checkpoint_holds_its_last_step_keeps_the_metrics_file(tmp_path):
+    out = tmp_path / "m.json"
+    _run(role=loop.ProcessRole(metrics_path=str(out)))
+    written = out.read_text()
+    fake, log = _run(start=CONFIG.steps, role=loop.ProcessRole(metrics_path=str(out)))
+    assert fake.events == [] and out.read_text() == written  # nothing trained, nothing rewritten
+    assert log.run["already_complete"] and len(log.steps) == CONFIG.steps
+    _, log = _run(start=CONFIG.steps, role=loop.ProcessRole(metrics_path=str(tmp_path / "none.json")))
+    assert log.run["already_complete"] and not (tmp_path / "none.json").exists()
+
+
 def test_checkpoints_every_k_steps_and_waits_for_the_last():
     fake, _ = _run(replace(CONFIG, steps=10, checkpoint_every=3))
     assert fake.of("save") == [("save", 2, False), ("save", 5, False), ("save", 8, False),

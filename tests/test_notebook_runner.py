@@ -22,8 +22,47 @@ def test_parameters_are_checked_before_a_kernel_starts():
     assert notebook.notebook_parameters(HELLO_NOTEBOOK) == {"size": 512, "repeats": 3}
     with pytest.raises(ParameterError, match=r"'sise' is not a parameter of hello.ipynb \(it has: repeats, size\)"):
         notebook.check_parameters(HELLO_NOTEBOOK, {"sise": 3})
-    with pytest.raises(ParameterError, match="'size' must be a number"):
+    with pytest.raises(ParameterError, match="'size' of hello.ipynb must be an integer like its default 512"):
         notebook.check_parameters(HELLO_NOTEBOOK, {"size": "big"})
+
+
+@pytest.mark.parametrize(("default", "value", "problem"), [
+    (512, True, "must be an integer"), (512, 1.5, "must be an integer"), (512, "x", "must be an integer"),
+    (0.5, True, "must be a number"), (True, 1, "must be True or False"), ("a", 1, "must be a string"),
+    (512, 7, None), (0.5, 2, None), (True, False, None), ("a", "b", None), (None, 3, None), ([1], "x", None)])
+def test_a_value_must_be_of_its_defaults_kind(default, value, problem):
+    found = notebook.type_problem(default, value)
+    assert (found is None) if problem is None else (problem in found)
+
+
+def test_a_file_that_is_not_a_notebook_is_named(tmp_path):
+    bad = tmp_path / "notes.ipynb"
+    bad.write_text("print('hello')\n")
+    with pytest.raises(ParameterError, match="'notebook' is not a Jupyter notebook: its file is not JSON"):
+        notebook.run_notebook(bad, tmp_path / "out.ipynb")
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_a_kernel_starts(tmp_path):
+    (tmp_path / "file").write_text("x")
+    for output in (tmp_path, tmp_path / "file" / "out.ipynb"):
+        with pytest.raises(ParameterError, match="parameter 'output'"):
+            notebook.run_notebook(HELLO_NOTEBOOK, output)
+
+
+def test_the_course_checks_every_notebooks_parameters_before_running_any(tmp_path):
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    shutil.copy(HELLO_NOTEBOOK, nbs / "01_hello.ipynb")
+    first = nbformat.read(HELLO_NOTEBOOK, as_version=4)
+    first.cells[1].source = "repeats = 3"  # this one has no `size`
+    nbformat.write(first, nbs / "00_first.ipynb")
+    plan = course.course_parameters(sorted(nbs.glob("*.ipynb")), {"size": 64})
+    assert [(nb.name, params) for nb, params in plan] == [("00_first.ipynb", {}), ("01_hello.ipynb", {"size": 64})]
+    with pytest.raises(ParameterError, match="'sizee' is not a parameter of any notebook run here"):
+        course.run_course(tmp_path / "out", {"sizee": 64}, notebook_dir=nbs)
+    with pytest.raises(ParameterError, match="'size' of 01_hello.ipynb must be an integer"):
+        course.run_course(tmp_path / "out", {"size": "big"}, notebook_dir=nbs)
+    assert not list((tmp_path / "out").glob("*.ipynb"))  # nothing ran
 
 
 @pytest.mark.slow
@@ -50,7 +89,7 @@ def _failing_copy(tmp_path):
 @pytest.mark.slow
 def test_course_runs_all_notebooks_reports_and_survives_a_failure(tmp_path):
     nbs = _failing_copy(tmp_path)
-    runs, report = course.run_course(tmp_path / "run", {"size": 32, "repeats": 1, "unrelated": 1},
+    runs, report = course.run_course(tmp_path / "run", {"size": 32, "repeats": 1},
                                      notebook_dir=nbs, echo=lambda *a, **k: None)
     assert [r.ok for r in runs] == [True, False]
     assert "RuntimeError: boom" in runs[1].error

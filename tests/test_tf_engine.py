@@ -85,7 +85,8 @@ def test_preempted_run_resumes_with_the_uninterrupted_losses(tmp_path, reference
         _fit_here(tmp_path, checkpoint_dir=ckpt, checkpoint_every=3, preempt_at=4)
     assert info.value.step == 4
     assert checkpoint.committed_steps(ckpt) == [2, 4]
-    assert checkpoint.load(ckpt).meta == {"world_size": 1, "framework": "tf"}
+    meta = checkpoint.load(ckpt).meta
+    assert (meta["world_size"], meta["framework"], meta["fingerprint"]["batch_size"]) == (1, "tf", 32)
     resumed = _fit_here(tmp_path, checkpoint_dir=ckpt, checkpoint_every=3)
     assert [s["step"] for s in resumed["steps"]] == [5, 6, 7]
     assert resumed["run"]["resumed_from_step"] == 4
@@ -103,6 +104,21 @@ def test_a_corrupt_checkpoint_falls_back_to_the_previous_committed_step(tmp_path
         resumed = _fit_here(tmp_path, checkpoint_dir=str(ckpt))
     assert [s["step"] for s in resumed["steps"]] == [4, 5, 6, 7]
     assert [s["loss"] for s in resumed["steps"]] == [s["loss"] for s in reference["steps"][4:]]
+
+
+@pytest.mark.slow
+def test_a_batch_size_change_is_refused_unless_allowed_then_continues_by_samples(tmp_path):
+    ckpt = str(tmp_path / "ck")
+    _fit_here(tmp_path, steps=3, batch_size=16, num_samples=64, checkpoint_dir=ckpt)
+    with pytest.raises(ParameterError, match=r"batch_size 16 -> 32; .*--allow-resume-change batch_size"):
+        _fit_here(tmp_path, steps=5, batch_size=32, num_samples=64, checkpoint_dir=ckpt)
+    resumed = _fit_here(tmp_path, steps=4, batch_size=32, num_samples=64, checkpoint_dir=ckpt,
+                        allow_resume_change="batch_size")
+    assert [s["step"] for s in resumed["steps"]] == [3] and resumed["run"]["resume_changes"] == {
+        "batch_size": [16, 32]}
+    # 3 x 16 samples, then one step of 32 would pass the epoch's 64: the next step starts epoch 1
+    saved = json.loads(checkpoint.load(ckpt).files["train.json"])["data_position"]
+    assert saved == {"step": 4, "epoch": 1, "sample": 32}
 
 
 def test_a_torch_checkpoint_is_refused_naming_the_folder(tmp_path):

@@ -4,6 +4,7 @@ overflow skips the step, checkpoints resume bit for bit and fall back past corru
 from __future__ import annotations
 
 import io
+import os
 import signal
 import warnings
 import zipfile
@@ -225,6 +226,70 @@ def test_blobs_skip_the_zip_crc_and_leave_torchs_own_setting_alone():
 def test_tensorboard_events_are_written(tmp_path):
     engine.fit(replace(BASE, steps=2, tensorboard_dir=str(tmp_path / "tb")))
     assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+
+
+def test_the_checkpoint_folder_is_leased_while_training_and_released_after(tmp_path):
+    from labkit.core import lease
+
+    ck = str(tmp_path / "ck")
+    holders = []
+    engine.fit(replace(BASE, steps=2, checkpoint_dir=ck),
+               on_step=lambda step, row: holders.append(lease.read_holder(ck)))
+    assert [h.pid for h in holders] == [os.getpid()] * 2
+    assert lease.read_holder(ck) is None
+    with pytest.raises(Preempted):
+        engine.fit(replace(BASE, steps=4, checkpoint_dir=ck, preempt_at=2))
+    assert lease.read_holder(ck) is None  # a preempted run lets its restart take the folder
+
+
+def test_outputs_are_checked_before_the_first_step(tmp_path):
+    (tmp_path / "file").write_text("x")
+    steps = []
+    for bad in ({"checkpoint_dir": str(tmp_path / "file")}, {"metrics_out": str(tmp_path)},
+                {"tensorboard_dir": str(tmp_path / "file" / "tb")}):
+        with pytest.raises(ValueError, match=f"parameter '{next(iter(bad))}'"):
+            engine.fit(replace(BASE, **bad), on_step=lambda step, row: steps.append(step))
+    assert steps == []
+
+
+_CLAIM = """
+import sys
+from labkit.core.train_config import TrainConfig
+from labkit.torch import distributed, state
+info = distributed.init("cpu", distributed.info_from_env())
+try:
+    state.claim(TrainConfig(checkpoint_dir=sys.argv[1], device="cpu"), info)
+except OSError as e:
+    print(f"{type(e).__name__}: {e}")
+    sys.exit(2)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ddp_replicas_refused_on_rank_0_all_stop_instead_of_waiting(tmp_path):
+    """Rank 0 finds the checkpoint folder held by another live run; rank 1, which takes no
+    lease, must not go on to wait for rank 0 in a collective: both exit, rank 1 naming rank
+    0's reason."""
+    import json
+    import socket
+    import sys
+    import time
+    from dataclasses import asdict
+
+    from labkit.core import lease
+    from labkit.torch.launch import launch_replicas
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    holder = lease.Holder("ana", socket.gethostname(), os.getppid(), None, time.time(), time.time(),
+                          None, "theirs")
+    (ck / lease.LEASE_FILE).write_text(json.dumps(asdict(holder)))
+    result = launch_replicas([sys.executable, "-c", _CLAIM, str(ck)], 2, timeout_s=120, ok_codes=(2,))
+    assert result.returncodes == [2, 2]
+    rank0, rank1 = (r.output for r in result.results)
+    assert rank0.startswith("LeaseHeld: checkpoint_dir") and "being written by another run" in rank0
+    assert rank1.startswith("RefusedOnAnotherRank: rank 0 could not start: checkpoint_dir")
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from labkit.core.fingerprint import CHANGEABLE
 from labkit.core.train_config import TrainConfig, to_argv
 from tests.conftest import REPO
 
@@ -107,11 +108,15 @@ def _configs():
             s = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1,
                         max_size=12).filter(lambda v: not v.startswith("-"))
         draws[f.name] = st.one_of(st.none(), s) if optional else s
+    draws["allow_resume_change"] = st.one_of(st.none(), st.lists(
+        st.sampled_from(tuple(CHANGEABLE)), min_size=1, unique=True).map(",".join))
 
     def build(values):
         _keep_parallel_settings_valid(values)
         values.update(fp8_head=values["fp8_head"] and values["model"] == "gpt" and values["precision"] == "bf16",
                       cuda_graph_step=values["cuda_graph_step"] and values["precision"] != "fp16")
+        if values["preempt_at"] is not None and values["preempt_at"] >= values["steps"]:
+            values["preempt_at"] = None
         return TrainConfig(**values)
 
     return st.fixed_dictionaries(draws).map(build)

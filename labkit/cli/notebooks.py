@@ -31,7 +31,7 @@ def _run_command(args) -> int:
     try:
         result = run_notebook(args.notebook, args.output, params, log_output=args.log_output,
                               kernel_log=not args.log_output)
-    except (ParameterError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:  # a parameter, the notebook file or the output path
         print(f"labkit run: {e}")
         return 2
     status = "ok" if result.ok else f"FAILED ({result.error}; kernel log: {result.log})"
@@ -54,7 +54,11 @@ def add_course_command(subparsers) -> None:
 
 def _course_command(args) -> int:
     params = {name: parse_value(value) for name, value in args.parameter}
-    runs, report = run_course(args.out, params, notebook_dir=args.notebooks, only=args.only)
+    try:
+        runs, report = run_course(args.out, params, notebook_dir=args.notebooks, only=args.only)
+    except (ValueError, OSError) as e:  # found before any notebook ran
+        print(f"labkit course: {e}")
+        return 2
     print(f"\nexecuted notebooks and report: {report.parent}\nsummary: {report}")
     print(report.read_text(encoding="utf-8"))
     return 0 if all(r.ok for r in runs) else 1

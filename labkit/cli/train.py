@@ -47,10 +47,15 @@ def _train_command(args) -> int:
     except Preempted as e:
         print(f"labkit train: {e}; run the same command again to resume")
         return PREEMPTED_EXIT_CODE
-    except ParameterError as e:  # a setting this machine or engine cannot run (found on start-up)
+    except (ValueError, OSError) as e:  # a setting or an output this run cannot use (found on start-up)
         print(f"labkit train: {e}")
         return 2
     summary = log.to_dict()["summary"]
+    if log.run.get("already_complete"):
+        kept = f"; {config.metrics_out} kept as it was" if config.metrics_out else ""
+        print(f"labkit train: nothing to train: the run was already complete ({config.steps} steps "
+              f"checkpointed in {config.checkpoint_dir}){kept}")
+        return 0
     print(f"labkit train: {summary.get('num_steps', 0)} steps, final loss {summary.get('final_loss')}")
     return 0
 

@@ -7,6 +7,9 @@
   one reader of CLUSTER_SPEC, TF_CONFIG and the torch variables)
 - `launcher`: the one process launcher: start, watch, stop local processes (`run_group`)
 - `checkpoint`: named blobs committed by a marker written last, through fsspec
+- `fingerprint`: what defines a run, recorded in each checkpoint; the check a resume must pass
+- `lease`: one writer per checkpoint folder (a lease naming its holder, stale ones taken over)
+- `outputs`: every output location checked for writability before a run's first step
 - `gcs`: Cloud Storage as a Vertex job sees it: gs:// addresses, the /gcs/ mount, the AIP_*
   folders (`aip_mount_paths`), and the emulator's local stand-in bucket
 - `hypertune`: reporting a tuning objective the way Vertex's tuning service reads it

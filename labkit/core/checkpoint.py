@@ -47,6 +47,11 @@ class CheckpointError(RuntimeError):
     """A checkpoint blob does not match what its commit marker recorded."""
 
 
+class CheckpointWriteError(OSError, RuntimeError):
+    """Writing a checkpoint failed (an OSError, as the storage's own errors are; a RuntimeError
+    for code that caught the background write's error as one)."""
+
+
 @dataclass
 class Checkpoint:
     """One committed step read back: `files` maps blob names to their bytes."""
@@ -124,15 +129,23 @@ def committed_steps(directory: str) -> list[int]:
     return sorted(steps)
 
 
+def read_marker(directory: str, step: int) -> dict[str, Any]:
+    """The commit marker of `step` ({step, files, meta}) without reading its blobs; raises
+    CheckpointError when it is unreadable."""
+    fs, root = _fs(directory)
+    path = f"{root}/{step_dir_name(step)}/{MARKER}"
+    try:
+        with fs.open(path, "r") as f:
+            return json.loads(f.read())
+    except (OSError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{path}: unreadable commit marker ({e})") from e
+
+
 def read_step(directory: str, step: int) -> Checkpoint:
     """Read and verify one committed step; raises CheckpointError naming the bad file."""
     fs, root = _fs(directory)
     folder = f"{root}/{step_dir_name(step)}"
-    try:
-        with fs.open(f"{folder}/{MARKER}", "r") as f:
-            marker = json.loads(f.read())
-    except (OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{folder}/{MARKER}: unreadable commit marker ({e})") from e
+    marker = read_marker(directory, step)
     files = {}
     for name, entry in marker.get("files", {}).items():
         path = f"{folder}/{name}"
@@ -183,7 +196,7 @@ def restore(directory: str, decode: Callable[[Checkpoint], T],
 class BackgroundWrite:
     """Checkpoint writes in a background thread, at most one in flight (so host memory holds at
     most one extra copy of the state). `start` waits for the previous write first; `wait()`
-    joins the one in flight and re-raises its error."""
+    joins the one in flight and re-raises its error as a `CheckpointWriteError`."""
 
     def __init__(self, directory: str):
         self.directory = directory
@@ -213,7 +226,7 @@ class BackgroundWrite:
             self._thread = None
         if self._error is not None:
             error, self._error = self._error, None
-            raise RuntimeError(f"writing a checkpoint to {self.directory} failed: {error}") from error
+            raise CheckpointWriteError(f"writing a checkpoint to {self.directory} failed: {error}") from error
 
 
 def prune(directory: str, keep: int) -> list[int]:

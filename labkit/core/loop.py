@@ -18,7 +18,9 @@
   bar (main process; `labkit.core.progress`: a widget in JupyterLab, text when headless); a
   loss that is NaN or infinite raises FloatingPointError naming the step;
 - the metrics file, written by this process when `role.metrics_path` is set: at each
-  checkpoint, on a stop and at the end.
+  checkpoint, on a stop and at the end. A run resumed from the checkpoint of its last step has
+  nothing to train: it leaves the metrics file of the run that trained those steps as it is and
+  returns that log, marked `already_complete`.
 
 An engine supplies only what is framework-specific, as an `Engine` of plain callables. It
 restores its state before calling `run` (it needs the resume step to position its input) and
@@ -224,6 +226,19 @@ def write_metrics(log: MetricsLog, path: str | None, final_entries: dict[str, An
             hypertune.report_latest(log.to_dict(), metric)
 
 
+def already_complete(log: MetricsLog, path: str | None) -> MetricsLog:
+    """The log of a run whose checkpoint holds its last step: the metrics file of the run that
+    trained them, kept as it is (a fresh file would list no steps), or `log` when there is none;
+    either way marked `already_complete`."""
+    if path and os.path.exists(path):
+        try:
+            log = MetricsLog.read(path)
+        except (OSError, ValueError):
+            pass  # not a metrics file after all: still not overwritten
+    log.run["already_complete"] = True
+    return log
+
+
 @dataclass
 class _Dispatched:
     """A step whose results have not been read yet."""
@@ -306,6 +321,8 @@ def run(config: TrainConfig, engine: Engine, log: MetricsLog, *, start: int = 0,
         raise ValueError("read_loss_late needs a single process: replicas agree on each step's "
                          "stop flag before the next step")
     role = role or ProcessRole()
+    if start >= config.steps:
+        return already_complete(log, role.metrics_path)
     log.run["resumed_from_step"] = start - 1 if start else None
     throughput = throughput or Throughput(config.batch_size)
     try:

@@ -26,6 +26,7 @@ from labkit.core.config import (
     check_float,
     check_int,
 )
+from labkit.core.fingerprint import CHANGEABLE, parse_allowed
 from labkit.core.gcs import aip_mount_paths
 from labkit.core.models import MODEL_NAMES
 from labkit.core.parallelism import Layout, check_config
@@ -123,7 +124,12 @@ class TrainConfig:
     tensorboard_dir: str | None = _opt(None, "TensorBoard event files, rank 0 (defaults to "
                                        "$AIP_TENSORBOARD_LOG_DIR on Vertex AI)")
     preempt_at: int | None = _opt(None, "preemption drill: SIGTERM to itself during this step, "
-                                  "checkpoint, exit 143")
+                                  "checkpoint, exit 143 (needs --checkpoint-dir)")
+    # A resume under settings other than the checkpoint's is refused unless each changed field
+    # is named here (labkit.core.fingerprint says what each change does).
+    allow_resume_change: str | None = _opt(None, "resume a checkpoint written with other settings, "
+                                           "allowing these fields to differ (comma-separated: "
+                                           + ", ".join(CHANGEABLE) + ")")
     device: str = _opt("auto", "auto: CUDA when available, else CPU", DEVICES)
     progress: bool = _opt(True, "progress bar on rank 0")
     # Several processes (torch): how they split the model and the work.
@@ -179,6 +185,11 @@ class TrainConfig:
         check_float("input_latency_ms", self.input_latency_ms, minimum=0.0)
         check_int("checkpoint_every", self.checkpoint_every, minimum=0)
         check_int("preempt_at", self.preempt_at, minimum=0, allow_none=True)
+        if self.preempt_at is not None and self.preempt_at >= self.steps:
+            raise ParameterError("preempt_at", self.preempt_at,
+                                 f"must be below steps={self.steps}: the drill stops the run during "
+                                 f"that step, and steps 0..{self.steps - 1} are all there is")
+        parse_allowed(self.allow_resume_change)
         check_choice("device", self.device, DEVICES)
         check_bool("progress", self.progress)
         self._check_parallel()
@@ -203,6 +214,10 @@ class TrainConfig:
                                  f"needs a single process (got {world_size}): DDP's gradient all-reduce "
                                  f"is driven from the host, outside any graph")
         Layout.of(self, world_size)  # degrees divide the processes, batches divide evenly
+
+    def allowed_resume_changes(self) -> frozenset[str]:
+        """The fingerprint fields a resume may change (`allow_resume_change`, parsed)."""
+        return parse_allowed(self.allow_resume_change)
 
     def peak_lr(self, replicas: int) -> float:
         """The LR after warm-up for a run of `replicas` data-parallel replicas: `lr`, times the

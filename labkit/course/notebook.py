@@ -1,9 +1,9 @@
 """Running a course notebook headless with papermill, and what a running notebook needs.
 
 `run_notebook` checks the parameters against the notebook's `parameters` cell before starting a
-kernel (an unknown name or a value of the wrong type fails at once, naming the parameter), then
-executes it and returns the key figures it recorded. `labkit run NOTEBOOK -p name value` is the
-command-line form.
+kernel (an unknown name or a value of the wrong type fails at once, naming the parameter), and
+that the executed notebook and its kernel log can be written, then executes it and returns the
+key figures it recorded. `labkit run NOTEBOOK -p name value` is the command-line form.
 
 The kernel: every course notebook names the Jupyter kernel `KERNEL_NAME` ("labkit", shown as
 "Python (labkit)"), which `make setup` registers in the course's environment (`python -m
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core.config import ParameterError
+from labkit.core.outputs import check_file
 from labkit.core.progress import in_kernel
 from labkit.course.report import KeyFigure, figures_in_notebook
 
@@ -186,10 +187,17 @@ def parse_value(text: str) -> Any:
 
 
 def notebook_parameters(path: str | os.PathLike) -> dict[str, Any]:
-    """Names and defaults of the notebook's `parameters` cell (empty if it has none)."""
+    """Names and defaults of the notebook's `parameters` cell (empty if it has none). Raises
+    ParameterError naming the file when it is not a notebook."""
     import papermill
+    from nbformat.reader import NotJSONError
 
-    params = papermill.inspect_notebook(str(path))
+    try:
+        params = papermill.inspect_notebook(str(path))
+    except NotJSONError as e:
+        raise ParameterError("notebook", str(path), "is not a Jupyter notebook: its file is not JSON") from e
+    except (KeyError, AttributeError, TypeError, ValueError) as e:  # JSON, but not nbformat's
+        raise ParameterError("notebook", str(path), f"is not a Jupyter notebook ({e})") from e
     out = {}
     for name, info in params.items():
         default = info.get("default")
@@ -200,24 +208,39 @@ def notebook_parameters(path: str | os.PathLike) -> dict[str, Any]:
     return out
 
 
-def check_parameters(path: str | os.PathLike, parameters: dict[str, Any]) -> None:
+def check_parameters(path: str | os.PathLike, parameters: dict[str, Any],
+                     declared: dict[str, Any] | None = None) -> None:
     """Refuse names the notebook does not declare, and values whose type contradicts the default
-    (an int where the default is a string, say), before a kernel is started."""
-    declared = notebook_parameters(path)
+    (a string or 1.5 where the default is an int, say), before a kernel is started. `declared`:
+    the notebook's parameters when already read."""
+    declared = notebook_parameters(path) if declared is None else declared
+    notebook = Path(path).name
     for name, value in parameters.items():
         if name not in declared:
             known = ", ".join(sorted(declared)) or "none"
-            raise ParameterError(name, value, f"is not a parameter of {Path(path).name} (it has: {known})")
-        default = declared[name]
-        if default is None or value is None:
-            continue
-        numeric = (int, float)
-        if isinstance(default, bool) != isinstance(value, bool):
-            raise ParameterError(name, value, f"must be True or False like its default {default!r}")
-        if isinstance(default, numeric) and not isinstance(value, numeric):
-            raise ParameterError(name, value, f"must be a number like its default {default!r}")
-        if isinstance(default, str) and not isinstance(value, str):
-            raise ParameterError(name, value, f"must be a string like its default {default!r}")
+            raise ParameterError(name, value, f"is not a parameter of {notebook} (it has: {known})")
+        problem = type_problem(declared[name], value)
+        if problem:
+            raise ParameterError(name, value, f"of {notebook} {problem}")
+
+
+def type_problem(default: Any, value: Any) -> str | None:
+    """Why `value` cannot replace a parameter whose default is `default` (None: it can). The
+    kind of the default decides: a bool takes True/False, an int an integer (not a bool, not
+    1.5), a float any number, a string a string; None and containers take anything."""
+    if default is None or value is None:
+        return None
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else f"must be True or False like its default {default!r}"
+    if isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return None if ok else f"must be an integer like its default {default!r}"
+    if isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return None if ok else f"must be a number like its default {default!r}"
+    if isinstance(default, str) and not isinstance(value, str):
+        return f"must be a string like its default {default!r}"
+    return None
 
 
 def artifacts_dir(name: str) -> Path:
@@ -274,10 +297,12 @@ def run_notebook(
     check_parameters(notebook, parameters)
     require_kernel(notebook)
     output = Path(output) if output else Path("runs") / timestamp() / notebook.name
-    output.parent.mkdir(parents=True, exist_ok=True)
+    log = output.with_suffix(".log") if kernel_log else None
+    check_file("output", output)  # before the kernel starts, not after the notebook ran
+    if log is not None:
+        check_file("output", log)
     start = time.perf_counter()
     error = ""
-    log = output.with_suffix(".log") if kernel_log else None
     try:
         with _stderr_to(log), _environ({KERNEL_LOG_ENV: str(log.resolve())} if log else {}):
             papermill.execute_notebook(

@@ -1,8 +1,10 @@
 """`labkit course`: every notebook in order, then one report of what this machine measured.
 
 Writes `runs/<timestamp>/<notebook>.ipynb` (executed), `artifacts/` (what notebooks made),
-`summary.md` and `summary.json`. A failing notebook does not stop the others; the command exits
-non-zero if any failed.
+`summary.md` and `summary.json`. Before the first notebook starts, every notebook's parameters
+are checked (a name no notebook declares, or a value one of them cannot take, stops the course
+before anything runs) and the output folder must be writable. A failing notebook does not stop
+the others; the command exits non-zero if any failed.
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from labkit.core.config import ParameterError
+from labkit.core.outputs import check_folder
 from labkit.course.notebook import (
     ARTIFACTS_ENV,
     NotebookRun,
+    check_parameters,
     course_notebooks,
     notebook_parameters,
     run_notebook,
@@ -35,21 +40,21 @@ def run_course(
     echo=print,
 ) -> tuple[list[NotebookRun], Path]:
     """Run the course; `parameters` go to each notebook that declares them. Returns the runs and
-    the path of the markdown report."""
+    the path of the markdown report. Raises ParameterError (a parameter no notebook declares, or
+    one a notebook cannot take) or UnwritableOutput before any notebook runs."""
     out = Path(out_dir) if out_dir else Path("runs") / timestamp()
-    out.mkdir(parents=True, exist_ok=True)
+    check_folder("out", out)
     notebooks = course_notebooks(notebook_dir)
     if only:
         notebooks = [nb for nb in notebooks if any(key in nb.stem for key in only)]
         if not notebooks:
             raise FileNotFoundError(f"no course notebook matches {only}")
+    plan = course_parameters(notebooks, parameters or {})
     previous = os.environ.get(ARTIFACTS_ENV)
     os.environ[ARTIFACTS_ENV] = str((out / "artifacts").resolve())
     runs = []
     try:
-        for nb in notebooks:
-            declared = notebook_parameters(nb)
-            params = {k: v for k, v in (parameters or {}).items() if k in declared}
+        for nb, params in plan:
             echo(f"running {nb.name} ...", flush=True)
             run = run_notebook(nb, out / nb.name, params, kernel_log=True)
             status = "ok" if run.ok else f"FAILED: {run.error} (kernel log: {run.log})"
@@ -61,6 +66,24 @@ def run_course(
         else:
             os.environ[ARTIFACTS_ENV] = previous
     return runs, write_report(runs, out)
+
+
+def course_parameters(notebooks: list[Path], parameters: dict[str, Any]) -> list[tuple[Path, dict[str, Any]]]:
+    """Each notebook with the parameters it declares, all checked before any runs: a name that
+    none of `notebooks` declares (a typo would otherwise run the whole course with defaults) or
+    a value that one of them cannot take raises ParameterError naming it (and the notebook)."""
+    declared = {nb: notebook_parameters(nb) for nb in notebooks}
+    for name, value in parameters.items():
+        if not any(name in d for d in declared.values()):
+            known = sorted({k for d in declared.values() for k in d})
+            raise ParameterError(name, value, f"is not a parameter of any notebook run here "
+                                 f"(they have: {', '.join(known) or 'none'})")
+    plan = []
+    for nb, names in declared.items():
+        params = {k: v for k, v in parameters.items() if k in names}
+        check_parameters(nb, params, names)
+        plan.append((nb, params))
+    return plan
 
 
 def _machine_line() -> str:

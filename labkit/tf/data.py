@@ -6,9 +6,12 @@ Batch semantics are explicit. One optimizer step consumes `global_batch` samples
     per-replica micro-batch = global_batch / (num_replicas * grad_accum)
 
 Sample order is DistributedSampler's recipe: a seeded permutation per epoch, replica `r` of `R`
-taking positions r, r+R, r+2R, ... (the tail that does not fill a global step is dropped). Every
-replica computes its own indices from (seed, epoch, step), so nothing is communicated and a
-resumed run starts at exactly the next step.
+taking positions r, r+R, r+2R, ... of each global batch (the tail that does not fill a global step
+is dropped). Every replica computes its own indices from (seed, epoch, step), so nothing is
+communicated and a resumed run starts at exactly the next step. A step's samples are the next
+`global_batch` of the epoch's order whatever the layout; a run resumed with another batch size
+continues from a `DataOrigin` (the step it resumes at, and the epoch and sample count it had
+reached), so no sample is lost or repeated.
 
 Each input pipeline (one per worker) yields, per step and local replica, a tensor of shape
 `(grad_accum, micro_batch, ...)`; `tf.distribute` hands consecutive elements to the worker's
@@ -103,25 +106,55 @@ def _mkdir(path) -> str:
     return os.fspath(path)
 
 
-def replica_indices(step: int, replica: int, layout: BatchLayout, num_samples: int,
-                    seed: int) -> np.ndarray:
-    """Sample indices replica `replica` trains on in optimizer step `step`: (grad_accum, micro)."""
-    per_epoch = num_samples // layout.global_batch
+@dataclass(frozen=True)
+class DataOrigin:
+    """Where the samples of step `step` begin: `sample` samples into epoch `epoch`'s order. A
+    fresh run's origin is (0, 0, 0); a resumed run's is its first step and the position its
+    checkpoint recorded, so it continues the same order whatever its batch size."""
+
+    step: int = 0
+    epoch: int = 0
+    sample: int = 0
+
+    @classmethod
+    def resumed(cls, start: int, saved: dict | None) -> DataOrigin:
+        """The origin of a run resumed at step `start` from a checkpoint whose data position is
+        `saved` (its epoch and samples taken; older checkpoints recorded only the step, which
+        continues the same order as long as the batch size is the same)."""
+        if start and saved and "sample" in saved:
+            return cls(start, int(saved["epoch"]), int(saved["sample"]))
+        return cls()
+
+
+def step_position(step: int, global_batch: int, num_samples: int,
+                  origin: DataOrigin = DataOrigin()) -> tuple[int, int]:
+    """(epoch, first sample in that epoch's order) of optimizer step `step`: steps take
+    consecutive global batches; an epoch ends when the next batch would not fit."""
+    per_epoch = num_samples // global_batch
     if per_epoch == 0:
         raise ParameterError("num_samples", num_samples,
-                             f"must hold at least one global batch of {layout.global_batch}")
-    epoch, within = divmod(step, per_epoch)
+                             f"must hold at least one global batch of {global_batch}")
+    k = step - origin.step
+    first = max(0, num_samples - origin.sample) // global_batch  # steps left in the origin's epoch
+    if k < first:
+        return origin.epoch, origin.sample + k * global_batch
+    k -= first
+    return origin.epoch + 1 + k // per_epoch, (k % per_epoch) * global_batch
+
+
+def replica_indices(step: int, replica: int, layout: BatchLayout, num_samples: int,
+                    seed: int, origin: DataOrigin = DataOrigin()) -> np.ndarray:
+    """Sample indices replica `replica` trains on in optimizer step `step`: (grad_accum, micro)."""
+    epoch, start = step_position(step, layout.global_batch, num_samples, origin)
     order = np.random.default_rng([seed, epoch]).permutation(num_samples)
-    mine = order[replica::layout.num_replicas]
-    start = within * layout.per_replica_batch
-    chunk = mine[start:start + layout.per_replica_batch]
+    chunk = order[start:start + layout.global_batch][replica::layout.num_replicas]
     return chunk.reshape(layout.grad_accum, layout.micro_batch)
 
 
 def index_table(first_step: int, last_step: int, replicas: range, layout: BatchLayout,
-                num_samples: int, seed: int) -> np.ndarray:
+                num_samples: int, seed: int, origin: DataOrigin = DataOrigin()) -> np.ndarray:
     """Rows in the order one pipeline must yield them: (steps * len(replicas), accum, micro)."""
-    rows = [replica_indices(s, r, layout, num_samples, seed)
+    rows = [replica_indices(s, r, layout, num_samples, seed, origin)
             for s in range(first_step, last_step) for r in replicas]
     return np.stack(rows).astype(np.int32)
 
@@ -148,7 +181,8 @@ def gather_fn(x_all: np.ndarray, y_all: np.ndarray, latency_s: float = 0.0):
 
 
 def make_dataset_fn(arrays: tuple[np.ndarray, np.ndarray], layout: BatchLayout, *,
-                    first_step: int, last_step: int, seed: int, latency_s: float = 0.0):
+                    first_step: int, last_step: int, seed: int, latency_s: float = 0.0,
+                    origin: DataOrigin = DataOrigin()):
     """`fn(input_context) -> tf.data.Dataset` for `strategy.distribute_datasets_from_function`."""
     import tensorflow as tf
 
@@ -158,7 +192,7 @@ def make_dataset_fn(arrays: tuple[np.ndarray, np.ndarray], layout: BatchLayout, 
     def fn(ctx: tf.distribute.InputContext):
         local = ctx.num_replicas_in_sync // ctx.num_input_pipelines
         replicas = range(ctx.input_pipeline_id * local, (ctx.input_pipeline_id + 1) * local)
-        table = index_table(first_step, last_step, replicas, layout, num_samples, seed)
+        table = index_table(first_step, last_step, replicas, layout, num_samples, seed, origin)
         ds = tf.data.Dataset.from_tensor_slices(table).map(gather_fn(x_all, y_all, latency_s))
         options = tf.data.Options()
         # The rows are already this worker's share: tf.distribute must not shard them again.

@@ -16,9 +16,10 @@ check); this module hands it the TF parts (`_loop_engine`): the next distributed
 outside the tf.function, so its wait is the step's data time), the step, its loss and the stop
 flag all-reduced with it (every worker checkpoints and leaves at the same step after SIGTERM or
 the `preempt_at` drill), and checkpoints through `labkit.core.checkpoint` (`labkit.tf.state`:
-the chief writes, every worker restores). MFU is against a GEMM measured here
-(`labkit.tf.peak`). Building blocks (`build`, `make_train_step`, `make_replica_step`,
-`training_arrays`, `weights_fingerprint`) live in `labkit.tf.step` and are re-exported here.
+the chief writes under the folder's lease, with the run's fingerprint; every worker restores).
+MFU is against a GEMM measured here (`labkit.tf.peak`). Building blocks (`build`,
+`make_train_step`, `make_replica_step`, `training_arrays`, `weights_fingerprint`) live in
+`labkit.tf.step` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -26,11 +27,13 @@ from __future__ import annotations
 import os
 
 from labkit.core.config import ParameterError, check_choice
+from labkit.core.fingerprint import Resume
 from labkit.core.loop import Engine, ProcessRole, StepCallback, StepOutcome
 from labkit.core.loop import run as run_loop
 from labkit.core.metrics import MetricsLog
 from labkit.core.train_config import TrainConfig, with_vertex_dirs
 from labkit.tf import state
+from labkit.tf.data import DataOrigin
 from labkit.tf.keras_fit import fit_keras
 from labkit.tf.ps import fit_parameter_server
 from labkit.tf.step import (
@@ -91,6 +94,16 @@ def fit(config: TrainConfig, *, on_step: StepCallback | None = None,
 
 def _fit_custom(config: TrainConfig, plan, device: str, on_step: StepCallback | None,
                 data_dir: str | None) -> MetricsLog:
+    lease = state.claim(config, plan.is_chief)  # outputs writable, the checkpoint folder ours alone
+    try:
+        return _fit_claimed(config, plan, device, on_step, data_dir, lease)
+    finally:
+        if lease is not None:
+            lease.release()
+
+
+def _fit_claimed(config: TrainConfig, plan, device: str, on_step: StepCallback | None,
+                 data_dir: str | None, lease) -> MetricsLog:
     from labkit.tf import strategy as strategies
     from labkit.tf.data import BatchLayout
 
@@ -102,30 +115,36 @@ def _fit_custom(config: TrainConfig, plan, device: str, on_step: StepCallback | 
         parts = build(config, model_cfg, precision, replicas)
     model, optimizer = parts["model"], parts["optimizer"]
     start = 0
+    resume = Resume.of(config, world_size=replicas, model_config=model_cfg)
     if config.checkpoint_dir:
-        start = state.restore(config.checkpoint_dir, model, optimizer) or 0
+        start = state.restore(config.checkpoint_dir, model, optimizer, resume) or 0
     rates = throughput(config, model_cfg, precision, device, replicas)
     log = MetricsLog(run=run_info(config, plan, layout, model, device, rates, precision))
     log.run["xla"] = jit = config.compile and replicas == 1
+    log.run["resume_changes"] = resume.record() or None
     engine = _loop_engine(config, strategy, parts, layout, precision, device, plan, jit,
-                          start, data_dir, model_cfg)
+                          start, data_dir, model_cfg, resume, lease)
     role = ProcessRole(plan.is_chief, plan.num_workers, metrics_path(config, plan))
     return run_loop(config, engine, log, start=start, role=role, throughput=rates, on_step=on_step)
 
 
 def _loop_engine(config: TrainConfig, strategy, parts, layout, precision, device: str, plan,
-                 jit: bool, start: int, data_dir: str | None, model_cfg) -> Engine:
+                 jit: bool, start: int, data_dir: str | None, model_cfg, resume: Resume,
+                 lease=None) -> Engine:
     """This run's steps as the shared loop drives them (`labkit.core.loop.Engine`)."""
     import tensorflow as tf
 
-    from labkit.tf.data import make_dataset_fn
+    from labkit.tf.data import make_dataset_fn, step_position
 
     model, optimizer = parts["model"], parts["optimizer"]
+    origin = DataOrigin.resumed(start, resume.data_position)
+    num_samples = config.num_samples_or_default()
     batches = iter(())
     if start < config.steps:
         dataset = strategy.distribute_datasets_from_function(make_dataset_fn(
             training_arrays(model_cfg, config, data_dir), layout, first_step=start,
-            last_step=config.steps, seed=config.seed, latency_s=config.input_latency_ms / 1000.0))
+            last_step=config.steps, seed=config.seed, latency_s=config.input_latency_ms / 1000.0,
+            origin=origin))
         batches = iter(dataset)
     train_step = make_train_step(strategy, model, optimizer, layout, config.grad_clip, precision,
                                  jit_compile=jit)
@@ -138,7 +157,9 @@ def _loop_engine(config: TrainConfig, strategy, parts, layout, precision, device
     checkpoints = {}
     if config.checkpoint_dir:
         saver = state.Saver(config.checkpoint_dir, model, optimizer, replicas=layout.num_replicas,
-                            writes=plan.is_chief)
+                            writes=plan.is_chief, fingerprint=resume.fingerprint, lease=lease,
+                            position=lambda step: step_position(step, layout.global_batch,
+                                                                num_samples, origin))
         barrier = _barrier(strategy) if plan.num_workers > 1 else None
 
         def save(step: int, wait: bool) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 from labkit.core.config import ParameterError
 from labkit.core.loop import Reporter, StepCallback
 from labkit.core.metrics import MetricsLog
+from labkit.core.outputs import check_run_outputs
 from labkit.core.preemption import PreemptionGuard
 from labkit.core.train_config import Preempted, TrainConfig
 from labkit.tf.step import (
@@ -86,6 +87,7 @@ def fit_keras(config: TrainConfig, *, on_step: StepCallback | None = None,
                              "must be 1 with the keras loop (use the default custom loop)")
     per_epoch, epochs = epoch_plan(config)
     plan = strategies.plan_strategy(local_gpus=len(tf.config.get_visible_devices("GPU")))
+    check_run_outputs(config, main=plan.is_chief)  # BackupAndRestore's folder has no lease
     strategy = strategies.make_strategy(plan)
     precision, model_cfg = precision_and_model(config)
     layout = BatchLayout(config.batch_size, strategy.num_replicas_in_sync, 1)

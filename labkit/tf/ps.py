@@ -15,13 +15,15 @@ cannot hand them over one by one; this loop uses its parts instead: the SIGTERM 
 checkpoint policy (a window ends at each periodic checkpoint: `checkpoint_every` steps, else
 10), the metrics reporter and the metrics file. Checkpoints go through `labkit.core.checkpoint`
 (`labkit.tf.state`): the coordinator reads the variables from the parameter servers, writes the
-blobs and commits the marker; a restarted job assigns them back before scheduling any step.
+blobs and commits the marker (with the run's fingerprint, under the folder's lease); a restarted
+job assigns them back before scheduling any step.
 """
 
 from __future__ import annotations
 
 import time
 
+from labkit.core.fingerprint import Resume
 from labkit.core.loop import CheckpointPolicy, Reporter, StepCallback
 from labkit.core.metrics import MetricsLog
 from labkit.core.preemption import PreemptionGuard
@@ -41,10 +43,20 @@ from labkit.tf.step import (
 def fit_parameter_server(config: TrainConfig, plan, device: str, on_step: StepCallback | None,
                          data_dir: str | None) -> MetricsLog:
     """Train `config` as the coordinator of a parameter-server job (the chief's part)."""
+    lease = state.claim(config, is_chief=True)
+    try:
+        return _coordinate(config, plan, device, on_step, data_dir, lease)
+    finally:
+        if lease is not None:
+            lease.release()
+
+
+def _coordinate(config: TrainConfig, plan, device: str, on_step: StepCallback | None,
+                data_dir: str | None, lease) -> MetricsLog:
     import tensorflow as tf
 
     from labkit.tf import strategy as strategies
-    from labkit.tf.data import BatchLayout, replica_indices
+    from labkit.tf.data import BatchLayout, DataOrigin, replica_indices, step_position
 
     strategy = strategies.make_strategy(plan)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
@@ -57,8 +69,10 @@ def fit_parameter_server(config: TrainConfig, plan, device: str, on_step: StepCa
         y_var = tf.Variable(y_all, trainable=False, name="targets")
     model, optimizer = parts["model"], parts["optimizer"]
     start = 0
+    resume = Resume.of(config, world_size=1, model_config=model_cfg)  # one worker per step
     if config.checkpoint_dir:
-        start = state.restore(config.checkpoint_dir, model, optimizer) or 0
+        start = state.restore(config.checkpoint_dir, model, optimizer, resume) or 0
+    origin = DataOrigin.resumed(start, resume.data_position)
     replica_step = make_replica_step(model, optimizer, layout, config.grad_clip, precision)
 
     @tf.function
@@ -68,15 +82,18 @@ def fit_parameter_server(config: TrainConfig, plan, device: str, on_step: StepCa
         return loss, skipped
 
     def schedule(s: int):  # step s trains on global batch s, whichever worker runs it
-        idx = replica_indices(s, 0, layout, len(x_all), config.seed)
+        idx = replica_indices(s, 0, layout, len(x_all), config.seed, origin)
         return coordinator.schedule(ps_step, args=(tf.constant(idx),))
 
     log = MetricsLog(run={"framework": "tf", "model": config.model, "strategy": plan.kind,
                           "world_size": plan.num_workers,
                           "task": f"{plan.task_type}:{plan.task_index}",
                           "micro_batch": layout.micro_batch, "asynchronous": True,
-                          "resumed_from_step": start - 1 if start else None})
-    saver = state.Saver(config.checkpoint_dir, model, optimizer, replicas=1) \
+                          "resumed_from_step": start - 1 if start else None,
+                          "resume_changes": resume.record() or None})
+    saver = state.Saver(config.checkpoint_dir, model, optimizer, replicas=1,
+                        fingerprint=resume.fingerprint, lease=lease,
+                        position=lambda s: step_position(s, layout.global_batch, len(x_all), origin)) \
         if config.checkpoint_dir else None
     reporter = Reporter(config, throughput(config, model_cfg, precision, device, 1), log,
                         start=start, on_step=on_step)

@@ -4,7 +4,8 @@ One loader item is one micro-batch: the sampler yields index lists and the datas
 whole batch at once (vectorised, one injected latency per batch, the way a remote-storage read or
 a decode costs per batch). Indices come from `DistributedSampler` (a seeded permutation per epoch,
 `set_epoch`, each rank a disjoint slice), so a run is reproducible and a resumed run starts at an
-exact `DataPosition` instead of replaying the epoch.
+exact `DataPosition` instead of replaying the epoch. The position counts samples, so a run
+resumed with another batch size continues the same order.
 
 `SampleDataset` is the textbook form of the same data, one sample per index, for
 `DataLoader(batch_size=micro, sampler=DistributedSampler(...))`: the recipes train on it, and
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from labkit.core.models import ModelConfig
 from labkit.data import synthetic
@@ -27,10 +28,13 @@ from labkit.data.synthetic import SyntheticImages, SyntheticTokens
 
 @dataclass
 class DataPosition:
-    """Where the next micro-batch comes from: epoch and micro-batch index inside it."""
+    """Where the next micro-batch comes from: `epoch`, and how many samples of that epoch's
+    order all replicas have taken so far. Counted in samples, not batches, so a run resumed with
+    another batch size, world size or accumulation continues exactly where the last one left
+    off: no sample lost, none repeated."""
 
     epoch: int = 0
-    batch: int = 0
+    sample: int = 0
 
 
 class BatchDataset(Dataset):
@@ -74,24 +78,6 @@ class SampleDataset(Dataset):
         return seq[:-1], seq[1:]
 
 
-class MicroBatchSampler(Sampler[list[int]]):
-    """Yields this rank's micro-batches of one epoch, starting at `start_batch`."""
-
-    def __init__(self, sampler: DistributedSampler, micro_batch: int, start_batch: int = 0):
-        self.sampler = sampler
-        self.micro_batch = micro_batch
-        self.start_batch = start_batch
-
-    def __len__(self) -> int:
-        return len(self.sampler) // self.micro_batch - self.start_batch
-
-    def __iter__(self):
-        indices = list(self.sampler)
-        n = len(indices) // self.micro_batch
-        for b in range(self.start_batch, n):
-            yield indices[b * self.micro_batch:(b + 1) * self.micro_batch]
-
-
 def make_dataset(model_cfg: ModelConfig, num_samples: int, seed: int,
                  latency_s: float = 0.0) -> BatchDataset:
     """The engine's batch-at-a-time dataset for a model config (images for conv nets, tokens
@@ -107,35 +93,57 @@ def make_sample_dataset(model_cfg: ModelConfig, num_samples: int, seed: int) -> 
 class ResumableLoader:
     """Endless iterator of micro-batches across epochs, resumable from a `DataPosition`.
 
-    A fresh DataLoader is built per epoch (after `set_epoch`), so worker processes and pinned
-    memory follow the config, and a restart only needs the position."""
+    An epoch's order is `DistributedSampler`'s seeded permutation (`set_epoch`); replica `r` of
+    `R` takes every R-th sample of what is left after the position (r, r+R, ...), the tail that
+    does not fill a micro-batch on every replica is dropped. From the start of an epoch that is
+    exactly what `DistributedSampler(num_replicas=R, rank=r, drop_last=True)` yields. A step
+    takes the next samples of the order whatever the layout, so the position is a sample count.
+    A fresh DataLoader is built per epoch, so worker processes and pinned memory follow the
+    config, and a restart only needs the position."""
 
     def __init__(self, dataset: BatchDataset, micro_batch: int, *, world_size: int = 1, rank: int = 0,
                  seed: int = 0, num_workers: int = 0, pin_memory: bool = False,
                  position: DataPosition | None = None):
         self.dataset = dataset
         self.micro_batch = micro_batch
-        self.sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True,
-                                          seed=seed, drop_last=True)
-        if len(self.sampler) < micro_batch:
+        self.world_size, self.rank = world_size, rank
+        # The epoch's whole order: one "replica" sees every sample.
+        self.order = DistributedSampler(dataset, num_replicas=1, rank=0, shuffle=True, seed=seed,
+                                        drop_last=True)
+        if len(dataset) // world_size < micro_batch:
             raise ValueError(f"num_samples={len(dataset)} gives each of {world_size} replica(s) "
-                             f"{len(self.sampler)} samples, fewer than one micro-batch of {micro_batch}")
+                             f"{len(dataset) // world_size} samples, fewer than one micro-batch of "
+                             f"{micro_batch}")
         self.num_workers = num_workers
         self.pin_memory = pin_memory
         self.position = position or DataPosition()
         self._it = None
+        self._left = 0
 
     @property
     def batches_per_epoch(self) -> int:
-        return len(self.sampler) // self.micro_batch
+        """Micro-batches per replica in a whole epoch."""
+        return len(self.dataset) // self.world_size // self.micro_batch
+
+    def rank_indices(self, epoch: int, start: int) -> list[int]:
+        """This replica's samples of epoch `epoch` after the first `start` of its order."""
+        self.order.set_epoch(epoch)
+        rest = list(self.order)[start:]
+        usable = len(rest) // self.world_size * self.world_size
+        return rest[self.rank:usable:self.world_size]
 
     def _start_epoch(self) -> None:
-        self.sampler.set_epoch(self.position.epoch)
-        batches = MicroBatchSampler(self.sampler, self.micro_batch, self.position.batch)
+        while True:
+            mine = self.rank_indices(self.position.epoch, self.position.sample)
+            batches = [mine[b * self.micro_batch:(b + 1) * self.micro_batch]
+                       for b in range(len(mine) // self.micro_batch)]
+            if batches:
+                break
+            self.position = DataPosition(self.position.epoch + 1, 0)  # resumed in the dropped tail
         loader = DataLoader(self.dataset, sampler=batches, batch_size=None, num_workers=self.num_workers,
                             pin_memory=self.pin_memory, persistent_workers=False,
                             prefetch_factor=4 if self.num_workers else None)
-        self._it = iter(loader)
+        self._it, self._left = iter(loader), len(batches)
 
     def __iter__(self):
         return self
@@ -143,14 +151,11 @@ class ResumableLoader:
     def __next__(self):
         if self._it is None:
             self._start_epoch()
-        try:
-            batch = next(self._it)
-        except StopIteration:
-            self.position = DataPosition(self.position.epoch + 1, 0)
-            self._start_epoch()
-            batch = next(self._it)
-        self.position = DataPosition(self.position.epoch, self.position.batch + 1)
-        if self.position.batch >= self.batches_per_epoch:
+        batch = next(self._it)
+        self._left -= 1
+        self.position = DataPosition(self.position.epoch,
+                                     self.position.sample + self.micro_batch * self.world_size)
+        if self._left == 0:
             # Roll over now so a checkpoint taken here resumes at the next epoch's first batch.
             self.position = DataPosition(self.position.epoch + 1, 0)
             self._it = None

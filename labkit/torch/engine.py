@@ -20,9 +20,10 @@ progress, the non-finite loss check) is `labkit.core.loop`, shared with the TF e
 module hands it the torch parts (`_loop_engine`): micro-batches placed on the device, the
 dispatched step, its loss read back (on one GPU one step late; under DDP the replicas' loss and
 stop flag ride on the gradient all-reduce, `labkit.torch.agreement`), the LR, and checkpoints
-through `labkit.torch.state` (written in the background once copied to the host). MFU is
-against a GEMM measured on this device (`labkit.torch.peak`). A resumed run continues bit for
-bit on CPU.
+through `labkit.torch.state` (written in the background once copied to the host, under the
+folder's lease, with the run's fingerprint). MFU is against a GEMM measured on this device
+(`labkit.torch.peak`). A resumed run continues bit for bit on CPU; one resumed under other
+settings is refused unless `allow_resume_change` names them (`labkit.core.fingerprint`).
 
 Building blocks are public so benchmarks and notebooks reuse exactly what `fit` trains:
 `build(config, info, device)` → `Components` (whose `compute_loss(x, y)` is the forward pass and
@@ -44,6 +45,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from labkit.core import loop
 from labkit.core.config import ParameterError, resolve_scale
+from labkit.core.fingerprint import Resume
+from labkit.core.lease import Lease
 from labkit.core.loop import StepCallback
 from labkit.core.metrics import MetricsLog
 from labkit.core.models import GPTConfig, ModelConfig, build_config, flops_per_sample
@@ -348,29 +351,35 @@ def fit(config: TrainConfig, *, on_step: StepCallback | None = None,
     device = resolve_device(config.device, info)
     info = distributed.init(device.type, info)
     clean = False
+    lease = None
     try:
-        log = _fit(config, info, device, on_step, read_loss_late)
+        lease = state.claim(config, info)  # outputs writable, the checkpoint folder ours alone
+        log = _fit(config, info, device, on_step, read_loss_late, lease)
         clean = True
         return log
     except Preempted:
         clean = True  # every rank agreed on the step to stop at, so all of them are here
         raise
     finally:
+        if lease is not None:
+            lease.release()
         # After a failure a peer may be gone: a barrier would wait for it until the timeout.
         distributed.shutdown(clean=clean)
 
 
 def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
-         on_step: StepCallback | None, read_loss_late: bool | None) -> MetricsLog:
+         on_step: StepCallback | None, read_loss_late: bool | None,
+         lease: Lease | None = None) -> MetricsLog:
     c = build(config, info, device)
     data_rank, data_world = ((c.strategy.data_rank, c.strategy.data_world) if c.strategy is not None
                              else (info.rank, info.world_size))
     micro = micro_batch_size(config, data_world)
     start, position = 0, DataPosition()
     sharded = c.strategy is not None
+    resume = Resume.of(config, world_size=info.world_size, model_config=c.model_config)
     if config.checkpoint_dir:
         restore = state.restore_sharded if sharded else state.restore
-        start, position = restore(config.checkpoint_dir, c, info) or (start, position)
+        start, position = restore(config.checkpoint_dir, c, info, resume) or (start, position)
     dataset = make_dataset(c.model_config, config.num_samples_or_default(), config.seed,
                            config.input_latency_ms / 1000.0)
     loader = ResumableLoader(dataset, micro, world_size=data_world, rank=data_rank,
@@ -386,9 +395,11 @@ def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
                           "flops_per_sample": throughput.flops_per_sample,
                           "peak_flops": throughput.peak_flops,
                           "mfu_peak": peak.describe(device, c.policy.peak_dtype),
-                          "parallel": _parallel_info(config, c.layout)})
+                          "parallel": _parallel_info(config, c.layout),
+                          "resume_changes": resume.record() or None})
     saver_class = state.ShardedSaver if sharded else state.Saver
-    saver = saver_class(config.checkpoint_dir, info) if config.checkpoint_dir else None
+    saver = (saver_class(config.checkpoint_dir, info, fingerprint=resume.fingerprint, lease=lease)
+             if config.checkpoint_dir else None)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     # On a single GPU the loss of step i is read after step i+1 is queued, so the host never

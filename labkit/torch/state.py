@@ -1,10 +1,14 @@
 """The torch engine's full state as `labkit.core.checkpoint` blobs.
 
 Rank 0 writes `model.pt` and `train.pt` (optimizer, LR schedule, GradScaler, next step, data
-position); every rank writes its own `rng-rank{r}.pt` (torch CPU/CUDA, NumPy and Python RNG
-states); after a barrier rank 0 writes the commit marker. Everything is serialised with
-`torch.save` into an in-memory file object, so the same bytes go to a local disk, `gs://` or a
-`/gcs/` mount.
+position in samples); every rank writes its own `rng-rank{r}.pt` (torch CPU/CUDA, NumPy and
+Python RNG states); after a barrier rank 0 writes the commit marker, with the run's fingerprint
+(`labkit.core.fingerprint`), once it has checked that the folder's lease is still its own
+(`labkit.core.lease`). Everything is serialised with `torch.save` into an in-memory file object,
+so the same bytes go to a local disk, `gs://` or a `/gcs/` mount.
+
+`claim` runs before the first step: the outputs are checked and rank 0 takes the lease; `restore`
+refuses a checkpoint of a run with other settings unless the change was allowed.
 """
 
 from __future__ import annotations
@@ -24,10 +28,48 @@ import torch.distributed as dist
 from torch.utils._pytree import tree_map
 
 from labkit.core import checkpoint
+from labkit.core.config import ParameterError
+from labkit.core.fingerprint import Resume
+from labkit.core.lease import Lease
+from labkit.core.outputs import check_run_outputs
+from labkit.core.schedule import WarmupThenConstant
 from labkit.torch.data import DataPosition
 
 if TYPE_CHECKING:
+    from labkit.core.train_config import TrainConfig
     from labkit.torch.distributed import DistInfo
+
+FRAMEWORK = "torch"
+
+
+class RefusedOnAnotherRank(OSError):
+    """Another rank of this run could not start (its error names the cause)."""
+
+
+def claim(config: TrainConfig, info: DistInfo) -> Lease | None:
+    """Before the first step: check this process's outputs (`labkit.core.outputs`) and, on rank
+    0 of a run that checkpoints, take the checkpoint folder's lease. Returns the lease (release
+    it when the run ends). Under DDP every rank learns whether all could start, so a refused
+    run stops on every rank instead of leaving the others waiting in a collective."""
+    lease, error = None, None
+    try:
+        check_run_outputs(config, main=info.is_main)
+        if info.is_main and config.checkpoint_dir:
+            lease = Lease(config.checkpoint_dir).acquire()
+    except (ValueError, OSError) as e:
+        error = e
+    if info.distributed:
+        messages: list[str | None] = [None] * info.world_size
+        dist.all_gather_object(messages, None if error is None else str(error))
+        refused = [(rank, m) for rank, m in enumerate(messages) if m is not None]
+        if refused and error is None:
+            if lease is not None:
+                lease.release()
+            rank, message = refused[0]
+            raise RefusedOnAnotherRank(f"rank {rank} could not start: {message}")
+    if error is not None:
+        raise error
+    return lease
 
 
 class TrainingState(Protocol):
@@ -94,7 +136,7 @@ def snapshot(c: TrainingState, info: DistInfo, step: int, position: DataPosition
         objects["train.pt"] = host({
             "optimizer": c.optimizer.state_dict(), "scheduler": c.scheduler.state_dict(),
             "scaler": c.scaler.state_dict(), "next_step": step + 1,
-            "data_position": {"epoch": position.epoch, "batch": position.batch}})
+            "data_position": {"epoch": position.epoch, "sample": position.sample}})
     objects[f"rng-rank{info.rank}.pt"] = rng_state()  # fresh copies already
     return objects
 
@@ -131,12 +173,14 @@ def serialize(c: TrainingState, info: DistInfo, step: int, position: DataPositio
     return encode(snapshot(c, info, step, position, copy=False))
 
 
-def save(directory: str, c: TrainingState, info: DistInfo, step: int, position: DataPosition) -> None:
+def save(directory: str, c: TrainingState, info: DistInfo, step: int, position: DataPosition, *,
+         fingerprint: dict[str, Any] | None = None) -> None:
     """Checkpoint the state after `step` (the resumed run starts at step + 1), synchronously."""
-    _write_and_commit(directory, info, step, serialize(c, info, step, position))
+    _write_and_commit(directory, info, step, serialize(c, info, step, position), fingerprint)
 
 
-def _write_and_commit(directory: str, info: DistInfo, step: int, blobs: dict[str, bytes]) -> None:
+def _write_and_commit(directory: str, info: DistInfo, step: int, blobs: dict[str, bytes],
+                      fingerprint: dict[str, Any] | None = None, lease: Lease | None = None) -> None:
     entries: dict[str, Any] = {name: checkpoint.write_blob(directory, step, name, data)
                                for name, data in blobs.items()}
     if info.distributed:
@@ -144,7 +188,12 @@ def _write_and_commit(directory: str, info: DistInfo, step: int, blobs: dict[str
         dist.all_gather_object(gathered, entries)  # also a barrier: every blob is written
         entries = {k: v for part in gathered for k, v in part.items()}
     if info.is_main:
-        checkpoint.commit(directory, step, entries, {"world_size": info.world_size, "framework": "torch"})
+        if lease is not None:
+            lease.verify()  # another run took the folder over: do not commit into its steps
+        meta = {"world_size": info.world_size, "framework": FRAMEWORK}
+        if fingerprint is not None:
+            meta["fingerprint"] = fingerprint
+        checkpoint.commit(directory, step, entries, meta)
     if info.distributed:
         dist.barrier()  # nobody runs ahead (or exits) before the marker exists
 
@@ -154,22 +203,27 @@ class Saver:
     stalls only for that copy) and serialises, writes and commits it in a background thread
     (`labkit.core.checkpoint.BackgroundWrite`: one save in flight at most); replicas of a DDP job
     save synchronously, since commit needs collectives. `wait()` joins the save in flight and
-    re-raises its error."""
+    re-raises its error. Each marker records `fingerprint`; with a `lease`, rank 0 checks it is
+    still the folder's writer before each commit."""
 
-    def __init__(self, directory: str, info: DistInfo, asynchronous: bool = True):
+    def __init__(self, directory: str, info: DistInfo, asynchronous: bool = True, *,
+                 fingerprint: dict[str, Any] | None = None, lease: Lease | None = None):
         self.directory = directory
         self.info = info
         self.asynchronous = asynchronous and not info.distributed
+        self.fingerprint, self.lease = fingerprint, lease
         self._background = checkpoint.BackgroundWrite(directory)
 
     def save(self, c: TrainingState, step: int, position: DataPosition, *, wait: bool = False) -> None:
         self.wait()
         if not self.asynchronous or wait:
-            _write_and_commit(self.directory, self.info, step, serialize(c, self.info, step, position))
+            self._commit(step, serialize(c, self.info, step, position))
             return
         objects = snapshot(c, self.info, step, position)
-        self._background.start(step, lambda: _write_and_commit(self.directory, self.info, step,
-                                                               encode(objects)))
+        self._background.start(step, lambda: self._commit(step, encode(objects)))
+
+    def _commit(self, step: int, blobs: dict[str, bytes]) -> None:
+        _write_and_commit(self.directory, self.info, step, blobs, self.fingerprint, self.lease)
 
     @property
     def in_flight(self) -> bool:
@@ -185,12 +239,17 @@ _DECODE_ERRORS = (KeyError, RuntimeError, EOFError, ValueError, pickle.Unpicklin
                   zipfile.BadZipFile)
 
 
-def restore(directory: str, c: TrainingState, info: DistInfo) -> tuple[int, DataPosition] | None:
+def restore(directory: str, c: TrainingState, info: DistInfo,
+            resume: Resume | None = None) -> tuple[int, DataPosition] | None:
     """Load the newest committed intact checkpoint into `c`; returns (next step, data position),
     or None when there is none. A blob that fails to deserialise counts as corrupt: the previous
-    committed step is tried, with a warning."""
+    committed step is tried, with a warning. With `resume`, a checkpoint of a run with other
+    settings is refused (`labkit.core.fingerprint.ResumeMismatch`) before anything is loaded,
+    unless the change was allowed; the run's LR schedule then follows `resume.fingerprint`."""
 
     def decode(ckpt: checkpoint.Checkpoint) -> tuple[checkpoint.Checkpoint, Any, Any, Any]:
+        if ckpt.meta.get("framework", FRAMEWORK) != FRAMEWORK:
+            return ckpt, None, None, None  # refused below, not skipped as corrupt
         rng_blob = ckpt.files.get(f"rng-rank{info.rank}.pt")
         return (ckpt, from_bytes(ckpt.files["model.pt"]), from_bytes(ckpt.files["train.pt"]),
                 from_bytes(rng_blob) if rng_blob is not None else None)
@@ -199,6 +258,13 @@ def restore(directory: str, c: TrainingState, info: DistInfo) -> tuple[int, Data
     if found is None:
         return None
     ckpt, model, train, rng = found
+    if model is None:
+        raise ParameterError("checkpoint_dir", directory,
+                             f"holds a checkpoint of the {ckpt.meta.get('framework')} engine "
+                             f"({ckpt.path}); the torch engine cannot resume from it")
+    if resume is not None:
+        # Outside `decode`: a refusal must not read as a corrupt step to fall back from.
+        resume.check(ckpt.meta, directory)
     c.model.load_state_dict(model)
     c.optimizer.load_state_dict(train["optimizer"])
     for group in c.optimizer.param_groups:
@@ -207,15 +273,43 @@ def restore(directory: str, c: TrainingState, info: DistInfo) -> tuple[int, Data
             group["lr"] = float(group["lr"])
         group["capturable"] = False
     c.scheduler.load_state_dict(train["scheduler"])
-    c.scaler.load_state_dict(train["scaler"])
+    if train["scaler"] or not c.scaler.is_enabled():  # empty: saved without fp16 (an allowed change)
+        c.scaler.load_state_dict(train["scaler"])
+    if resume is not None:
+        follow_schedule(c, resume.fingerprint)
     if rng is not None:
         set_rng_state(rng)
     else:
         warnings.warn(f"checkpoint step {ckpt.step} has no RNG state for rank {info.rank} (saved "
                       f"with {ckpt.meta.get('world_size')} replicas); continuing with seeded RNG",
                       checkpoint.CheckpointWarning, stacklevel=2)
-    pos = train["data_position"]
-    return int(train["next_step"]), DataPosition(int(pos["epoch"]), int(pos["batch"]))
+    return int(train["next_step"]), saved_position(train["data_position"], resume)
+
+
+def follow_schedule(c: TrainingState, fingerprint: dict[str, Any]) -> None:
+    """Make the restored optimizer and LR schedule use this run's peak LR and warm-up: the
+    checkpoint holds the saved run's, which differ only when a resume was allowed to change
+    them (without a change this recomputes the same values)."""
+    peak = fingerprint["lr"] * (fingerprint["world_size"] if fingerprint["scale_lr_with_world_size"] else 1)
+    c.scheduler.base_lrs = [peak for _ in c.scheduler.base_lrs]
+    c.scheduler.lr_lambdas = [WarmupThenConstant(fingerprint["warmup_steps"])
+                              for _ in c.scheduler.lr_lambdas]
+    for group, rule in zip(c.optimizer.param_groups, c.scheduler.lr_lambdas, strict=True):
+        group["initial_lr"] = peak
+        group["lr"] = peak * rule(c.scheduler.last_epoch)
+
+
+def saved_position(saved: dict[str, Any], resume: Resume | None = None) -> DataPosition:
+    """The `DataPosition` a checkpoint's `train.pt` recorded. Positions written before they were
+    counted in samples are in micro-batches of the saved run's layout (from `resume`)."""
+    if "sample" in saved:
+        return DataPosition(int(saved["epoch"]), int(saved["sample"]))
+    fp = (resume.saved or resume.fingerprint) if resume is not None else None
+    per_batch = fp["batch_size"] // fp["grad_accum"] if fp else 0
+    if not per_batch:
+        warnings.warn("the checkpoint's data position is in micro-batches of an unknown layout; "
+                      "continuing from the start of its epoch", checkpoint.CheckpointWarning, stacklevel=3)
+    return DataPosition(int(saved["epoch"]), int(saved["batch"]) * per_batch)
 
 
 # ---------------------------------------------------------------- sharded state (parallel modes)
@@ -242,18 +336,22 @@ def _layout_meta(c: ShardedState) -> dict[str, Any]:
 def sharded_blobs(c: ShardedState, info: DistInfo, step: int, position: DataPosition) -> dict[str, bytes]:
     """This rank's one blob for the state after `step`."""
     obj = {"local": c.strategy.local_state(), "scheduler": c.scheduler.state_dict(),
-           "next_step": step + 1, "data_position": {"epoch": position.epoch, "batch": position.batch},
+           "next_step": step + 1, "data_position": {"epoch": position.epoch, "sample": position.sample},
            "rng": rng_state()}
     return {f"rank{info.rank}.pt": to_bytes(obj)}
 
 
 class ShardedSaver:
     """Checkpoints of a parallel run: each rank writes its blob, rank 0 commits once all are
-    written (synchronously: committing needs every rank). Same interface as `Saver`."""
+    written (synchronously: committing needs every rank). Same interface as `Saver`, and the
+    same guarantees: the marker records `fingerprint`, and with a `lease` rank 0 checks it is
+    still the folder's writer before it commits."""
 
-    def __init__(self, directory: str, info: DistInfo):
+    def __init__(self, directory: str, info: DistInfo, *, fingerprint: dict[str, Any] | None = None,
+                 lease: Lease | None = None):
         self.directory = directory
         self.info = info
+        self.fingerprint, self.lease = fingerprint, lease
 
     def save(self, c: ShardedState, step: int, position: DataPosition, *, wait: bool = False) -> None:
         blobs = sharded_blobs(c, self.info, step, position)
@@ -262,10 +360,14 @@ class ShardedSaver:
         gathered: list[dict[str, Any]] = [{} for _ in range(self.info.world_size)]
         dist.all_gather_object(gathered, entries)  # also a barrier: every blob is written
         if self.info.is_main:
+            if self.lease is not None:
+                self.lease.verify()  # another run took the folder over: do not commit into its steps
             merged = {k: v for part in gathered for k, v in part.items()}
-            checkpoint.commit(self.directory, step, merged,
-                              {"world_size": self.info.world_size, "framework": "torch",
-                               "sharded": True, "layout": _layout_meta(c)})
+            meta = {"world_size": self.info.world_size, "framework": FRAMEWORK, "sharded": True,
+                    "layout": _layout_meta(c)}
+            if self.fingerprint is not None:
+                meta["fingerprint"] = self.fingerprint
+            checkpoint.commit(self.directory, step, merged, meta)
         dist.barrier()
 
     @property
@@ -280,26 +382,30 @@ class LayoutMismatch(ValueError):
     """A sharded checkpoint was written by a run of another parallel layout."""
 
 
-def restore_sharded(directory: str, c: ShardedState, info: DistInfo) -> tuple[int, DataPosition] | None:
+def restore_sharded(directory: str, c: ShardedState, info: DistInfo,
+                    resume: Resume | None = None) -> tuple[int, DataPosition] | None:
     """Load this rank's blob of the newest committed step into `c`; returns (next step, data
     position), or None when there is none. Raises `LayoutMismatch` naming both layouts when the
-    checkpoint was written by another mode or other degrees."""
+    checkpoint was written by another mode or other degrees, and (with `resume`) ResumeMismatch
+    when it was written by a run with other settings, as `restore` does."""
     expected = _layout_meta(c)
 
-    def decode(ckpt: checkpoint.Checkpoint) -> Any:
+    def decode(ckpt: checkpoint.Checkpoint) -> tuple[checkpoint.Checkpoint, Any]:
         saved = ckpt.meta.get("layout")
         if not ckpt.meta.get("sharded") or saved != expected:
             raise LayoutMismatch(f"checkpoint_dir: step {ckpt.step} in {directory} was written with "
                                  f"layout {saved or 'unsharded (ddp)'}, this run is {expected}")
-        return from_bytes(ckpt.files[f"rank{info.rank}.pt"])
+        return ckpt, from_bytes(ckpt.files[f"rank{info.rank}.pt"])
 
     # A layout mismatch (a ValueError) is raised, not skipped like a blob that does not decode.
     errors = tuple(e for e in _DECODE_ERRORS if e is not ValueError)
     found = checkpoint.restore(directory, decode, errors)
     if found is None:
         return None
-    c.strategy.load_local_state(found["local"])
-    c.scheduler.load_state_dict(found["scheduler"])
-    set_rng_state(found["rng"])
-    pos = found["data_position"]
-    return int(found["next_step"]), DataPosition(int(pos["epoch"]), int(pos["batch"]))
+    ckpt, blob = found
+    if resume is not None:
+        resume.check(ckpt.meta, directory)  # outside `decode`: a refusal is not a corrupt step
+    c.strategy.load_local_state(blob["local"])
+    c.scheduler.load_state_dict(blob["scheduler"])
+    set_rng_state(blob["rng"])
+    return int(blob["next_step"]), saved_position(blob["data_position"], resume)
