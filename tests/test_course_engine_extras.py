@@ -33,16 +33,17 @@ def test_cuda_graph_gains_come_from_the_h100_files():
 
 
 def test_save_conclusions_give_a_verdict_only_when_the_ranges_part():
-    measured = {"parameters": 5e6, "state_mb": 63.0, "step_ms": 50.0, "threads": 2,
-                "sync_ms": [200.0, 210.0, 220.0], "stall_ms": [10.0, 12.0, 11.0], "lost_ms": [190.0, 230.0, 260.0]}
+    measured = {"parameters": 5e6, "state_mb": 63.0, "step_ms": 50.0, "threads": 2, "steps_after": 5,
+                "sync_ms": [200.0, 210.0, 220.0], "stall_ms": [10.0, 12.0, 11.0],
+                "sync_total_ms": [450.0, 460.0, 470.0], "background_total_ms": [440.0, 480.0, 520.0]}
     text = engine_extras.save_conclusions(measured, engine_extras.checkpoint_reference())
     assert text[1].endswith("faster.")  # the stall: ranges apart
-    assert "no measurable difference here" in text[2]  # everything lost: ranges overlap
-    assert "hides the wait but not the work" in text[3]
+    assert "the 5 training steps after it" in text[2] and "no measurable difference here" in text[2]
+    assert "shortened the wait, but not measurably the total" in text[3]
     assert "2026-11-22-cpu-checkpoint-stall.json" in text[4] and "(1.59×)" in text[4]
     busy = {**measured, "stall_ms": [150.0, 205.0, 300.0]}
     assert "not even the wait" in engine_extras.save_conclusions(busy, None)[3]
-    roomy = {**measured, "lost_ms": [20.0, 25.0, 30.0]}
+    roomy = {**measured, "background_total_ms": [250.0, 260.0, 270.0]}
     assert "less time in all" in engine_extras.save_conclusions(roomy, None)[3]
 
 
@@ -56,8 +57,11 @@ def test_missing_results_files_are_said_not_invented(monkeypatch, tmp_path):
 @pytest.mark.slow
 def test_background_save_measures_both_ways_and_cleans_up(tmp_path):
     pytest.importorskip("torch")
-    m = engine_extras.background_save(3, n_layer=1, n_embd=64, block_size=8, directory=str(tmp_path))
-    assert len(m["sync_ms"]) == len(m["stall_ms"]) == len(m["lost_ms"]) == 3  # the warm-up dropped
+    m = engine_extras.background_save(3, steps_after=2, n_layer=1, n_embd=64, block_size=8,
+                                      directory=str(tmp_path))
+    assert len(m["sync_ms"]) == len(m["stall_ms"]) == len(m["waited_ms"]) == 3  # the warm-up dropped
+    assert len(m["sync_total_ms"]) == len(m["background_total_ms"]) == 3
+    assert all(t >= s for t, s in zip(m["sync_total_ms"], m["sync_ms"], strict=True))
     assert m["state_mb"] > 1 and m["parameters"] > 500_000
     assert not list(tmp_path.rglob("COMMITTED"))  # every checkpoint removed after it was timed
 
