@@ -88,3 +88,35 @@ tour_job = vertex.notebook_job("notebooks/00_tour.ipynb", {"scale": "full"},
                                output_uri=f"{cloud.bucket or 'gs://YOUR_BUCKET'}/labkit/00_tour",
                                machine_type="g2-standard-8", accelerator_type="NVIDIA_L4", accelerator_count=1)
 print(vertex.dry_run(tour_job).text())
+
+# %% [markdown]
+# ## The code on the page: recipes
+# labkit's engines are the fast, tested core every notebook measures with. Beside them, each
+# technique of the course is also a short plain PyTorch, TensorFlow or Vertex SDK script under
+# `labkit/recipes/`: the code you copy into your own project. The notebook that teaches it shows
+# it from the file, runs it, and lays its loss curve over the engine's (tests hold them to
+# 1e-5 in fp32). Only the plumbing none of them teaches (flags, labkit's models and synthetic
+# data, the metrics file) is shared, in `labkit/recipes/common.py`.
+
+# %%
+from IPython.display import Markdown, display
+from labkit.core import frameworks
+from labkit.course import recipe_view
+from labkit.course.tables import table
+
+display(Markdown(table(recipe_view.catalogue(), markdown=True)))
+
+# %% [markdown]
+# Each runs from a terminal like any script. Here is one, run as you would run it: the DDP
+# recipe without torchrun (one process, the same maths) for five steps, what it printed, and
+# the per-step losses it wrote to its metrics file (the schema of `labkit train --metrics-out`).
+
+# %%
+if frameworks.has_torch():
+    tour_argv = recipe_view.flags(model="cnn", steps=5, batch_size=32)
+    print("$", recipe_view.command("ddp", tour_argv))
+    tour_run = recipe_view.run("ddp", tour_argv)
+    print(tour_run.lines("step "))
+    print("losses in its metrics file:", [round(loss, 4) for loss in tour_run.losses])
+else:
+    print(frameworks.missing_reason("torch"))

@@ -143,6 +143,101 @@ if (("torch", processes) in comp.runs) and frameworks.has_torch():
                note=f"base lr {lr}")
 
 # %% [markdown]
+# ## The code
+# Everything above ran through labkit's engines. Here is the code you would write for the same
+# job: `labkit/recipes/ddp.py`, plain PyTorch shown from the file (torchrun's variables,
+# `init_process_group`, `DistributedSampler` with `set_epoch`, `DistributedDataParallel`,
+# `no_sync` for accumulation, logging on rank 0). Only the model, the synthetic data and the
+# metrics file come from labkit (`labkit/recipes/common.py`); the technique does not.
+
+# %%
+from labkit.course import recipe_view
+
+recipe_view.show("ddp")
+
+# %% [markdown]
+# Before running: the recipe is a separate program, launched by torchrun, with none of the
+# engine's machinery. Do you expect its losses to match the engine's run above exactly, to a few
+# decimals, or only roughly?
+
+# %%
+ddp_cmp = None
+if ("torch", processes) in comp.runs:
+    ddp_argv = recipe_view.flags(job)
+    print(recipe_view.command("ddp", ddp_argv, nproc=processes))
+    ddp_cmp = recipe_view.compare("ddp", ddp_argv, nproc=processes, engine=comp.runs[("torch", processes)].log)
+    recipe_view.plot(ddp_cmp, out_dir / "recipe_ddp.png")
+    print(recipe_view.explain(ddp_cmp))
+    key_figure(f"recipe ddp vs labkit train, {processes} processes: largest loss difference", ddp_cmp.max_abs_diff,
+               note=f"tolerance {ddp_cmp.tolerance:.0e}")
+
+# %% [markdown]
+# ### What the engine does that the recipe does not
+# Every replica must log the same loss, and all must stop at the same step when one of them is
+# preempted, so the replicas exchange two numbers every step. The recipe averages its loss with
+# an all-reduce of its own after the step; labkit's engine adds the loss and a stop flag to the
+# last gradient bucket, which DDP all-reduces anyway (a communication hook,
+# `labkit.torch.agreement`). Before running: how much of a step do you expect one extra
+# all-reduce of two numbers to cost on this machine?
+
+# %%
+from labkit.course import engine_extras
+
+if ddp_cmp is not None and processes > 1:
+    latency_ms = engine_extras.allreduce_latency_ms(processes)
+    print("\n".join(engine_extras.agreement_conclusions(latency_ms, ddp_cmp.recipe.median_step_s(),
+                                                       engine_extras.agreement_ab())))
+    key_figure("recipe ddp: its extra all-reduce per step", latency_ms, "ms",
+               note=f"{latency_ms / (1e3 * ddp_cmp.recipe.median_step_s()):.1%} of its median step here")
+
+# %% [markdown]
+# ### The same job in TensorFlow
+# `labkit/recipes/tf_multiworker.py`: `TF_CONFIG` (Vertex's `master` renamed to `chief`),
+# `MultiWorkerMirroredStrategy`, the model and optimizer created in `strategy.scope()`,
+# `distribute_datasets_from_function` giving each worker its share of the global batch, and a
+# custom step under `strategy.run` (`--loop fit` trains with Keras `model.fit` instead; the
+# section after this one says why that is not the multi-worker path). Each worker is its own
+# process with its own `TF_CONFIG`, as on Vertex.
+
+# %%
+recipe_view.show("tf_multiworker")
+
+# %% [markdown]
+# Before running: the recipe's step sums the gradients over the workers before clipping them,
+# as labkit's TF engine does. Do you expect the two to agree to float rounding, or to drift apart
+# over the steps?
+
+# %%
+tf_cmp = None
+if ("tf", processes) in comp.runs:
+    tf_argv = recipe_view.flags(job)
+    print(recipe_view.command("tf_multiworker", tf_argv, nproc=processes))
+    tf_cmp = recipe_view.compare("tf_multiworker", tf_argv, nproc=processes, engine=comp.runs[("tf", processes)].log)
+    recipe_view.plot(tf_cmp, out_dir / "recipe_tf_multiworker.png")
+    print(recipe_view.explain(tf_cmp))
+    key_figure(f"recipe tf_multiworker vs labkit train, {processes} workers: largest loss difference",
+               tf_cmp.max_abs_diff, note=f"tolerance {tf_cmp.tolerance:.0e}")
+
+# %% [markdown]
+# ### A common mistake: the per-process batch taken for the global batch
+# Guides that port a one-GPU script to DDP often keep `DataLoader(batch_size=B)` as it was. In
+# DDP that batch is **per process**, so N processes train on N × B samples per step: a different
+# run. Below, the single-process run beside `processes` DDP processes given the same global
+# batch (right) and `processes` processes that each took the whole batch (the mistake). Before
+# running: how far do you expect the mistaken curve to move from the single-process one?
+
+# %%
+from labkit.course import mistakes, mistakes_explained
+
+if frameworks.has_torch() and processes > 1:
+    ppb = mistakes.per_process_batch(model=model, steps=steps, batch_size=global_batch, nproc=processes, lr=lr,
+                                     num_samples=num_samples, device=device)
+    mistakes_explained.plot_per_process_batch(ppb, out_dir / "per_process_batch.png")
+    print("\n".join(mistakes_explained.per_process_batch(ppb)))
+    key_figure("per-process batch taken for the global batch: largest loss gap vs 1 process",
+               ppb["mistaken_max_gap"], note=f"with the batch split right: {ppb['right_max_gap']:.1e}")
+
+# %% [markdown]
 # ## Why the ring all-reduce is taught through DDP and torchrun, not Horovod
 # Horovod made the ring all-reduce popular (one `hvd.DistributedOptimizer` around any
 # framework's optimizer, `horovodrun` to start the processes). Its last release, 0.28.1 (2023),

@@ -175,3 +175,37 @@ if torch_gb:
                    note=f"{feed.reference.value:,.0f} images/s, {feed.reference.source.name}")
 else:
     print(frameworks.missing_reason("torch"))
+
+# %% [markdown]
+# ## 8. The code
+# The ladders above ran labkit's readers. `labkit/recipes/tfrecord_pipeline.py` is the plain
+# version you would write: it writes the dataset as TFRecord shards, indexes where each record
+# starts so a PyTorch `Dataset` can read record *i* without TensorFlow, trains through a
+# `DataLoader` over those shards, and then reads one epoch of the same files with tf.data
+# (`interleave` over files, `batch` then a vectorised `parse_example` in `map`, `prefetch`,
+# `AUTOTUNE`). What it leaves to a real reader, and labkit's does: checking each record's CRCs
+# (section 1) and decoding whole batches at a time (section 2).
+
+# %%
+from labkit.course import recipe_view
+
+recipe_view.show("tfrecord_pipeline")
+
+# %% [markdown]
+# Before running: the recipe trains from TFRecord files on disk, read by `DataLoader` workers;
+# `labkit train` trains from the same samples generated in memory. Do you expect their loss
+# curves to differ, and by how much?
+
+# %%
+if has_torch:
+    tfr_argv = recipe_view.flags(model="cnn", scale=scale, steps=config.by_scale(scale, smoke=8, full=100),
+                                 batch_size=batch_size, num_samples=samples, seed=seed,
+                                 data_dir=str(out / "recipe_shards"), records_per_shard=records_per_shard,
+                                 num_workers=num_workers)
+    print(recipe_view.command("tfrecord_pipeline", tfr_argv))
+    tfr = recipe_view.compare("tfrecord_pipeline", tfr_argv)
+    recipe_view.plot(tfr, out / "recipe_tfrecord_pipeline.png")
+    print(recipe_view.explain(tfr))
+    print(tfr.recipe.lines("tf.data read", "tf.data half"))
+    key_figure("recipe tfrecord_pipeline vs labkit train: largest loss difference", tfr.max_abs_diff,
+               note=f"tolerance {tfr.tolerance:.0e}; {tfr.recipe.run.get('shards')} shard(s) on disk")

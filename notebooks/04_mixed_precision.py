@@ -174,3 +174,108 @@ if has_tf:
     tf_skipped = sum(r["skipped"] for r in tf_demo)
     key_figure("fp16 steps skipped by Keras' LossScaleOptimizer (overflow demo)", tf_skipped,
                note=f"of {len(tf_demo)}")
+
+# %% [markdown]
+# ## The code
+# The ladder ran labkit's engines with one flag per rung. `labkit/recipes/mixed_precision.py` is
+# the plain PyTorch you would write: both TF32 switches, `torch.autocast` to bf16 or fp16, a
+# `GradScaler` for fp16, and the loss computed in float32.
+
+# %%
+from labkit.course import recipe_view
+
+recipe_view.show("mixed_precision")
+
+# %% [markdown]
+# Before running: in bf16 every matmul rounds its inputs to 8 bits of mantissa. Do you expect the
+# recipe's bf16 losses to equal the engine's bf16 run bit for bit, to agree within bf16 rounding
+# (the tests allow 1e-3), or to drift apart?
+
+# %%
+code_argv = recipe_view.flags(model=model, scale=scale, steps=config.by_scale(scale, smoke=8, full=50),
+                              batch_size=config.by_scale(scale, smoke=16, full=128), precision="bf16")
+if has_torch:
+    print(recipe_view.command("mixed_precision", code_argv))
+    mp = recipe_view.compare("mixed_precision", code_argv)
+    recipe_view.plot(mp)
+    print(recipe_view.explain(mp))
+    key_figure("recipe mixed_precision (bf16) vs labkit train: largest loss difference", mp.max_abs_diff,
+               note=f"tolerance {mp.tolerance:.0e}, {model}")
+
+# %% [markdown]
+# ### A common mistake: "PyTorch uses TF32 by default"
+# Guides disagree on whether float32 work runs on TF32 tensor cores unless you say otherwise.
+# The recipe sets both switches instead of trusting either answer. Before running: in a fresh
+# PyTorch process on an Ampere or newer GPU, do float32 matmuls use TF32? Do convolutions? And in
+# TensorFlow?
+
+# %%
+from labkit.course import mistakes, mistakes_explained
+
+if has_torch:
+    tf32 = mistakes.tf32_defaults()
+    print(table(tf32, ["setting, in a fresh process", "value"]))
+    print("\n".join(mistakes_explained.tf32_defaults(tf32)))
+    key_figure("TF32 for float32 matmuls in a fresh PyTorch process",
+               "on" if tf32["torch.backends.cuda.matmul.allow_tf32"] else "off",
+               note=f"cuDNN convolutions: {'on' if tf32['torch.backends.cudnn.allow_tf32'] else 'off'}")
+
+# %% [markdown]
+# ### A common mistake: softmax fed to `cross_entropy`
+# `F.cross_entropy` (like Keras' loss with `from_logits=True`) takes logits and applies
+# log-softmax itself; many snippets apply `softmax` first. Below, the course's GPT (512 classes)
+# trains from the same weights on the same batches with logits (right) and with probabilities
+# (the mistake), once with plain SGD and once with AdamW, the optimizer of the recipes. The
+# plot shows each run's true loss, and the loss the mistaken code logs. Before running: will the
+# mistaken model learn more slowly, not at all, or just as well, and does it depend on the
+# optimizer?
+
+# %%
+if has_torch:
+    softmax_runs = {opt: mistakes.softmax_into_cross_entropy(model="gpt", steps=30, batch_size=32, optimizer=opt)
+                    for opt in ("sgd", "adamw")}
+    mistakes_explained.plot_softmax(softmax_runs["sgd"], softmax_runs["adamw"])
+    print("\n".join(mistakes_explained.softmax(softmax_runs["sgd"], softmax_runs["adamw"])))
+    key_figure("softmax into cross_entropy: first-step gradient, right / mistaken",
+               softmax_runs["sgd"]["gradient_shrink"], "×", note=f"{softmax_runs['sgd']['classes']} classes")
+    for opt, r in softmax_runs.items():
+        key_figure(f"softmax into cross_entropy, {opt}: true loss, mistaken − right after {len(r['right'])} steps",
+                   r["final_gap"])
+
+# %% [markdown]
+# ### What the engine does that the recipe does not
+# On a GPU, labkit's engine can replay the compiled forward and backward passes as CUDA graphs
+# (`compile_mode="reduce-overhead"`), and the whole step, optimizer included, as one graph
+# (`cuda_graph_step`): the CPU launches one graph instead of hundreds of small kernels, which
+# matters when the kernels are short. The recipe launches every kernel from Python. What that
+# bought on an H100, read from the benchmark results files:
+
+# %%
+from labkit.course import engine_extras
+
+graph_rows = engine_extras.cuda_graph_gains()
+if graph_rows:
+    print(table(graph_rows, ["workload", "configuration", "without graphs", "with CUDA graphs", "unit", "gain"]))
+print("\n".join(engine_extras.cuda_graph_conclusions(graph_rows, rows[0]["device"] if rows else "cpu")))
+
+# %% [markdown]
+# ### The same in Keras
+# `labkit/recipes/keras_mixed_precision.py`: a Keras dtype policy (`mixed_bfloat16`,
+# `mixed_float16`), `LossScaleOptimizer` for float16, and TF32 switched off explicitly when
+# "fp32" must mean float32.
+
+# %%
+recipe_view.show("keras_mixed_precision")
+
+# %% [markdown]
+# Before running: the policy keeps the model's last layer in float32 so the logits and the loss
+# are float32. Do you expect the Keras recipe's bf16 losses to match the TF engine's bf16 run?
+
+# %%
+if has_tf:
+    print(recipe_view.command("keras_mixed_precision", code_argv))
+    kmp = recipe_view.compare("keras_mixed_precision", code_argv)
+    recipe_view.plot(kmp)
+    print(recipe_view.explain(kmp))
+    key_figure("recipe keras_mixed_precision (bf16) vs labkit train --framework tf: largest loss difference",
+               kmp.max_abs_diff, note=f"tolerance {kmp.tolerance:.0e}, {model}")

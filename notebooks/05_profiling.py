@@ -182,3 +182,33 @@ if profile_tf and frameworks.has_tf():
     print(tf_breakdown.text(), "\n" + diagnose(tf_breakdown).text(), "\nxplane traces:", tf_prof.trace_files())
 else:
     print(frameworks.missing_reason("tensorflow") if not frameworks.has_tf() else "skipped (profile_tf=False)")
+
+# %% [markdown]
+# ## 6. The code
+# labkit's profiling above wraps `torch.profiler` and analyses the trace in code.
+# `labkit/recipes/profile.py` is the plain version you would write: `torch.profiler.profile`
+# with a `schedule` (wait, warm-up, active steps), `record_function` regions around data,
+# forward, backward and optimizer, `tensorboard_trace_handler` for TensorBoard and Perfetto, and
+# the hottest operators printed at the end.
+
+# %%
+from labkit.course import recipe_view
+
+recipe_view.show("profile")
+
+# %% [markdown]
+# Before running: does profiling change what a training step computes, i.e. will the profiled
+# recipe log the same losses as an unprofiled `labkit train` run?
+
+# %%
+if has_torch:
+    prof_argv = recipe_view.flags(model=model, scale=scale, steps=2 + 1 + active_steps, batch_size=batch_size,
+                                  trace_dir=str(out / "recipe_profile"), wait=2, warmup=1, active=active_steps)
+    print(recipe_view.command("profile", prof_argv))
+    prof = recipe_view.compare("profile", prof_argv)
+    recipe_view.plot(prof, out / "recipe_profile.png")
+    print(recipe_view.explain(prof))
+    print(prof.recipe.block("---", "Self CPU time total"))
+    print("trace files:", *sorted(p.name for p in (out / "recipe_profile").rglob("*.json")))
+    key_figure("recipe profile vs unprofiled labkit train: largest loss difference", prof.max_abs_diff,
+               note=f"tolerance {prof.tolerance:.0e}")

@@ -219,3 +219,64 @@ key_figure(f"{nodes} × {gpus_per_node} {accelerator_type}: estimated accelerato
            "USD/h", note="on-demand; notebook 07 covers Spot")
 if submit and dry.preflight.ready:
     print("submitted:", vertex.submit(big, display_name="labkit-06-multi-node").name)
+
+# %% [markdown]
+# ## The code
+# `labkit/recipes/vertex_job.py` submits a job like the one above with the google-cloud-aiplatform
+# SDK, as you would: a `CustomJob` with worker pools (every training replica runs the ddp recipe
+# under torchrun), Spot scheduling, a Reduction Server pool, `restart_job_on_worker_restart`,
+# and a base output directory. Here it talks to labkit's local fake of Vertex AI's JobService
+# (`labkit.vertex.fake_service`): the real client library builds and serialises the request and
+# sends it over HTTP; the fake checks it, records it and answers like Vertex, so nothing is
+# submitted and no project is needed.
+
+# %%
+from labkit.course import recipe_view
+
+recipe_view.show("vertex_job")
+
+# %% [markdown]
+# Before running: for `nodes` nodes on Spot with `reduction_servers` reducers, how many worker
+# pools do you expect in the request the service receives, which pool holds the reducers, and
+# where does Spot appear?
+
+# %%
+from labkit.vertex.images import labkit_image
+
+job_argv = recipe_view.flags(project="YOUR_PROJECT", bucket=output_uri, image_uri=labkit_image("torch"),
+                             machine_type=machine_type, accelerator=accelerator_type,
+                             accelerator_count=gpus_per_node, replicas=nodes,
+                             reduction_servers=reduction_servers, spot=True)
+job_argv += ["--", *recipe_view.flags(model="gpt", steps=5000, batch_size=8 * gpus_per_node * nodes)]
+print(recipe_view.command("vertex_job", job_argv))
+
+# %%
+if fw.aiplatform:
+    sent = recipe_view.submit_locally(job_argv)
+    spec = sent["request"]["job_spec"]
+    print(table(recipe_view.request_rows(sent["request"])))
+    print("\n".join(recipe_view.request_conclusions(sent)))
+    key_figure("vertex_job recipe: worker pools in the request the service received", len(spec["worker_pool_specs"]),
+               note=f"scheduling {spec['scheduling']['strategy']}")
+else:
+    print(frameworks.missing_reason("google.cloud.aiplatform"))
+
+# %% [markdown]
+# ### A common mistake: an embedding's gradient all-reduced as if it were dense, or sparse for free
+# An embedding's gradient is zero except in the rows of the tokens in the batch. DDP all-reduces
+# it as a dense tensor; `nn.Embedding(sparse=True)` sends only rows, gathered from every rank.
+# Guides recommend either without counting. Below, one batch of 8 × 1024 tokens through a
+# GPT-2-sized embedding (50,304 × 768), counted for the `nodes` × `gpus_per_node` ranks of the
+# job above. Before running: what fraction of the rows does the batch touch, and which way
+# sends fewer bytes per rank?
+
+# %%
+from labkit.course import mistakes, mistakes_explained
+
+if fw.torch:
+    emb = mistakes.embedding_gradient_traffic(world_size=nodes * gpus_per_node)
+    print("\n".join(mistakes_explained.embedding_gradient_traffic(emb)))
+    key_figure("embedding rows touched by one batch of 8 × 1024 tokens", 100 * emb["rows_touched_fraction"], "%",
+               note=f"of {emb['vocab_size']:,}")
+    key_figure(f"sparse row gather / dense all-reduce, bytes per rank at {emb['world_size']} ranks",
+               emb["touched_rows_allgather_bytes_per_rank"] / emb["dense_allreduce_bytes_per_rank"], "×")

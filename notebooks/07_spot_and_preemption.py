@@ -161,3 +161,69 @@ if frameworks.has_torch():
           f"Spot ${cheapest.spot_cost:,.0f} with hard kills, ${with_sigterm.spot_cost:,.0f} with SIGTERM checkpoints")
     key_figure("Spot saving with SIGTERM checkpoints", with_sigterm.saving * 100, "%",
                note=f"{preemptions_per_hour}/h preemptions assumed, {restart_overhead_s:.0f} s per restart")
+
+# %% [markdown]
+# ## The code
+# The drill above ran `labkit train` in the Vertex emulator. `labkit/recipes/preemptible.py` is
+# the plain PyTorch you would write: a SIGTERM handler that only sets a flag, full-state
+# checkpoints (model, optimizer, LR schedule, RNG, step) written through fsspec with a
+# `COMMITTED` marker last, and a resume that continues with exactly the next step and skips the
+# batches already trained on.
+
+# %%
+from labkit.course import recipe_view
+
+recipe_view.show("preemptible")
+
+# %% [markdown]
+# Before running: the recipe sends itself SIGTERM during step `preempt_step`, saves, exits 143
+# and is started again with the same command, as Vertex restarts a Spot job. Do you expect the
+# two attempts' losses, joined, to equal an uninterrupted `labkit train` run exactly?
+
+# %%
+import tempfile
+
+if frameworks.has_torch():
+    pre_argv = recipe_view.flags(model="cnn", scale=scale, steps=steps, checkpoint_every=checkpoint_every,
+                                 preempt_at=preempt_step,
+                                 checkpoint_dir=tempfile.mkdtemp(prefix="recipe-ckpt-", dir=workdir))
+    print(recipe_view.command("preemptible", pre_argv))
+    pre = recipe_view.compare("preemptible", pre_argv)
+    print(pre.recipe.lines("SIGTERM", "resumed"))
+    recipe_view.plot(pre, workdir / "recipe_preemptible.png")
+    print(recipe_view.explain(pre))
+    key_figure("recipe preemptible (SIGTERM, restart, resume) vs uninterrupted labkit train: largest loss difference",
+               pre.max_abs_diff, note=f"{pre.recipe.restarts} restart(s), tolerance {pre.tolerance:.0e}")
+
+# %% [markdown]
+# ### A common mistake: `torch.save` to a `gs://` string
+# Many snippets checkpoint with `torch.save(state, "gs://bucket/run/model.pt")`. Before running:
+# where do those bytes go?
+
+# %%
+from labkit.course import mistakes, mistakes_explained
+
+if frameworks.has_torch():
+    url_demo = mistakes.save_to_bucket_url(workdir / "save_to_url")
+    print("\n".join(mistakes_explained.save_to_bucket_url(url_demo)))
+    key_figure("torch.save to a gs:// string wrote into", f"a local folder named {url_demo['mistake_local_folder']!r}")
+
+# %% [markdown]
+# ### What the engine does that the recipe does not
+# The recipe saves synchronously: training waits while `torch.save` serialises the state and the
+# bytes are written. labkit's engine (`labkit.torch.state.Saver`) only copies the state to host
+# memory; a background thread serialises, writes and commits it while training goes on. Below,
+# both ways take turns, each timed as one save plus the training steps after it, up to the end
+# of the write. Before running: on this machine, do you expect the background save to cost
+# training less time than a synchronous one, counting everything until the write is done?
+
+# %%
+from labkit.course import engine_extras
+
+if frameworks.has_torch():
+    saves = engine_extras.background_save()
+    print("\n".join(engine_extras.save_conclusions(saves, engine_extras.checkpoint_reference())))
+    key_figure("background checkpoint: training stall / synchronous save", saves["stall_over_sync"], "×",
+               note=f"medians, {saves['state_mb']:.0f} MB of state")
+    key_figure(f"background checkpoint: a save + {saves['steps_after']} steps until written / synchronous",
+               saves["total_over_sync_total"], "×", note="medians; the writer shares the CPU with training")

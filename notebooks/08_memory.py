@@ -109,3 +109,47 @@ if has_torch:
     key_figure("FSDP state per process vs DDP", ratio, "×", f"{sharding_processes} processes, loss gap {same:.1e}")
     display(Markdown(table(memory.sharding_table(124_000_000), markdown=True,
                            title="Calculated for GPT-2 small (124M), GiB per GPU:")))
+
+# %% [markdown]
+# ## 5. The code
+# `labkit/recipes/fsdp.py` is the sharding of section 4 as you would write it: FSDP2's
+# `fully_shard` on every transformer block, then on the whole model, launched by torchrun; the
+# optimizer is built on the shards, so each process holds 1/N of its state.
+
+# %%
+from labkit.course import recipe_view
+
+recipe_view.show("fsdp")
+
+# %% [markdown]
+# Before running: FSDP all-gathers each block's weights before using them and reduce-scatters
+# the gradients, instead of DDP's all-reduce. Do you expect its losses to equal `labkit train`'s
+# data-parallel run at the same global batch?
+
+# %%
+if has_torch:
+    fsdp_argv = recipe_view.flags(model=model, scale=scale, steps=sharding_steps, batch_size=sharding_processes * 4)
+    print(recipe_view.command("fsdp", fsdp_argv, nproc=sharding_processes))
+    fsdp_cmp = recipe_view.compare("fsdp", fsdp_argv, nproc=sharding_processes)
+    recipe_view.plot(fsdp_cmp)
+    print(recipe_view.explain(fsdp_cmp))
+    key_figure(f"recipe fsdp vs labkit train, {sharding_processes} processes: largest loss difference",
+               fsdp_cmp.max_abs_diff, note=f"tolerance {fsdp_cmp.tolerance:.0e}")
+
+# %% [markdown]
+# ### A common mistake: "a 110M-parameter model needs 440 MB"
+# Estimates that multiply the parameter count by 4 bytes count the weights only. Below, every
+# byte one training step holds, counted from the tensors themselves (on "fake" tensors: shapes
+# and dtypes, no data), for a BERT-base-sized GPT: 12 layers, width 768, 30,522 tokens, 512
+# positions, AdamW, batch 8 × 512 tokens. Before running: how much memory do you expect one
+# training step to need, as a multiple of 440 MB?
+
+# %%
+from labkit.course import mistakes, mistakes_explained
+
+if has_torch:
+    mem = [mistakes.training_memory(precision=p) for p in ("fp32", "bf16")]
+    display(Markdown(table(mistakes_explained.memory_rows(*mem), markdown=True, title="GB, counted from the tensors:")))
+    print("\n".join(mistakes_explained.training_memory(*mem)))
+    key_figure("110M-parameter GPT, one AdamW step at batch 8 × 512: memory / (parameters × 4 bytes)",
+               mem[0]["total_over_guess"], "×", note=f"{mem[0]['total_bytes'] / 1e9:.2f} GB counted, fp32")

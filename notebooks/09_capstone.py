@@ -141,3 +141,17 @@ print("replica command:", " ".join(job["worker_pool_specs"][0]["container_spec"]
 print("scheduling:", job["scheduling"])
 print(dry.cost.text())
 print(dry.preflight.text())
+
+# %% [markdown]
+# ## The code behind each lever
+# Every lever of the climb is a `labkit train` flag. Where it is shown as plain framework code:
+# a recipe (the notebook that teaches it runs it and proves it gives the engine's losses; from a
+# terminal, `python -m labkit.recipes.NAME --help`), or the line it takes when there is no more
+# to it. The whole-step CUDA graph and the fp8 output head have no short plain version: they are
+# the engine's own. The Spot run above is `labkit.recipes.preemptible` (notebook 07) submitted
+# as `labkit.recipes.vertex_job` does (notebook 06).
+
+# %%
+from labkit.course import recipe_view
+
+display(Markdown(table(recipe_view.lever_rows(baseline.framework, [*tried, *not_here]), markdown=True)))

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.course import recipe_view
+from labkit.core.metrics import MetricsLog, StepMetrics
+from labkit.core.train_config import TrainConfig
+from labkit.course import capstone, recipe_view
 
 SMALL = ["--batch-size", "16", "--num-samples", "64", "--steps", "4"]
 
@@ -60,3 +62,114 @@ def test_submit_locally_shows_the_request_and_the_states():
     assert r["states"][-1] == "JOB_STATE_SUCCEEDED"
     assert r["request"]["job_spec"]["scheduling"]["strategy"] == "SPOT"
     assert len(r["request"]["job_spec"]["worker_pool_specs"]) == 2
+
+
+def test_flags_spell_a_config_and_extra_values_as_recipe_flags():
+    config = TrainConfig(model="gpt", scale="smoke", steps=7, batch_size=8, grad_clip=None)
+    argv = recipe_view.flags(config, precision="bf16", trace_dir=None, spot=True, wait=False)
+    assert argv[:6] == ["--model", "gpt", "--scale", "smoke", "--steps", "7"]
+    assert argv[argv.index("--grad-clip") + 1] == "0.0"  # None: the recipes' "no clipping"
+    assert argv[-3:] == ["--precision", "bf16", "--spot"] and "--trace-dir" not in argv and "--wait" not in argv
+    assert recipe_view.flags(batch_size=4) == ["--batch-size", "4"]
+
+
+def test_command_is_what_a_learner_types():
+    argv = ["--model", "gpt"]
+    assert recipe_view.command("ddp", argv, nproc=2) == \
+        "torchrun --standalone --nproc-per-node 2 -m labkit.recipes.ddp --model gpt"
+    assert recipe_view.command("ddp", argv) == "python -m labkit.recipes.ddp --model gpt"
+    assert "in each of 2 workers" in recipe_view.command("tf_multiworker", argv, nproc=2)
+    with pytest.raises(ValueError, match="not one of"):
+        recipe_view.command("nope", argv)
+
+
+def test_the_catalogue_is_read_from_the_recipe_files():
+    rows = {r["recipe"]: r for r in recipe_view.catalogue()}
+    assert set(rows) == set(recipe_view.RECIPES)
+    for name, row in rows.items():
+        assert f"labkit.recipes.{name}" in row["run"] and row["lines"] == recipe_view.lines_of_code(name)
+        assert row["technique"] and "\n" not in row["technique"]
+    assert rows["ddp"]["run"].startswith("torchrun") and rows["ddp"]["notebook"] == "02_distribution_tf_vs_ddp"
+
+
+def _log(config: TrainConfig, losses: list[float], world_size: int = 1) -> MetricsLog:
+    from dataclasses import asdict
+
+    log = MetricsLog(run={"config": asdict(config), "world_size": world_size})
+    for i, loss in enumerate(losses):
+        log.append(StepMetrics(step=i, loss=loss))
+    return log
+
+
+def test_an_engine_run_is_reused_only_when_it_trained_the_recipes_settings():
+    argv = ["--model", "cnn", *SMALL, "--lr", "0.01"]
+    same = TrainConfig(model="cnn", batch_size=16, num_samples=64, steps=4, lr=0.01)
+    recipe_view.check_engine_run("ddp", argv, _log(same, [1.0] * 4, world_size=2), nproc=2)
+    other = TrainConfig(model="cnn", batch_size=16, num_samples=64, steps=4, lr=0.001, seed=3)
+    with pytest.raises(ValueError, match=r"lr 0.001 \(recipe: 0.01\); seed 3 \(recipe: 0\); world_size 1"):
+        recipe_view.check_engine_run("ddp", argv, _log(other, [1.0] * 4), nproc=2)
+    with pytest.raises(ValueError, match="framework 'torch' \\(recipe: 'tf'\\)"):
+        recipe_view.check_engine_run("tf_multiworker", argv, _log(same, [1.0] * 4))
+    with pytest.raises(ValueError, match="records no config"):
+        recipe_view.check_engine_run("ddp", argv, MetricsLog())
+
+
+def _comparison(recipe_losses, engine_losses, codes=(0,), resumed=(), precision="fp32"):
+    steps = [{"step": i, "loss": x} for i, x in enumerate(recipe_losses)]
+    run = recipe_view.RecipeRun("preemptible", [], list(codes), "", steps, {}, list(resumed))
+    return recipe_view.Comparison(run, list(engine_losses), precision)
+
+
+def test_explain_says_what_the_numbers_say():
+    assert "bit for bit" in recipe_view.explain(_comparison([1.0, 2.0], [1.0, 2.0]))
+    close = _comparison([1.0, 2.0, 3.0], [1.0, 2.000002, 3.0])
+    assert close.worst_step == 1 and "within 2.0e-06 (largest at step 1)" in recipe_view.explain(close)
+    far = _comparison([1.0, 2.0], [1.0, 2.1], precision="bf16")
+    assert not far.equal and "more than the 1e-03" in recipe_view.explain(far)
+    resumed = recipe_view.explain(_comparison([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], codes=(143, 0), resumed=(2,)))
+    assert "preempted 1 time(s)" in resumed and "resumed with step(s) 2" in resumed
+    assert "each step exactly once" in resumed
+    with pytest.raises(ValueError, match="logged 2 steps, the engine 3"):
+        _ = _comparison([1.0, 2.0], [1.0, 2.0, 3.0]).max_abs_diff
+
+
+def test_what_a_recipe_printed_is_found_by_words_and_blocks():
+    run = recipe_view.RecipeRun("profile", [], [0], "warn\n---\nName x\naten::mm 1\nSelf CPU time total: 1s\nbye")
+    assert run.lines("aten::", "bye") == "aten::mm 1\nbye"
+    assert run.block("---", "Self CPU time total") == "---\nName x\naten::mm 1\nSelf CPU time total: 1s"
+    assert run.block("===", "x") == ""
+
+
+REQUEST = {"job_spec": {
+    "worker_pool_specs": [
+        {"machine_spec": {"machine_type": "a3-highgpu-8g", "accelerator_type": "NVIDIA_H100_80GB",
+                          "accelerator_count": 8}, "replica_count": "1",
+         "container_spec": {"image_uri": "img", "command": ["bash", "-c", "torchrun -m labkit.recipes.ddp"]}},
+        {"machine_spec": {"machine_type": "a3-highgpu-8g", "accelerator_type": "NVIDIA_H100_80GB",
+                          "accelerator_count": 8}, "replica_count": "3", "container_spec": {"image_uri": "img"}},
+        {"machine_spec": {"machine_type": "n1-highcpu-16", "accelerator_count": 0}, "replica_count": "4",
+         "container_spec": {"image_uri": "reductionserver:latest"}}],
+    "scheduling": {"strategy": "SPOT", "restart_job_on_worker_restart": True},
+    "base_output_directory": {"output_uri_prefix": "gs://b/run"}}}
+
+
+def test_the_request_the_service_received_is_described_from_its_fields():
+    rows = recipe_view.request_rows(REQUEST)
+    assert [r["replicas"] for r in rows] == [1, 3, 4] and rows[2]["accelerators"] == "none"
+    assert rows[0]["accelerators"] == "8 x NVIDIA_H100_80GB"
+    text = "\n".join(recipe_view.request_conclusions({"request": REQUEST, "states": ["JOB_STATE_SUCCEEDED"]}))
+    assert "4 training node(s)" in text and "4 replica(s) of reductionserver:latest on n1-highcpu-16" in text
+    assert "scheduling.strategy = SPOT" in text and "restart_job_on_worker_restart = True" in text
+    assert "AIP_CHECKPOINT_DIR=gs://b/run/checkpoints/" in text and "pool 0 runs: torchrun" in text
+
+
+def test_every_capstone_lever_has_code_or_a_recipe():
+    hw = capstone.Hardware("cuda", fp8=True, cpu_count=8)
+    tried, skipped = capstone.levers("torch", "gpt", hw, True)
+    rows = recipe_view.lever_rows("torch", [*tried, *skipped])
+    assert len(rows) == len(tried) + len(skipped) and all(r["plain code"] for r in rows)
+    assert "labkit train flag only" not in {r["plain code"] for r in rows}
+    bf16 = next(r for r in rows if "bf16" in r["lever"])
+    assert bf16["recipe"] == "mixed_precision" and bf16["recipe lines"] == recipe_view.lines_of_code("mixed_precision")
+    tf_rows = recipe_view.lever_rows("tf", capstone.levers("tf", "cnn", hw, True)[0])
+    assert tf_rows[0]["recipe"] == "keras_mixed_precision"

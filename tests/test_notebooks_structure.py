@@ -74,3 +74,28 @@ def test_paired_script_matches(path):
     assert [(c.cell_type, c.source) for c in nb.cells] == [(c.cell_type, c.source) for c in twin.cells], \
         f"{path.name} and {script.name} differ (run `make sync`)"
     assert nb.metadata.get("kernelspec", {}).get("name") == KERNEL_NAME
+
+
+def _shown_recipes(path) -> set[str]:
+    """The recipes a notebook's code cells display with `recipe_view.show("NAME")`."""
+    nb = nbformat.read(path, as_version=4)
+    return {m.group(1) for cell in _code_cells(nb)
+            for m in re.finditer(r"""recipe_view\.show\(["'](\w+)["']\)""", cell.source)}
+
+
+def test_every_recipe_is_shown_in_the_notebook_that_teaches_it():
+    from labkit.course import recipe_view
+
+    assert set(recipe_view.NOTEBOOKS) == set(recipe_view.RECIPES)
+    names = {p.stem for p in NOTEBOOKS}
+    assert set(recipe_view.NOTEBOOKS.values()) <= names, "a recipe names a notebook that does not exist"
+    for path in NOTEBOOKS:
+        wanted = {r for r, nb in recipe_view.NOTEBOOKS.items() if nb == path.stem}
+        missing = wanted - _shown_recipes(path)
+        assert not missing, f"{path.name} no longer shows {sorted(missing)} with recipe_view.show"
+    for number in range(2, 9):  # every technique notebook has code on the page
+        path = next(p for p in NOTEBOOKS if p.stem.startswith(f"{number:02d}_"))
+        assert _shown_recipes(path), f"{path.name} shows no recipe"
+        headings = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown"]
+        assert any(re.search(r"^## (\d+\. )?The code", h, re.M) for h in headings), \
+            f"{path.name} has no '## The code' section"

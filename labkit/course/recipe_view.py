@@ -2,26 +2,31 @@
 the engine's with the largest difference computed.
 
     show("ddp")                                   # syntax-highlighted source of labkit/recipes/ddp.py
-    cmp = compare("ddp", ["--model", "gpt", "--steps", "20", "--batch-size", "32"], nproc=2)
-    plot(cmp); cmp.max_abs_diff                   # recipe vs `labkit train`, step by step
+    argv = flags(model="gpt", steps=20, batch_size=32)
+    print(command("ddp", argv, nproc=2))          # what a learner types
+    cmp = compare("ddp", argv, nproc=2)           # the recipe, then `labkit train`, same settings
+    plot(cmp); print(explain(cmp))                # both curves; a sentence computed from them
 
 Recipes run as their own processes exactly as a learner runs them (`python -m labkit.recipes.NAME`,
 torchrun for ddp and fsdp, one process per worker with a TF_CONFIG for tf_multiworker); the
-engine runs the same settings (`labkit.recipes.common.engine_config_from_argv`).
+engine runs the same settings (`labkit.recipes.common.engine_config_from_argv`), or an engine
+run the notebook already made is reused after checking that it trained those settings.
 """
 
 from __future__ import annotations
 
+import ast
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from labkit.core.metrics import load_metrics
-from labkit.core.train_config import PREEMPTED_EXIT_CODE
+from labkit.core.metrics import MetricsLog, load_metrics
+from labkit.core.train_config import PREEMPTED_EXIT_CODE, TrainConfig
 
 RECIPE_DIR = Path(__file__).resolve().parents[1] / "recipes"
 # name -> (framework, how several processes are started: "torchrun", "tf_config" or None)
@@ -40,7 +45,24 @@ TRAINING_RECIPES = {
     "tf_multiworker": ("tf", "tf_config"),
 }
 RECIPES = (*TRAINING_RECIPES, "vertex_job")
+# The notebook whose "The code" section shows and runs each recipe.
+NOTEBOOKS = {
+    "ddp": "02_distribution_tf_vs_ddp", "tf_multiworker": "02_distribution_tf_vs_ddp",
+    "tfrecord_pipeline": "03_input_pipelines", "mixed_precision": "04_mixed_precision",
+    "keras_mixed_precision": "04_mixed_precision", "profile": "05_profiling",
+    "vertex_job": "06_multi_node", "preemptible": "07_spot_and_preemption", "fsdp": "08_memory",
+    "zero": "10_model_parallelism", "deepspeed_zero": "10_model_parallelism",
+    "tensor_parallel": "10_model_parallelism", "pipeline": "10_model_parallelism",
+}
 MAX_RESTARTS = 5  # a preemptible run is restarted after each drill, as Vertex restarts a job
+# The settings that decide a run's losses: an engine run is reused for a comparison only when
+# it trained with the recipe's values of all of them.
+LOSS_FIELDS = ("framework", "model", "scale", "steps", "batch_size", "grad_accum", "lr",
+               "warmup_steps", "scale_lr_with_world_size", "precision", "grad_clip", "seed",
+               "num_samples")
+# The flags every recipe takes, from the TrainConfig fields of the same name (common.parser).
+COMMON_FLAGS = ("model", "scale", "steps", "batch_size", "lr", "warmup_steps", "grad_clip", "seed",
+                "num_samples")
 
 
 def _check(name: str) -> Path:
@@ -62,16 +84,68 @@ def show(name: str):
     return Code(source(name), language="python")
 
 
+def _docstring(name: str) -> str:
+    return ast.get_docstring(ast.parse(source(name))) or ""
+
+
 def lines_of_code(name: str) -> int:
     """Non-blank lines of the recipe that are not comments or the module docstring."""
-    import ast
-
     text = source(name)
     tree = ast.parse(text)
     doc = tree.body[0] if tree.body and isinstance(tree.body[0], ast.Expr) else None
     skip = set(range(doc.lineno, doc.end_lineno + 1)) if doc else set()
     return sum(1 for i, line in enumerate(text.splitlines(), 1)
                if i not in skip and line.strip() and not line.strip().startswith("#"))
+
+
+def catalogue() -> list[dict[str, Any]]:
+    """One row per recipe, in course order, read from its file: what it teaches (its docstring's
+    first paragraph), the notebook that runs it, its lines of code, and the example command from
+    its docstring."""
+    rows = []
+    for name in sorted(RECIPES, key=lambda r: (NOTEBOOKS[r], RECIPES.index(r))):
+        doc = _docstring(name)
+        line = next((ln for ln in doc.splitlines() if f"labkit.recipes.{name}" in ln), "")
+        # From the launcher on (a TF_CONFIG before it is the notebook's to explain); a "\"
+        # line continuation in the docstring has already joined its lines.
+        start = min((i for i in (line.find("torchrun "), line.find("python -m ")) if i >= 0), default=0)
+        example = " ".join(line[start:].split())
+        rows.append({"recipe": name, "technique": " ".join(doc.split("\n\n")[0].split()),
+                     "notebook": NOTEBOOKS[name], "lines": lines_of_code(name), "run": example})
+    return rows
+
+
+def flags(config: TrainConfig | None = None, **values: Any) -> list[str]:
+    """A recipe's command-line flags: the common ones from `config` (the flags every recipe
+    takes, `labkit train`'s meaning), then `values` (`batch_size=32` -> `--batch-size 32`;
+    a recipe's own flags too, e.g. `precision="bf16"`). `None` and `False` leave a flag out;
+    `True` gives the bare flag (`spot=True` -> `--spot`)."""
+    merged: dict[str, Any] = {}
+    if config is not None:
+        merged = {name: getattr(config, name) for name in COMMON_FLAGS}
+        merged["grad_clip"] = merged["grad_clip"] or 0.0  # the recipes' spelling of "no clipping"
+    merged.update(values)
+    argv: list[str] = []
+    for name, value in merged.items():
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            argv.append(flag)
+        elif value is not None and value is not False:
+            argv += [flag, str(value)]
+    return argv
+
+
+def command(name: str, argv: list[str], nproc: int = 1) -> str:
+    """The command line a learner types to run the recipe as `compare` and `run` do."""
+    _check(name)
+    module = f"labkit.recipes.{name}"
+    launcher = TRAINING_RECIPES.get(name, ("torch", None))[1]
+    if nproc > 1 and launcher == "torchrun":
+        return shlex.join(["torchrun", "--standalone", "--nproc-per-node", str(nproc), "-m", module, *argv])
+    text = shlex.join(["python", "-m", module, *argv])
+    if nproc > 1 and launcher == "tf_config":
+        return f"{text}   # in each of {nproc} workers, each with its own TF_CONFIG"
+    return text
 
 
 @dataclass
@@ -85,10 +159,38 @@ class RecipeRun:
     output: str
     steps: list[dict[str, Any]] = field(default_factory=list)
     run: dict[str, Any] = field(default_factory=dict)
+    resumed_at: list[int] = field(default_factory=list)  # first step of each restarted attempt
 
     @property
     def losses(self) -> list[float]:
         return [s["loss"] for s in self.steps]
+
+    @property
+    def restarts(self) -> int:
+        """How many times the run was preempted (exit 143) and started again."""
+        return sum(1 for c in self.returncodes if c == PREEMPTED_EXIT_CODE)
+
+    def lines(self, *words: str) -> str:
+        """The lines the recipe printed that contain any of `words`."""
+        return "\n".join(ln for ln in self.output.splitlines() if any(w in ln for w in words))
+
+    def block(self, first: str, last: str) -> str:
+        """What the recipe printed from the first line starting with `first` to the next line
+        containing `last` (e.g. a table), or "" when there is none."""
+        out: list[str] = []
+        for line in self.output.splitlines():
+            if out or line.startswith(first):
+                out.append(line)
+                if last in line:
+                    return "\n".join(out)
+        return ""
+
+    def median_step_s(self) -> float:
+        """Median step time after the first step (which pays one-off costs)."""
+        import statistics
+
+        times = [s["step_time_s"] for s in self.steps[1:] if s.get("step_time_s")]
+        return statistics.median(times) if times else float("nan")
 
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -150,6 +252,8 @@ def run(name: str, argv: list[str], *, nproc: int = 1, timeout_s: float = 600.0)
         if any(c not in (0, PREEMPTED_EXIT_CODE) for c in codes):
             raise RuntimeError(f"recipe {name} failed (exit codes {codes}):\n{output[-3000:]}")
         data = load_metrics(metrics_out)
+        if result.returncodes[:-len(codes)] and data["steps"]:
+            result.resumed_at.append(data["steps"][0]["step"])
         result.steps += data["steps"]
         result.run = data.get("run", {})
         if all(c == 0 for c in codes):
@@ -159,22 +263,34 @@ def run(name: str, argv: list[str], *, nproc: int = 1, timeout_s: float = 600.0)
 
 @dataclass
 class Comparison:
-    """A recipe's per-step losses beside the engine's for the same settings."""
+    """A recipe's per-step losses beside the engine's for the same settings. `engine_reused`:
+    the engine run was one the notebook had already made, not a run for this comparison."""
 
     recipe: RecipeRun
     engine_losses: list[float]
     precision: str
+    nproc: int = 1
+    engine_reused: bool = False
 
     @property
     def recipe_losses(self) -> list[float]:
         return self.recipe.losses
 
-    @property
-    def max_abs_diff(self) -> float:
+    def _diffs(self) -> list[float]:
         if len(self.recipe_losses) != len(self.engine_losses):
             raise ValueError(f"the recipe logged {len(self.recipe_losses)} steps, the engine "
                              f"{len(self.engine_losses)}")
-        return max(abs(a - b) for a, b in zip(self.recipe_losses, self.engine_losses, strict=True))
+        return [abs(a - b) for a, b in zip(self.recipe_losses, self.engine_losses, strict=True)]
+
+    @property
+    def max_abs_diff(self) -> float:
+        return max(self._diffs())
+
+    @property
+    def worst_step(self) -> int:
+        """The step with the largest difference (the first of several equal ones)."""
+        diffs = self._diffs()
+        return self.recipe.steps[diffs.index(max(diffs))]["step"]
 
     @property
     def tolerance(self) -> float:
@@ -189,30 +305,82 @@ class Comparison:
 def engine_losses(name: str, argv: list[str], nproc: int = 1) -> tuple[list[float], str]:
     """`labkit train`'s per-step losses for a recipe's settings (`nproc` replicas), and the
     precision they ran in. Checkpointing and the drill are left out: an uninterrupted run."""
-    from labkit.recipes.common import engine_config_from_argv
     from labkit.train import run_replicas, run_training
 
-    framework = TRAINING_RECIPES[name][0]
-    config = replace(engine_config_from_argv(argv, framework, recipe=name), checkpoint_dir=None,
-                     checkpoint_every=0, preempt_at=None, metrics_out=None)
+    config = _engine_config(name, argv)
     log = run_replicas(config, nproc) if nproc > 1 else run_training(config)
     return log.losses, config.precision
 
 
-def compare(name: str, argv: list[str], *, nproc: int = 1, timeout_s: float = 600.0) -> Comparison:
+def _engine_config(name: str, argv: list[str]) -> TrainConfig:
+    from labkit.recipes.common import engine_config_from_argv
+
+    framework = TRAINING_RECIPES[name][0]
+    return replace(engine_config_from_argv(argv, framework, recipe=name), checkpoint_dir=None,
+                   checkpoint_every=0, preempt_at=None, metrics_out=None)
+
+
+def check_engine_run(name: str, argv: list[str], log: MetricsLog, nproc: int = 1) -> None:
+    """Raise ValueError naming the settings in which an engine run's log differs from the
+    recipe's `argv` (and its process count from `nproc`)."""
+    wanted = asdict(_engine_config(name, argv))
+    ran = log.run.get("config")
+    if not ran:
+        raise ValueError("engine: the log records no config, so its settings cannot be checked")
+    differ = [f"{k} {ran.get(k)!r} (recipe: {wanted[k]!r})" for k in LOSS_FIELDS if ran.get(k) != wanted[k]]
+    world = log.run.get("world_size", 1)
+    if world != nproc:
+        differ.append(f"world_size {world} (recipe: {nproc} processes)")
+    if differ:
+        raise ValueError("engine: the run trained other settings than the recipe: " + "; ".join(differ))
+
+
+def compare(name: str, argv: list[str], *, nproc: int = 1, engine: MetricsLog | None = None,
+            timeout_s: float = 600.0) -> Comparison:
     """Run the recipe, then the engine with the same settings; `.max_abs_diff` is the largest
-    per-step loss difference."""
+    per-step loss difference. `engine`: a `labkit train` run already made with the same settings
+    (checked field by field, see `check_engine_run`) to compare against instead of a new one."""
+    if engine is not None:
+        check_engine_run(name, argv, engine, nproc)
     recipe = run(name, argv, nproc=nproc, timeout_s=timeout_s)
+    if engine is not None:
+        return Comparison(recipe, engine.losses, _engine_config(name, argv).precision, nproc, True)
     losses, precision = engine_losses(name, argv, nproc)
-    return Comparison(recipe, losses, precision)
+    return Comparison(recipe, losses, precision, nproc)
 
 
-def plot(comparison: Comparison, ax=None):
+def explain(comparison: Comparison) -> str:
+    """What the comparison shows, in sentences computed from it."""
+    c = comparison
+    n, diff, tol = len(c.recipe_losses), c.max_abs_diff, c.tolerance
+    who = (f"The recipe ({c.nproc} process{'es' if c.nproc > 1 else ''}) and `labkit train`"
+           + (" (the run above, same settings)" if c.engine_reused else ""))
+    if diff == 0:
+        out = (f"{who} logged the same {n} losses, bit for bit (largest difference 0): the code "
+               f"on the page computes exactly what the engine computes.")
+    elif c.equal:
+        out = (f"{who} agree on all {n} steps to within {diff:.1e} (largest at step {c.worst_step}); "
+               f"the tests allow {tol:.0e} in {c.precision}: float rounding from a different order "
+               f"of the same operations, not a different computation.")
+    else:
+        out = (f"{who} differ by up to {diff:.2e} (step {c.worst_step}), more than the {tol:.0e} "
+               f"the tests allow in {c.precision}: here they did not compute the same thing.")
+    if c.recipe.restarts:
+        steps = [s["step"] for s in c.recipe.steps]
+        once = "each step exactly once" if steps == list(range(n)) else "NOT each step exactly once"
+        out += (f" The recipe was preempted {c.recipe.restarts} time(s) (exit {PREEMPTED_EXIT_CODE}) "
+                f"and started again with the same command; it resumed with step(s) "
+                f"{', '.join(map(str, c.recipe.resumed_at))}, and its logged steps are {once}.")
+    return out
+
+
+def plot(comparison: Comparison, path: str | os.PathLike | None = None, ax=None):
     """The two loss curves on one axis, titled with the largest difference."""
-    import matplotlib.pyplot as plt
+    from labkit.course.plots import finish, new_figure
 
+    fig = None
     if ax is None:
-        _, ax = plt.subplots(figsize=(6, 3.5))
+        fig, ax = new_figure((6, 3.5))
     steps = [s["step"] for s in comparison.recipe.steps]
     ax.plot(steps, comparison.engine_losses, "-", lw=3, alpha=0.4, label="labkit train (engine)")
     ax.plot(steps, comparison.recipe_losses, "o--", ms=3, label=f"recipe {comparison.recipe.name}")
@@ -221,7 +389,10 @@ def plot(comparison: Comparison, ax=None):
     ax.set_title(f"largest difference {comparison.max_abs_diff:.2e} "
                  f"(tolerance {comparison.tolerance:.0e}, {comparison.precision})")
     ax.legend()
-    return ax.figure
+    return finish(fig or ax.figure, path)
+
+
+# ---------------------------------------------------------------- vertex_job, against a fake service
 
 
 def submit_locally(argv: list[str], *, timeout_s: float = 120.0) -> dict[str, Any]:
@@ -238,3 +409,83 @@ def submit_locally(argv: list[str], *, timeout_s: float = 120.0) -> dict[str, An
         created = fake.created()
         states = [line.split()[-1] for line in r.stdout.splitlines() if " JOB_STATE_" in line]
     return {"request": created[-1] if created else None, "states": states, "output": r.stdout}
+
+
+POOL_ROLES = ("primary replica", "workers", "parameter servers / Reduction Server", "evaluators")
+
+
+def request_rows(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per worker pool of a CustomJob as the service received it."""
+    rows = []
+    for i, pool in enumerate(request["job_spec"]["worker_pool_specs"]):
+        machine = pool.get("machine_spec", {})
+        container = pool.get("container_spec", {})
+        accel = machine.get("accelerator_type", "")
+        rows.append({"pool": i, "role": POOL_ROLES[i], "replicas": int(pool.get("replica_count", 0)),
+                     "machine": machine.get("machine_type"),
+                     "accelerators": f"{machine.get('accelerator_count')} x {accel}"
+                     if machine.get("accelerator_count") else "none",
+                     "image": container.get("image_uri")})
+    return rows
+
+
+def request_conclusions(submitted: dict[str, Any]) -> list[str]:
+    """Sentences on what arrived at the service, read from the request itself, and the states
+    the recipe saw (`submit_locally`'s result)."""
+    request = submitted["request"]
+    spec = request["job_spec"]
+    pools = spec["worker_pool_specs"]
+    scheduling = spec.get("scheduling", {})
+    nodes = sum(int(p.get("replica_count", 0)) for p in pools[:2])
+    out = [f"{len(pools)} worker pool(s): {nodes} training node(s) in pools 0 and 1"
+           + (f", {int(pools[2]['replica_count'])} replica(s) of {pools[2]['container_spec']['image_uri']} "
+              f"on {pools[2]['machine_spec']['machine_type']} in pool 2" if len(pools) > 2 else "") + "."]
+    strategy = scheduling.get("strategy") or "STANDARD"
+    out.append(f"scheduling.strategy = {strategy}: " + ("Spot VMs, cheaper and preemptible."
+               if strategy == "SPOT" else "on-demand VMs."))
+    restart = bool(scheduling.get("restart_job_on_worker_restart"))
+    out.append(f"restart_job_on_worker_restart = {restart}: "
+               + ("a worker that restarts restarts the whole job, which DDP needs (its process group "
+                  "cannot lose a member)." if restart else "a restarted worker rejoins alone."))
+    base = spec.get("base_output_directory", {}).get("output_uri_prefix")
+    if base:
+        out.append(f"base_output_directory = {base}: Vertex sets AIP_MODEL_DIR={base}/model/, "
+                   f"AIP_CHECKPOINT_DIR={base}/checkpoints/, AIP_TENSORBOARD_LOG_DIR={base}/logs/.")
+    cmd = pools[0].get("container_spec", {}).get("command", [])
+    if cmd:
+        out.append("pool 0 runs: " + (cmd[-1] if cmd[:2] == ["bash", "-c"] else shlex.join(cmd)))
+    if submitted.get("states"):
+        out.append("States the recipe polled: " + " → ".join(submitted["states"]) + ".")
+    return out
+
+
+# ---------------------------------------------------------------- the capstone's levers
+
+# Where each capstone lever is shown as plain framework code: a recipe, or the line(s) it takes
+# when no recipe needs more (a flag of the engine's only, for what has no short plain version).
+LEVER_CODE = {
+    "loader_workers": ("tfrecord_pipeline", "DataLoader(..., num_workers=N, pin_memory=True)"),
+    "bf16": ("mixed_precision", "with torch.autocast('cuda', dtype=torch.bfloat16): ..."),
+    "channels_last": (None, "model.to(memory_format=torch.channels_last); x.to(memory_format=...)"),
+    "compile": (None, "model = torch.compile(model)"),
+    "cuda_graphs": (None, "torch.compile(model, mode='reduce-overhead')"),
+    "step_graph": (None, "labkit train --cuda-graph-step (engine only: the whole step, optimizer "
+                         "included, captured with torch.cuda.graph)"),
+    "fp8_head": (None, "labkit train --fp8-head (engine only: labkit.torch.fp8)"),
+}
+TF_LEVER_CODE = {
+    "bf16": ("keras_mixed_precision", "keras.mixed_precision.set_global_policy('mixed_bfloat16')"),
+    "compile": (None, "model.compile(..., jit_compile=True) or @tf.function(jit_compile=True)"),
+}
+
+
+def lever_rows(framework: str, levers: list[Any]) -> list[dict[str, Any]]:
+    """For each capstone lever (objects with `key` and `label`): the recipe that shows it with its
+    lines of code, or the plain code it takes."""
+    table = TF_LEVER_CODE if framework == "tf" else LEVER_CODE
+    rows = []
+    for lever in levers:
+        recipe, code = table.get(lever.key, (None, "labkit train flag only"))
+        rows.append({"lever": lever.label, "recipe": recipe or "–",
+                     "recipe lines": lines_of_code(recipe) if recipe else None, "plain code": code})
+    return rows

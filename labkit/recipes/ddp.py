@@ -48,8 +48,9 @@ def main(argv: list[str] | None = None) -> common.StepLog:
 
     # Same seed on every rank: same initial weights (DDP also broadcasts rank 0's at start).
     model = common.torch_model(args).to(device)
-    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None) \
-        if world_size > 1 else model
+    ddp_model = model  # what forward and backward go through
+    if world_size > 1:
+        ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer, scheduler = common.adamw(model, args)
 
     # Each rank reads a disjoint slice of one seeded shuffle of the dataset. set_epoch reseeds

@@ -30,13 +30,13 @@ from labkit.data.synthetic import SyntheticImages
 from labkit.recipes import common
 
 
-def write_shards(args, folder: str) -> list[str]:
-    """The synthetic dataset as TFRecord shards of 256 records (skipped when already there)."""
+def write_shards(args, folder: str, records_per_shard: int = 256) -> list[str]:
+    """The synthetic dataset as TFRecord shards (skipped when already there)."""
     fs, root = fsspec.core.url_to_fs(folder)
     if not fs.exists(f"{root}/data-manifest.json"):
         samples = common.synthetic_samples(args)
         write = write_image_shards if isinstance(samples, SyntheticImages) else write_token_shards
-        write(folder, samples, ShardConfig(records_per_shard=256))
+        write(folder, samples, ShardConfig(records_per_shard=records_per_shard))
     return sorted(fs.unstrip_protocol(p) for p in fs.glob(f"{root}/data-*.tfrecord"))
 
 
@@ -104,11 +104,13 @@ def tf_pipeline(paths: list[str], batch_size: int, images: bool):
 def main(argv: list[str] | None = None) -> common.StepLog:
     p = common.parser(__doc__)
     p.add_argument("--data-dir", default="runs/shards", help="local path, gs://... or /gcs/...")
+    p.add_argument("--records-per-shard", type=int, default=256)
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
     args = common.parse(p, argv)
     device = common.device()
 
-    paths = write_shards(args, f"{args.data_dir.rstrip('/')}/{common.dataset_name(args)}")
+    name = f"{common.dataset_name(args)}-{args.records_per_shard}-per-shard"
+    paths = write_shards(args, f"{args.data_dir.rstrip('/')}/{name}", args.records_per_shard)
     dataset = TFRecordShards(paths)
     model = common.torch_model(args).to(device)
     optimizer, scheduler = common.adamw(model, args)
