@@ -17,6 +17,7 @@ from typing import Any
 from labkit.core import parallelism
 from labkit.core.config import resolve_scale
 from labkit.core.models import GPTConfig, build_config
+from labkit.core.progress import track
 from labkit.core.train_config import TrainConfig
 
 
@@ -123,9 +124,9 @@ def run_modes(base: TrainConfig, modes: list[Mode], workdir: str | Path) -> tupl
     """The single-process reference and one run per mode, in order."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    reference = run_one(base, None, workdir / "single.json")
-    results = [run_one(base, m, workdir / f"mode-{i}.json") for i, m in enumerate(modes)]
-    return reference, results
+    runs = [run_one(base, m, workdir / ("single.json" if m is None else f"mode-{i - 1}.json"))
+            for i, m in enumerate(track([None, *modes], "parallel modes", unit="run"))]
+    return runs[0], runs[1:]
 
 
 def mode_table(reference: ModeResult, results: list[ModeResult]) -> list[dict[str, Any]]:
