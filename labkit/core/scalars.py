@@ -1,11 +1,15 @@
 """TensorBoard scalars for both engines, without torch or TensorFlow.
 
 A TensorBoard event file is a TFRecord file of `Event` protocol buffers, the first one naming
-the file version. `ScalarWriter` frames them with the `tensorboard` package's own `RecordWriter`
-and protos (neither imports a framework; `torch.utils.tensorboard.SummaryWriter` and
-`tf.summary` would each pull in their framework, and the first one TensorFlow too when it is
-installed) and writes through fsspec, so a local folder, `gs://` or a `/gcs/` mount all work.
-Scalars are `simple_value`s, which TensorBoard and Vertex AI TensorBoard read.
+the file version. `ScalarWriter` builds them with the `tensorboard` package's protos (which
+import no framework; `torch.utils.tensorboard.SummaryWriter` and `tf.summary` would each pull in
+their framework, and the first one TensorFlow too when it is installed), frames them as TFRecords
+itself (`frame`) and writes through fsspec, so a local folder, `gs://` or a `/gcs/` mount all
+work. Scalars are `simple_value`s, which TensorBoard and Vertex AI TensorBoard read.
+
+A training loop writes one event per step, so `add` is on the step's path: the framing uses the
+`crc32c` C extension (the `tensorboard` package's own `RecordWriter` computes CRC-32C in pure
+Python, about 65 µs of the 100 µs an event cost), and the values are added to the event in place.
 
 Local files are flushed every `flush_secs` and on close; on Cloud Storage an object appears
 when the writer closes (objects are written whole).
@@ -15,10 +19,25 @@ from __future__ import annotations
 
 import os
 import socket
+import struct
 import time
 from collections.abc import Mapping
 
+import crc32c
 import fsspec
+
+
+def _masked_crc32c(data: bytes) -> int:
+    """TFRecord's masked CRC-32C (rotated right by 15 bits, plus a constant)."""
+    crc = crc32c.crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def frame(data: bytes) -> bytes:
+    """One TFRecord: length (uint64 LE), its masked CRC-32C, the data, the data's masked CRC-32C."""
+    header = struct.pack("<Q", len(data))
+    return b"".join((header, struct.pack("<I", _masked_crc32c(header)), data,
+                     struct.pack("<I", _masked_crc32c(data))))
 
 
 class ScalarWriter:
@@ -26,35 +45,36 @@ class ScalarWriter:
 
     def __init__(self, logdir: str, flush_secs: float = 5.0):
         try:
-            from tensorboard.compat.proto import event_pb2, summary_pb2
-            from tensorboard.summary.writer.record_writer import RecordWriter
+            from tensorboard.compat.proto import event_pb2
         except ImportError as e:
             raise ImportError(f"tensorboard_dir={logdir!r} needs the tensorboard package "
                               f"(pip install tensorboard): {e}") from e
-        self._event, self._summary = event_pb2.Event, summary_pb2.Summary
+        self._event = event_pb2.Event
         fs, root = fsspec.core.url_to_fs(str(logdir))
         fs.makedirs(root, exist_ok=True)
         name = f"events.out.tfevents.{int(time.time())}.{socket.gethostname()}.{os.getpid()}"
         self.path = f"{root.rstrip('/')}/{name}"
-        self._records = RecordWriter(fs.open(self.path, "wb"))
+        self._file = fs.open(self.path, "wb")
         self._flush_secs = flush_secs
         self._flushed = time.monotonic()
         self._write(self._event(wall_time=time.time(), file_version="brain.Event:2"))
 
     def _write(self, event) -> None:
-        self._records.write(event.SerializeToString())
+        self._file.write(frame(event.SerializeToString()))
 
     def add(self, step: int, values: Mapping[str, float]) -> None:
-        summary = self._summary(value=[self._summary.Value(tag=tag, simple_value=float(v))
-                                       for tag, v in values.items()])
-        self._write(self._event(wall_time=time.time(), step=step, summary=summary))
+        event = self._event(wall_time=time.time(), step=step)
+        add_value = event.summary.value.add  # in place: half the time of building Value objects
+        for tag, v in values.items():
+            add_value(tag=tag, simple_value=float(v))
+        self._write(event)
         if time.monotonic() - self._flushed > self._flush_secs:
             self.flush()
 
     def flush(self) -> None:
-        self._records.flush()
+        self._file.flush()
         self._flushed = time.monotonic()
 
     def close(self) -> None:
-        if not self._records.closed:
-            self._records.close()
+        if not self._file.closed:
+            self._file.close()
