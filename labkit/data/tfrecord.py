@@ -298,6 +298,144 @@ def _first_bad_crc(view: memoryview, buf: bytearray, first: int, stride: int, le
     return int(wrong[0]) if len(wrong) else None
 
 
+class _Buffer:
+    """One file's stream read piece by piece into one reused buffer. The live bytes are
+    `buf[start:end]`, `start` always a record's first byte; `base` is the stream offset of
+    `buf[0]`; `stride_hint` the size of the last record framed, so a read ends on a record
+    boundary when all records have that size."""
+
+    def __init__(self, path: str, stream, compression: str, size: int):
+        self.path, self.stream, self.compression = path, stream, compression
+        self.buf = bytearray(max(64, size))
+        self.view = memoryview(self.buf)
+        self.start = self.end = self.base = self.stride_hint = 0
+        self.eof = False
+
+    def fill(self, need: int) -> None:
+        """Move the live bytes to the front and read until `need` are live (or the buffer is
+        full), or to the end of the stream."""
+        view = self.view
+        if self.start:
+            view[: self.end - self.start] = view[self.start:self.end]
+            self.base += self.start
+            self.end -= self.start
+            self.start = 0
+        if need > len(self.buf):  # a record bigger than the buffer: grow it, at most doubling at a time
+            grown = bytearray(min(need, 2 * len(self.buf)))
+            grown[:self.end] = view[:self.end]
+            self.buf, self.view = grown, memoryview(grown)
+            view = self.view
+        limit = len(self.buf)
+        if 0 < self.stride_hint <= limit:
+            limit -= limit % self.stride_hint
+        limit = max(limit, min(need, len(self.buf)))
+        while self.end < limit:
+            try:
+                n = self.stream.readinto(view[self.end:limit])
+            except (OSError, EOFError, zlib.error) as e:
+                if not self.compression:  # the storage failed: its own error says how
+                    raise
+                raise CorruptRecordError(self.path, self.base + self.end,
+                                         f"cannot decompress ({self.compression}): {e}") from e
+            if not n:
+                self.eof = True
+                return
+            self.end += n
+
+    def refill(self) -> bool:
+        """Read on after the framed records; False at a clean end of the file. A file that ends
+        inside a record raises CorruptRecordError."""
+        live = self.end - self.start
+        if self.eof:
+            if not live:
+                return False
+            if live < 12:
+                raise CorruptRecordError(self.path, self.base + self.start, "file ends inside a record header")
+            length = _HEADER.unpack_from(self.buf, self.start)[0]
+            raise CorruptRecordError(self.path, self.base + self.start,
+                                     f"truncated: record of {length} bytes, file ends first")
+        self.fill(_HEADER.unpack_from(self.buf, self.start)[0] + 16 if live >= 12 else 12)
+        return True
+
+
+class _Framed(NamedTuple):
+    """What one pass over a buffer's live bytes found: the runs handed out, where framing
+    stopped, the record count and last verified header so far, the size of the last record
+    framed, and the error that stopped it (None: more bytes are needed)."""
+
+    runs: list[tuple[int, int, int, int]]
+    pos: int
+    index: int
+    checked: tuple[int, int] | None
+    total: int
+    error: CorruptRecordError | None
+
+
+def _frame(b: _Buffer, index: int, checked: tuple[int, int] | None, verify: bool, every: int,
+           offset: int) -> _Framed:
+    """Frame and verify the complete records among `b`'s live bytes: single records one by one,
+    runs of records with the same header at once (`_frame_run`)."""
+    buf, view, end = b.buf, b.view, b.end
+    header, footer, crc = _HEADER.unpack_from, _FOOTER.unpack_from, _crc
+    runs: list[tuple[int, int, int, int]] = []
+    total, pos = 0, b.start
+    while (avail := end - pos) >= 12:
+        head = header(buf, pos)
+        length = head[0]
+        if head != checked:  # a header equal to the last verified one needs no CRC call
+            if verify:
+                c = crc(view[pos:pos + 8])
+                if (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF != head[1]:
+                    hint = _gzip_hint(bytes(view[:2])) if b.base + pos == 0 and not b.compression else ""
+                    error = CorruptRecordError(b.path, b.base + pos, "length CRC mismatch (not a TFRecord file?)" + hint)
+                    return _Framed(runs, pos, index, checked, total, error)
+            checked = head
+        total = length + 16
+        if avail < total:
+            break
+        if avail < RUN_MIN * total or view[pos + total:pos + total + 12] != view[pos:pos + 12]:
+            # one record: the common case for large records, kept short
+            if every == 1 or index % every == offset:
+                if verify:
+                    c = crc(view[pos + 12:pos + 12 + length])
+                    if (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF != footer(buf, pos + 12 + length)[0]:
+                        error = CorruptRecordError(b.path, b.base + pos, "data CRC mismatch")
+                        return _Framed(runs, pos, index, checked, total, error)
+                runs.append((pos + 12, total, length, 1))
+            pos += total
+            index += 1
+            continue
+        count, error = _frame_run(b, pos, index, head, verify, every, offset, runs)
+        pos += count * total
+        index += count
+        if error is not None:
+            return _Framed(runs, pos, index, checked, total, error)
+    return _Framed(runs, pos, index, checked, total, None)
+
+
+def _frame_run(b: _Buffer, pos: int, index: int, head: tuple[int, int], verify: bool, every: int,
+               offset: int, runs: list[tuple[int, int, int, int]]) -> tuple[int, CorruptRecordError | None]:
+    """The records from `pos` on that share the header `head`, framed with NumPy and their data
+    CRCs compared in one expression; ours (every `every`-th) appended to `runs` as one run.
+    Returns how many records were framed and the error at the first bad one, if any."""
+    length, total = head[0], head[0] + 16
+    heads = np.ndarray(((b.end - pos) // total,), _HEADER_DTYPE, b.buf, pos, (total,))
+    same = (heads["length"] == length) & (heads["crc"] == head[1])
+    count = len(same) if same.all() else int(same.argmin())
+    first = (offset - index) % every  # the first record of this run that is ours
+    kept = len(range(first, count, every))
+    error = None
+    if verify and kept:
+        bad = _first_bad_crc(b.view, b.buf, pos + 12 + first * total, total * every, length, kept)
+        if bad is not None:
+            bad_index = first + bad * every
+            error = CorruptRecordError(b.path, b.base + pos + bad_index * total, "data CRC mismatch")
+            count, kept = bad_index, bad
+    if kept:
+        runs.append((pos + 12 + first * total, total * every, length, kept))
+    return count, error
+
+
 def iter_record_chunks(
     path: str, *, compression: str | None = None, verify: bool = True,
     opener: Opener | None = None, chunk_bytes: int = READ_BYTES, every: int = 1, offset: int = 0,
@@ -308,115 +446,22 @@ def iter_record_chunks(
     A bad record raises CorruptRecordError after every record before it was handed out."""
     comp = normalize_compression(compression)
     stream, raw = _open_stream(path, comp, opener)
-    buf = bytearray(max(64, chunk_bytes))
-    view = memoryview(buf)
-    start = end = 0  # live bytes are buf[start:end]; start is always a record's first byte
-    base = 0  # stream offset of buf[0]
-    index = 0  # records framed so far
-    stride_hint = 0  # size of the last record framed: reads end on a record boundary when all match
-    eof = False
-    header, footer, crc = _HEADER.unpack_from, _FOOTER.unpack_from, _crc
-    checked = None  # the last header whose length CRC was verified
-
-    def fill(need: int) -> None:
-        """Move the live bytes to the front and read until `need` are live (or the buffer is
-        full, ending on a record boundary when records have the `stride_hint` size), or EOF."""
-        nonlocal buf, view, start, end, base, eof
-        if start:
-            view[: end - start] = view[start:end]
-            base += start
-            end -= start
-            start = 0
-        if need > len(buf):  # a record bigger than the buffer: grow it, at most doubling at a time
-            grown = bytearray(min(need, 2 * len(buf)))
-            grown[:end] = view[:end]
-            buf, view = grown, memoryview(grown)
-        limit = len(buf)
-        if 0 < stride_hint <= limit:
-            limit -= limit % stride_hint
-        limit = max(limit, min(need, len(buf)))
-        while end < limit:
-            try:
-                n = stream.readinto(view[end:limit])
-            except (OSError, EOFError, zlib.error) as e:
-                if not comp:  # the storage failed: its own error says how
-                    raise
-                raise CorruptRecordError(path, base + end, f"cannot decompress ({comp}): {e}") from e
-            if not n:
-                eof = True
-                return
-            end += n
-
+    b = _Buffer(path, stream, comp, chunk_bytes)
+    index, checked = 0, None  # records framed so far; the last header whose length CRC was verified
     try:
-        fill(12)
+        b.fill(12)
         while True:
-            runs: list[tuple[int, int, int, int]] = []
-            error: CorruptRecordError | None = None
-            total = 0
-            pos = start
-            while True:
-                avail = end - pos
-                if avail < 12:
-                    break
-                head = header(buf, pos)
-                length = head[0]
-                if head != checked:  # a header equal to the last verified one needs no CRC call
-                    if verify:
-                        c = crc(view[pos:pos + 8])
-                        if (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF != head[1]:
-                            hint = _gzip_hint(bytes(view[:2])) if base + pos == 0 and not comp else ""
-                            error = CorruptRecordError(path, base + pos,
-                                                       "length CRC mismatch (not a TFRecord file?)" + hint)
-                            break
-                    checked = head
-                total = length + 16
-                if avail < total:
-                    break
-                if avail < RUN_MIN * total or view[pos + total:pos + total + 12] != view[pos:pos + 12]:
-                    # one record: the common case for large records, kept short
-                    if every == 1 or index % every == offset:
-                        if verify:
-                            c = crc(view[pos + 12:pos + 12 + length])
-                            if (((c >> 15) | (c << 17)) + _MASK_DELTA) & 0xFFFFFFFF != footer(buf, pos + 12 + length)[0]:
-                                error = CorruptRecordError(path, base + pos, "data CRC mismatch")
-                                break
-                        runs.append((pos + 12, total, length, 1))
-                    pos += total
-                    index += 1
-                    continue
-                heads = np.ndarray((avail // total,), _HEADER_DTYPE, buf, pos, (total,))
-                same = (heads["length"] == length) & (heads["crc"] == head[1])
-                count = len(same) if same.all() else int(same.argmin())
-                first = (offset - index) % every  # the first record of this run that is ours
-                kept = len(range(first, count, every))
-                if verify and kept:
-                    bad = _first_bad_crc(view, buf, pos + 12 + first * total, total * every, length, kept)
-                    if bad is not None:
-                        bad_index = first + bad * every
-                        error = CorruptRecordError(path, base + pos + bad_index * total, "data CRC mismatch")
-                        count, kept = bad_index, bad
-                if kept:
-                    runs.append((pos + 12 + first * total, total * every, length, kept))
-                pos += count * total
-                index += count
-                if error is not None:
-                    break
-            if total:
-                stride_hint = total
-            start = pos
-            if runs:
-                yield RecordChunk(buf, runs)
-            if error is not None:
-                raise error
-            live = end - start
-            if eof:
-                if not live:
-                    return
-                if live < 12:
-                    raise CorruptRecordError(path, base + start, "file ends inside a record header")
-                length = header(buf, start)[0]
-                raise CorruptRecordError(path, base + start, f"truncated: record of {length} bytes, file ends first")
-            fill(header(buf, start)[0] + 16 if live >= 12 else 12)
+            framed = _frame(b, index, checked, verify, every, offset)
+            index, checked = framed.index, framed.checked
+            if framed.total:
+                b.stride_hint = framed.total
+            b.start = framed.pos
+            if framed.runs:
+                yield RecordChunk(b.buf, framed.runs)
+            if framed.error is not None:
+                raise framed.error
+            if not b.refill():
+                return
     finally:
         if hasattr(stream, "close"):
             stream.close()
