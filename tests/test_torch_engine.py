@@ -261,7 +261,7 @@ try:
     state.claim(TrainConfig(checkpoint_dir=sys.argv[1], device="cpu"), info)
 except OSError as e:
     print(f"{type(e).__name__}: {e}")
-    sys.exit(2)
+    distributed.exit_if_replica(2)  # as the labkit command ends: gloo's teardown can abort an exiting process
 """
 
 
