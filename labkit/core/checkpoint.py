@@ -29,13 +29,15 @@ import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import crc32c
 import fsspec
 
 MARKER = "COMMITTED"
 T = TypeVar("T")
+# Writes one blob's bytes to the file it is given (e.g. `lambda f: torch.save(obj, f)`).
+BlobWriter = Callable[[IO[bytes]], None]
 _STEP_DIR = re.compile(r"^step-(\d{8,})$")
 
 
@@ -71,15 +73,37 @@ def step_dir_name(step: int) -> str:
     return f"step-{step:08d}"
 
 
-def write_blob(directory: str, step: int, name: str, data: bytes) -> dict[str, Any]:
+def write_blob(directory: str, step: int, name: str, data: bytes | BlobWriter) -> dict[str, Any]:
     """Write one blob of a step that is not committed yet; returns its marker entry. Several
-    processes (DDP ranks) may each write their own blobs before one of them commits."""
+    processes (DDP ranks) may each write their own blobs before one of them commits. `data` is
+    the blob's bytes, or a function that writes them to the file it is given (a serialiser
+    streaming into the file: no copy of the whole blob in memory first)."""
     fs, root = _fs(directory)
     folder = f"{root}/{step_dir_name(step)}"
     fs.makedirs(folder, exist_ok=True)
     with fs.open(f"{folder}/{name}", "wb") as f:
-        f.write(data)
-    return {"size": len(data), "crc32c": _crc32c(data)}
+        if not callable(data):
+            f.write(data)
+            return {"size": len(data), "crc32c": _crc32c(data)}
+        out = _Checksummed(f)
+        data(out)
+        out.flush()
+    return {"size": out.size, "crc32c": f"{out.crc:08x}"}
+
+
+class _Checksummed:
+    """A writable file that keeps the size and CRC-32C of what was written through it."""
+
+    def __init__(self, f: IO[bytes]):
+        self._f, self.size, self.crc = f, 0, 0
+
+    def write(self, data) -> int:
+        self.crc = crc32c.crc32c(data, self.crc)
+        self.size += memoryview(data).nbytes
+        return self._f.write(data)
+
+    def flush(self) -> None:
+        self._f.flush()
 
 
 def _crc32c(data: bytes) -> str:

@@ -14,13 +14,14 @@ refuses a checkpoint of a run with other settings unless the change was allowed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import pickle
 import random
 import threading
 import warnings
 import zipfile
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -82,13 +83,18 @@ class TrainingState(Protocol):
 
 
 def to_bytes(obj: Any) -> bytes:
-    """`torch.save` of `obj`, without the zip format's per-record CRC-32: `torch.load` never checks
-    it, and `labkit.core.checkpoint` checks every blob against its marker's CRC-32C anyway; computing
-    it took about a quarter of `torch.save`'s time (benchmarks/RESULTS.md)."""
+    """`torch.save` of `obj` as bytes (see `save_to`)."""
     buf = io.BytesIO()
-    with _ZIP_CRC_OFF_LOCK, _zip_crc_off():
-        torch.save(obj, buf)
+    save_to(obj, buf)
     return buf.getvalue()
+
+
+def save_to(obj: Any, f: IO[bytes]) -> None:
+    """`torch.save` of `obj` into `f`, without the zip format's per-record CRC-32: `torch.load`
+    never checks it, and `labkit.core.checkpoint` checks every blob against its marker's CRC-32C
+    anyway; computing it took about a quarter of `torch.save`'s time (benchmarks/RESULTS.md)."""
+    with _ZIP_CRC_OFF_LOCK, _zip_crc_off():
+        torch.save(obj, f)
 
 
 # torch's switch for the zip CRC is process-wide (torch >= 2.6), and a patch restores whatever it
@@ -179,7 +185,7 @@ def save(directory: str, c: TrainingState, info: DistInfo, step: int, position: 
     _write_and_commit(directory, info, step, serialize(c, info, step, position), fingerprint)
 
 
-def _write_and_commit(directory: str, info: DistInfo, step: int, blobs: dict[str, bytes],
+def _write_and_commit(directory: str, info: DistInfo, step: int, blobs: dict[str, bytes | checkpoint.BlobWriter],
                       fingerprint: dict[str, Any] | None = None, lease: Lease | None = None) -> None:
     entries: dict[str, Any] = {name: checkpoint.write_blob(directory, step, name, data)
                                for name, data in blobs.items()}
@@ -220,9 +226,12 @@ class Saver:
             self._commit(step, serialize(c, self.info, step, position))
             return
         objects = snapshot(c, self.info, step, position)
-        self._background.start(step, lambda: self._commit(step, encode(objects)))
+        # Each object is serialised straight into its file, CRC-32C taken on the way: no copy of
+        # the whole state in memory, the background work's largest cost (benchmarks/RESULTS.md).
+        writers = {name: functools.partial(save_to, obj) for name, obj in objects.items()}
+        self._background.start(step, lambda: self._commit(step, writers))
 
-    def _commit(self, step: int, blobs: dict[str, bytes]) -> None:
+    def _commit(self, step: int, blobs: dict[str, bytes | checkpoint.BlobWriter]) -> None:
         _write_and_commit(self.directory, self.info, step, blobs, self.fingerprint, self.lease)
 
     @property
