@@ -1,14 +1,29 @@
 """For every test path, notebooks included: an executed notebook cell (nbval) that writes to
 stderr fails, unless the cell is tagged `allow-stderr` (labkit.course.notebook.STDERR_TAG)
-because that output is part of the lesson."""
+because that output is part of the lesson.
+
+A notebook that the browser test (tests/browser, which runs first) has already executed in
+JupyterLab with every check passed is not executed again by nbval: the same kernel ran the same
+cells there, and the browser test checks all nbval checks (no error in any cell, every cell run,
+no stderr) and more. Without Chromium, or for a notebook that failed in the browser, nbval runs
+it as usual; `-m "not browser"` gives nbval every notebook."""
 
 from __future__ import annotations
 
 import pytest
 
 from labkit.course.notebook import STDERR_TAG, allows_stderr, stderr_text
+from tests.executed import ran_in_lab
 
 MAX_SHOWN_LINES = 8
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    # Before nbval's own setup, so no kernel is started for a notebook already run in the lab.
+    if getattr(item, "cell", None) is not None and item.path.name in ran_in_lab(item.config):
+        pytest.skip(f"{item.path.name} was executed in JupyterLab by tests/browser in this session, "
+                    "every cell with no error or stderr")
 
 
 @pytest.hookimpl(wrapper=True)

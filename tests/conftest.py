@@ -33,7 +33,7 @@ def hide_frameworks(tmp_path):
     on an image that lacks them (e.g. Vertex's torch-only container): `env = hide_frameworks("tensorflow")`."""
 
     def make(*modules: str) -> dict[str, str]:
-        site = tmp_path / "hidden-site"
+        site = tmp_path / ("hidden-" + "-".join(modules))  # one per set: several may run at once
         site.mkdir(exist_ok=True)
         # A None entry in sys.modules is Python's own "not importable" marker: `import x`
         # raises ModuleNotFoundError and importlib.util.find_spec("x") returns None, exactly as

@@ -16,6 +16,7 @@ import pytest
 
 from labkit.course.notebook import KERNEL_NAME, unexpected_stderr
 from tests.conftest import NOTEBOOK_DIR
+from tests.executed import ran_in_lab
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -75,7 +76,7 @@ INSPECT = f"""() => {{
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS, ids=[n.removesuffix(".ipynb") for n in NOTEBOOKS])
-def test_notebook_runs_clean_in_jupyterlab(name, lab, browser, browser_outputs, record_timing):
+def test_notebook_runs_clean_in_jupyterlab(name, lab, browser, browser_outputs, record_timing, request):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page_errors: list[str] = []
     page.on("pageerror", lambda e: page_errors.append(str(e)))
@@ -125,6 +126,7 @@ def test_notebook_runs_clean_in_jupyterlab(name, lab, browser, browser_outputs, 
     if name not in NO_PROGRESS_BAR:
         assert any(c["widgets"] and c["progress_shown"] for c in cells), \
             f"{name} trains or benchmarks but showed no progress widget"
+    ran_in_lab(request.config).add(name)  # every check passed: nbval need not run it again
 
 
 def _screenshot(page, path) -> None:
