@@ -36,7 +36,13 @@ from torch.distributed.tensor import DTensor
 from labkit.core.parallelism import Layout
 from labkit.core.train_config import TrainConfig
 from labkit.torch.pipeline_parallel import Pipeline
-from labkit.torch.strategy import Strategy, clip_grad_norm, held_bytes, local
+from labkit.torch.strategy import (
+    Strategy,
+    backward_micro_batches,
+    clip_grad_norm,
+    held_bytes,
+    local,
+)
 from labkit.torch.tensor_parallel import TensorParallel
 
 __all__ = ["FlatZero2", "Pipeline", "Strategy", "TensorParallel", "Zero1", "Zero3", "held_bytes", "setup"]
@@ -96,13 +102,7 @@ class FlatZero2(Strategy):
         self.optimizer = torch.optim.AdamW(shard_groups, lr=lr, betas=(0.9, 0.95), foreach=foreach)
 
     def step_fn(self, compute_loss, micro_batches, grad_clip, autocast) -> torch.Tensor:
-        n = len(micro_batches)
-        total = torch.zeros((), device=micro_batches[0][0].device)
-        for x, y in micro_batches:
-            with autocast():
-                loss = compute_loss(x, y) / n
-            total += loss.detach()
-            loss.backward()
+        total = backward_micro_batches(compute_loss, micro_batches, autocast)
         world = self.layout.world
         for params, flat, shard in self.flats:
             grads = [p.grad.reshape(-1) if p.grad is not None else torch.zeros_like(p).reshape(-1)
@@ -139,14 +139,9 @@ class Zero3(Strategy):
         super().__init__(layout, rank, model)
 
     def step_fn(self, compute_loss, micro_batches, grad_clip, autocast) -> torch.Tensor:
-        n = len(micro_batches)
-        total = torch.zeros((), device=micro_batches[0][0].device)
-        for k, (x, y) in enumerate(micro_batches):
-            self.model.set_requires_gradient_sync(k == n - 1)  # reduce-scatter once per step
-            with autocast():
-                loss = compute_loss(x, y) / n
-            total += loss.detach()
-            loss.backward()
+        # reduce-scatter once per step, on the last micro-batch
+        total = backward_micro_batches(compute_loss, micro_batches, autocast,
+                                       lambda k, n: self.model.set_requires_gradient_sync(k == n - 1))
         if grad_clip:
             clip_grad_norm([(local(p.grad), dist.group.WORLD) for p in self.model.parameters()
                             if p.grad is not None], grad_clip)

@@ -47,6 +47,23 @@ def held_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, 
             "optimizer_bytes": _storage_bytes(states)}
 
 
+def backward_micro_batches(compute_loss, micro_batches, autocast, before_each=None) -> torch.Tensor:
+    """Forward and backward of each (inputs, targets) micro-batch, its loss divided by their
+    number so the gradients add up to the mean over the global batch; returns the step's loss
+    (the sum of those, detached). `before_each(k, n)` runs before micro-batch k of n (e.g. to
+    let only the last one synchronise gradients)."""
+    n = len(micro_batches)
+    total = torch.zeros((), device=micro_batches[0][0].device)
+    for k, (x, y) in enumerate(micro_batches):
+        if before_each is not None:
+            before_each(k, n)
+        with autocast():
+            loss = compute_loss(x, y) / n
+        total += loss.detach()
+        loss.backward()
+    return total
+
+
 def clip_grad_norm(grads: list[tuple[torch.Tensor, Any]], max_norm: float) -> torch.Tensor:
     """Clip gradients to a global norm when parts of them are sharded. `grads` pairs each local
     gradient with the process group over which it is split (None: whole on this rank, or the

@@ -18,7 +18,13 @@ import torch
 from torch import nn
 
 from labkit.core.parallelism import Layout
-from labkit.torch.strategy import Strategy, all_reduce_mean, clip_grad_norm, local
+from labkit.torch.strategy import (
+    Strategy,
+    all_reduce_mean,
+    backward_micro_batches,
+    clip_grad_norm,
+    local,
+)
 
 
 def head_grouped(n_embd: int, n_head: int, groups: int) -> torch.Tensor:
@@ -67,13 +73,7 @@ class TensorParallel(Strategy):
         super().__init__(layout, rank, model)
 
     def step_fn(self, compute_loss, micro_batches, grad_clip, autocast) -> torch.Tensor:
-        n = len(micro_batches)
-        total = torch.zeros((), device=micro_batches[0][0].device)
-        for x, y in micro_batches:
-            with autocast():
-                loss = compute_loss(x, y) / n
-            total += loss.detach()
-            loss.backward()
+        total = backward_micro_batches(compute_loss, micro_batches, autocast)
         params = [p for p in self.model.parameters() if p.grad is not None]
         all_reduce_mean([local(p.grad) for p in params], self.mesh["dp"].get_group(), self.layout.dp)
         if grad_clip:
