@@ -49,6 +49,7 @@ from labkit.core.train_config import TrainConfig
 scale = config.resolve_scale(scale)
 out = artifacts_dir("05_profiling")
 schedule = dict(wait=2, warmup=1, active=config.check_int("active_steps", active_steps, minimum=1))
+config.check_int("repeats", repeats, minimum=3)  # each speed-up below is a verdict: 3 runs at least
 has_torch = frameworks.has_torch()
 print(f"scale {scale!r}, traces under {out}", "" if has_torch else "\n" + frameworks.missing_reason("torch"))
 

@@ -31,8 +31,12 @@ def _outputs_text(path) -> str:
 
 
 # What a run without a framework checks is what it skips and says, not the measurements: these
-# parameters leave out runs that only repeat a layout the notebook has already shown.
-LIGHTER = {"10_model_parallelism": ["-p", "four_processes", "False", "-p", "use_deepspeed", "False"]}
+# parameters leave out repeats of the same measurement (one run each: the notebooks then say
+# "no verdict") and runs that only repeat a layout the notebook has already shown.
+ONE_REPEAT = ["-p", "repeats", "1"]
+LIGHTER = {"03_input_pipelines": ONE_REPEAT, "04_mixed_precision": ONE_REPEAT,
+           "10_model_parallelism": ["-p", "four_processes", "False", "-p", "use_deepspeed", "False"],
+           "11_hyperparameter_tuning": ["-p", "trials", "3"]}
 
 
 @pytest.mark.slow
