@@ -108,3 +108,4 @@ def main(argv: list[str] | None = None) -> common.StepLog:
 
 if __name__ == "__main__":
     main()
+    common.leave_worker()  # gloo's threads can outlive the group: see its docstring
