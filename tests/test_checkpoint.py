@@ -6,6 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
+import crc32c
 import pytest
 
 from labkit.core import checkpoint
@@ -118,3 +119,19 @@ def test_background_write_runs_one_at_a_time_and_hands_back_its_error(tmp_path):
     with pytest.raises(RuntimeError, match=f"writing a checkpoint to {d} failed: disk full"):
         writes.wait()
     writes.wait()  # the error is handed over once
+
+
+def test_a_blob_streamed_by_a_writer_is_recorded_as_its_bytes_would_be(tmp_path):
+    """A writer function (a serialiser streaming into the file) gets the same marker entry and
+    file as the same bytes written at once, in however many pieces it writes them."""
+    data = bytes(range(256)) * 1000
+    direct = checkpoint.write_blob(str(tmp_path / "a"), 1, "s", data)
+
+    def in_pieces(f):
+        for start in range(0, len(data), 4099):
+            f.write(memoryview(data)[start:start + 4099])
+
+    streamed = checkpoint.write_blob(str(tmp_path / "b"), 1, "s", in_pieces)
+    assert streamed == direct == {"size": len(data), "crc32c": f"{crc32c.crc32c(data):08x}"}
+    checkpoint.commit(str(tmp_path / "b"), 1, {"s": streamed})
+    assert checkpoint.load(str(tmp_path / "b"), 1).files["s"] == data
