@@ -55,7 +55,7 @@ import torch.distributed as dist  # noqa: E402
 import torch.distributed.checkpoint as dcp  # noqa: E402
 from torch.utils._pytree import tree_flatten, tree_map  # noqa: E402
 
-from labkit.core import checkpoint  # noqa: E402
+from labkit.core import checkpoint, devices  # noqa: E402
 from labkit.core.models import GPTConfig  # noqa: E402
 from labkit.core.train_config import TrainConfig  # noqa: E402
 from labkit.torch import engine, state  # noqa: E402
@@ -249,16 +249,6 @@ def _version(dist_name: str) -> str | None:
         return None
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _commit() -> str:
     r = subprocess.run(["git", "-C", str(REPO), "log", "-1", "--format=%h %s"], capture_output=True, text=True)
     return (r.stdout.strip()[:80] if r.returncode == 0 else "") or REPO.name
@@ -303,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {
         "command": "python benchmarks/bench_checkpoint_peers.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M"),
-        "device": {"cpu": _cpu_model(), "cores": os.cpu_count(), "kernel": platform.release(),
+        "device": {"cpu": devices.cpu_model(), "cores": os.cpu_count(), "kernel": platform.release(),
                    "checkpoint_dir": a.dir or "a temporary local folder"},
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "crc32c": _version("crc32c"),
                      "fsspec": _version("fsspec")},

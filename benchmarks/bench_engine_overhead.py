@@ -365,16 +365,6 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _commit(path: Path) -> str:
     """The commit of a checkout ("abc1234 subject"), else the folder's name (never a full path)."""
     r = subprocess.run(["git", "-C", str(path), "log", "-1", "--format=%h %s"], capture_output=True, text=True)
@@ -405,6 +395,8 @@ def main(argv: list[str] | None = None) -> int:
     import numpy
     import torch
 
+    from labkit.core import devices
+
     args = list(argv if argv is not None else sys.argv[1:])
     if a.baseline:  # the results name the baseline by its commit, not by where it sat on this machine
         a.baseline = str(Path(a.baseline).resolve())
@@ -412,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {
         "command": "python benchmarks/bench_engine_overhead.py " + shlex.join(args),
         "date": time.strftime("%Y-%m-%d %H:%M"),
-        "device": {"cpu": _cpu_model(), "cores": os.cpu_count(), "kernel": platform.release()},
+        "device": {"cpu": devices.cpu_model(), "cores": os.cpu_count(), "kernel": platform.release()},
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "numpy": numpy.__version__,
                      "tqdm": _version("tqdm"), "tensorboard": _version("tensorboard")},
         "this_checkout": _commit(REPO), "baseline": a.baseline and _commit(Path(a.baseline)), "runs": a.runs,

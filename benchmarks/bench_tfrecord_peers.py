@@ -286,16 +286,6 @@ def _git_describe(path: str) -> str:
     return Path(path).name
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _available(framework: str | None) -> bool:
     dist = {"torch": "torch", "tf": "tensorflow", "tfrecord": "tfrecord"}.get(framework)
     if dist is None:
@@ -425,10 +415,13 @@ def main(argv=None) -> int:
     args = list(argv if argv is not None else sys.argv[1:])
     if a.baseline:  # the results name the baseline by its commit, not by where it sat on this machine
         args = [Path(x).name if x == a.baseline or x.startswith("--baseline=") else x for x in args]
+    # Imported here, not at the top: the readers' own processes import nothing of the parent's.
+    from labkit.core import devices
+
     results = {
         "command": "python benchmarks/bench_tfrecord_peers.py " + shlex.join(args),
         "date": time.strftime("%Y-%m-%d %H:%M"),
-        "device": {"cpu": _cpu_model(), "cores": os.cpu_count(), "kernel": platform.release()},
+        "device": {"cpu": devices.cpu_model(), "cores": os.cpu_count(), "kernel": platform.release()},
         "versions": {"python": platform.python_version(),
                      **{d: _version(d) for d in ("numpy", "crc32c", "torch", "tensorflow", "tensorflow-cpu",
                                                  "tfrecord", "protobuf")}},

@@ -57,7 +57,8 @@ class DeviceInfo:
         return "cpu"
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """This machine's CPU model name (from /proc/cpuinfo where there is one)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
@@ -133,7 +134,7 @@ def detect() -> DeviceInfo:
         gpus = _gpus_from_nvidia_smi()
     return DeviceInfo(
         cpu_count=usable_cpu_count(),
-        cpu_model=_cpu_model(),
+        cpu_model=cpu_model(),
         memory_bytes=_memory_bytes(),
         gpus=gpus,
         tpu=_tpu(),
