@@ -6,7 +6,9 @@ PY := $(VENV)/bin/python
 # The torch build to install first. The default is the CPU/CUDA wheel pip picks for this machine;
 # override on a GPU host, e.g. `make TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130" setup`.
 TORCH_SPEC ?= torch==2.13.0
-EXTRAS ?= torch,tf,vertex,tune,deepspeed,lab,dev
+# TensorFlow's CUDA build where an NVIDIA driver is present (plain tensorflow would train on the CPU).
+TF_EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo tf-gpu || echo tf)
+EXTRAS ?= torch,$(TF_EXTRA),vertex,tune,deepspeed,lab,dev
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 # The Jupyter kernel every notebook names (labkit.course.notebook.KERNEL_NAME), registered in

@@ -197,12 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--best-only", action="store_true", help="GPT: the peers and labkit's best settings only")
     p.add_argument("--resnet-best-mode", default="reduce-overhead", help="compile_mode of the extra ResNet row")
     p.add_argument("--skip-resnet", action="store_true")
+    p.add_argument("--batches", type=int, nargs="+", default=None,
+                   help="GPT batch sizes (default 12 and 48; --quick: 4 and 8)")
     args = p.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     gpt_cfg = GPTConfig(vocab_size=512, block_size=64) if args.quick else GPTConfig.gpt2_small()
     resnet_cfg = ResNetConfig() if args.quick else ResNetConfig.resnet50()
     warmup, iters = (2, 3) if args.quick else (10, 20)
-    batches = (4, 8) if args.quick else (12, 48)
+    batches = tuple(args.batches) if args.batches else (4, 8) if args.quick else (12, 48)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     peak_flops = peak.measured_peak_flops(device, dtype)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from labkit.core import checkpoint
 from labkit.core.cluster import from_env
+from labkit.core.config import ParameterError
 from labkit.core.fingerprint import Resume
 from labkit.core.lease import check_free
 from labkit.core.metrics import MetricsLog
@@ -42,6 +43,29 @@ def run_training(config: TrainConfig) -> MetricsLog:
     else:
         from labkit.tf.engine import fit
     return fit(config)
+
+
+def describe_device(config: TrainConfig, nproc: int = 1) -> str:
+    """Where the run's processes will train, in one line (`labkit train` prints it when
+    `--device auto` chose): `labkit.core.placement`'s rule for `nproc` processes on this
+    machine's GPUs, with a warning when a GPU is present that torch cannot use. Raises
+    ParameterError naming `device` when `--device cuda` cannot be honoured, before anything
+    starts."""
+    from labkit.core import devices
+    from labkit.core.placement import place
+
+    info = devices.detect()
+    usable = len(info.gpus) if devices.cuda_available() or config.framework == "tf" else 0
+    warning = devices.unusable_gpus() if config.framework == "torch" else None
+    if config.device == "cuda" and warning:
+        raise ParameterError("device", config.device, warning.replace("; training would run on the CPU", ""))
+    where = place(nproc, usable, device=config.device)
+    if where.on_gpu:
+        names = sorted({g.name for g in info.gpus[:nproc]})
+        line = f"device {config.device}: {'GPU 0' if nproc == 1 else f'GPUs 0-{nproc - 1}'} ({', '.join(names)}); {where.reason}"
+    else:
+        line = f"device {config.device}: the CPU; {where.reason}"
+    return line + (f". WARNING: {warning}" if warning and config.device == "auto" else "")
 
 
 def run_replicas(config: TrainConfig, nproc: int, **options) -> MetricsLog:

@@ -21,6 +21,7 @@
 # %% tags=["parameters"]
 scale = "auto"
 papermill_matmul_size = 256
+time_budget_s = 0.0
 
 # %%
 import labkit
@@ -42,6 +43,28 @@ report = doctor.collect()
 print(report.text())
 key_figure("CPU cores usable", report.devices.cpu_count)
 key_figure("GPUs", len(report.devices.gpus), note=", ".join(g.name for g in report.devices.gpus) or "none")
+
+# %% [markdown]
+# ## What the course will do here
+# `scale="full"` does not mean one size for every GPU. A table of GPU facts (memory, which
+# number formats have tensor cores, datasheet peak rates, each with its source) decides each
+# notebook's sizes: the batch that fits this GPU's memory with headroom, only the precision rungs
+# it can run (a T4 has no bf16 or TF32), and where a demo starts more processes than there are
+# GPUs, CPU processes at CPU sizes (NCCL refuses two ranks on one GPU). Each notebook prints its
+# plan before its long cells; here is the whole course's, with the time each notebook expects
+# on this machine (a forecast from the GPU table and a short probe of the GPU). `time_budget_s`
+# trims the sizes that only buy precision so a notebook fits a time you give it.
+
+# %%
+from IPython.display import Markdown, display
+from labkit.course import sizing
+from labkit.course.tables import table
+
+machine = sizing.Machine.detect(probe=scale == "full")
+print(machine.facts_line())
+course_plan = sizing.course_table(machine, scale, time_budget_s=time_budget_s or None)
+display(Markdown(table(course_plan, markdown=True)))
+key_figure("course forecast here", sum(r["expected_min"] for r in course_plan), "min", note=f"scale {scale}, {machine.name}")
 
 # %% [markdown]
 # ## Way 1: interactively
@@ -99,10 +122,8 @@ print(vertex.dry_run(tour_job).text())
 # data, the metrics file) is shared, in `labkit/recipes/common.py`.
 
 # %%
-from IPython.display import Markdown, display
 from labkit.core import frameworks
 from labkit.course import recipe_view
-from labkit.course.tables import table
 
 display(Markdown(table(recipe_view.catalogue(), markdown=True)))
 

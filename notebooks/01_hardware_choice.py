@@ -24,6 +24,7 @@ preemptions_per_hour = 0.05
 checkpoint_every_min = 30.0
 restart_min = 5.0
 catalog_path = ""
+time_budget_s = 0.0
 
 # %%
 from labkit.core import config
@@ -32,11 +33,13 @@ from labkit.hardware import estimate_costs, load_catalog, matmul_intensity, meas
 from labkit.course.report import key_figure
 from labkit.course.tables import table
 
+from labkit.course import sizing
+
 scale = config.resolve_scale(scale)
 config.check_int("cpu_threads", cpu_threads, minimum=0)
-bench = BenchConfig(matmul_size=config.by_scale(scale, smoke=512, full=8192),
-                    copy_mb=config.by_scale(scale, smoke=64, full=1024), threads=cpu_threads)
-print(f"scale {scale!r}: matmul {bench.matmul_size}³, copy {bench.copy_mb} MiB")
+plan = sizing.plan("01_hardware_choice", scale, time_budget_s=time_budget_s)
+print(plan.text())
+bench = BenchConfig(matmul_size=plan["matmul_size"], copy_mb=plan["copy_mb"], threads=cpu_threads)
 
 # %% [markdown]
 # ## 1. The ceilings of this machine
@@ -122,9 +125,8 @@ from labkit.core import frameworks
 from labkit.course.mlp_throughput import measure_mlp_throughput
 
 if frameworks.has_torch():
-    measured = measure_mlp_throughput(width=config.by_scale(scale, smoke=256, full=4096), depth=4,
-                                      batch_size=config.by_scale(scale, smoke=64, full=1024), steps=config.by_scale(scale, smoke=5, full=50),
-                                      threads=cpu_threads)
+    measured = measure_mlp_throughput(width=plan["mlp_width"], depth=4, batch_size=plan["mlp_batch"],
+                                      steps=plan["mlp_steps"], threads=cpu_threads)
     here_mfu = measured.mfu(ceilings.matmul_tflops.get("fp32", ceilings.best_tflops))
     key_figure("MLP training throughput here", measured.samples_per_s, "samples/s")
     key_figure("MLP model FLOPs utilisation here (vs this machine's measured fp32 matmul ceiling)", 100 * here_mfu, "%")

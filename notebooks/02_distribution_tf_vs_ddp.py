@@ -29,23 +29,26 @@ processes = 2
 grad_accum = 2
 lr = 0.001
 num_samples = 1024
-device = "cpu"
+device = "auto"
+time_budget_s = 0.0
 
 # %%
 from dataclasses import replace
 
 from labkit.core import config, frameworks
-from labkit.course import distribution as dist, notebook
+from labkit.course import distribution as dist, notebook, sizing
 from labkit.course.report import key_figure
 from labkit.course.tables import table
 from labkit.core.train_config import TrainConfig
 
 scale = config.resolve_scale(scale)
-steps = steps or config.by_scale(scale, smoke=10, full=300)
-job = TrainConfig(model=model, scale=scale, steps=steps, batch_size=global_batch, lr=lr,
-                  num_samples=num_samples, device=device, progress=False)
+plan = sizing.plan("02_distribution_tf_vs_ddp", scale, time_budget_s=time_budget_s, processes=processes,
+                   device=device, model=model)
+print(plan.text())
+steps = steps or plan["steps"]
+job = TrainConfig(model=model, scale=plan["model_scale"], steps=steps, batch_size=global_batch, lr=lr,
+                  num_samples=num_samples, device=plan["device"], progress=False)
 out_dir = notebook.artifacts_dir("02_distribution_tf_vs_ddp")
-print(f"scale={scale}: {model}, {steps} steps, global batch {global_batch}, up to {processes} processes")
 
 # %% [markdown]
 # ## Global vs per-replica batch
@@ -231,7 +234,7 @@ from labkit.course import mistakes, mistakes_explained
 
 if frameworks.has_torch() and processes > 1:
     ppb = mistakes.per_process_batch(model=model, steps=steps, batch_size=global_batch, nproc=processes, lr=lr,
-                                     num_samples=num_samples, device=device)
+                                     num_samples=num_samples, device=job.device, scale=job.scale)
     mistakes_explained.plot_per_process_batch(ppb, out_dir / "per_process_batch.png")
     print("\n".join(mistakes_explained.per_process_batch(ppb)))
     key_figure("per-process batch taken for the global batch: largest loss gap vs 1 process",

@@ -25,18 +25,22 @@ bandwidth_mb_s = 50.0
 repeats = 3
 bench_record_kb = 100
 seed = 0
+time_budget_s = 0.0
 
 # %%
 from labkit.core import config, frameworks
-from labkit.course import crc_demo, input_conclusions, input_ladder as ladder, notebook, read_rates, step_probe
+from labkit.course import crc_demo, input_conclusions, input_ladder as ladder, notebook, read_rates, sizing, step_probe
 from labkit.course.report import key_figure
 from labkit.course.tables import table
 from labkit.data import read_records, decode_example
 
 # %%
 scale = config.resolve_scale(scale)
-samples = num_samples or config.by_scale(scale, smoke=256, full=8192)
-mb = config.by_scale(scale, smoke=64, full=1024)  # MB of bench_record_kb records for the ceiling run
+plan = sizing.plan("03_input_pipelines", scale, time_budget_s=time_budget_s, open_latency_ms=open_latency_ms,
+                   repeats=repeats)
+print(plan.text())
+samples = num_samples or plan["num_samples"]
+mb = plan["bench_mb"]  # MB of bench_record_kb records for the ceiling run
 cfg = ladder.InputLadderConfig(num_samples=samples, image_size=image_size, records_per_shard=records_per_shard,
                                batch_size=batch_size, num_workers=num_workers, prefetch=prefetch,
                                open_latency_ms=open_latency_ms, bandwidth_mb_s=bandwidth_mb_s, repeats=repeats, seed=seed)
@@ -198,7 +202,7 @@ recipe_view.show("tfrecord_pipeline")
 
 # %%
 if has_torch:
-    tfr_argv = recipe_view.flags(model="cnn", scale=scale, steps=config.by_scale(scale, smoke=8, full=100),
+    tfr_argv = recipe_view.flags(model="cnn", scale=scale, steps=plan["recipe_steps"],
                                  batch_size=batch_size, num_samples=samples, seed=seed,
                                  data_dir=str(out / "recipe_shards"), records_per_shard=records_per_shard,
                                  num_workers=num_workers)

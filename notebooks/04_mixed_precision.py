@@ -21,11 +21,12 @@ device = "auto"
 repeats = 3
 overflow_steps = 14
 overflow_init_scale = 268435456.0
+time_budget_s = 0.0
 
 # %%
 from IPython.display import Markdown, display
 from labkit.core import config, frameworks
-from labkit.course import loss_scaling, precision, tensor_cores
+from labkit.course import loss_scaling, precision, sizing, tensor_cores
 from labkit.course.report import key_figure
 from labkit.course.tables import table
 
@@ -33,7 +34,10 @@ scale = config.resolve_scale(scale)
 config.check_choice("model", model, ("cnn", "resnet", "gpt"))
 config.check_int("overflow_steps", overflow_steps, minimum=1)
 has_torch = frameworks.has_torch()
-print(f"scale={scale!r}, model={model!r}" + ("" if has_torch else "; " + frameworks.missing_reason("torch")))
+plan = sizing.plan("04_mixed_precision", scale, time_budget_s=time_budget_s, model=model, repeats=repeats,
+                   include_compile=include_compile)
+print(plan.text() + ("" if has_torch else "\n" + frameworks.missing_reason("torch")))
+fast = plan["recipe_precision"]  # the 16-bit format this GPU has tensor cores for: bf16, else fp16
 
 # %% [markdown]
 # ## The ladder (PyTorch)
@@ -48,8 +52,10 @@ print(f"scale={scale!r}, model={model!r}" + ("" if has_torch else "; " + framewo
 # `include_compile=None` compiles only at full scale: compiling takes minutes on a small CPU.
 
 # %%
-ladder_cfg = precision.PrecisionLadderConfig(model=model, scale=scale, steps=steps, batch_size=batch_size,
-                                             include_compile=include_compile, device=device, repeats=repeats)
+ladder_cfg = precision.PrecisionLadderConfig(model=model, scale=scale, steps=steps or plan["steps"],
+                                             batch_size=batch_size or plan["batch_size"],
+                                             include_compile=plan["include_compile"], device=device, repeats=repeats,
+                                             formats=tuple(plan["formats"]))
 rows = precision.run_ladder(ladder_cfg, "torch") if has_torch else []
 if rows:
     display(Markdown(table(rows, precision.COLUMNS["torch"], markdown=True)))
@@ -62,13 +68,13 @@ if rows:
 # %%
 if rows:
     print("\n".join(precision.conclusions(rows)))
-    bf16 = precision.find(rows, "bf16")
+    half = precision.find(rows, fast)
     best = max(rows, key=lambda r: r["samples_per_s"])
-    key_figure("bf16 autocast speed-up over fp32 (torch)", bf16["speedup"], "×",
-               f"{bf16['device']}, median of {bf16['repeats']} runs; {bf16['vs_first']}")
+    key_figure(f"{half['rung']} speed-up over fp32 (torch)", half["speedup"], "×",
+               f"{half['device']}, median of {half['repeats']} runs; {half['vs_first']}")
     key_figure("highest-median ladder rung (torch)", best["rung"],
                note=f"{best['speedup']:.2f}× fp32; {best['vs_first']}")
-    key_figure("activation memory bf16 / fp32 (torch)", bf16["activation_mib"] / rows[0]["activation_mib"], "×")
+    key_figure(f"activation memory {fast} / fp32 (torch)", half["activation_mib"] / rows[0]["activation_mib"], "×")
 
 # %% [markdown]
 # ## Without a GPU: the reference ladder
@@ -153,14 +159,14 @@ else:
 # %%
 if tf_rows:
     print("\n".join(precision.conclusions(tf_rows)))
-    tf_bf16 = precision.find(tf_rows, "bf16")
-    key_figure("bf16 (mixed_bfloat16) speed-up over fp32 (tf)", tf_bf16["speedup"], "×",
+    tf_bf16 = precision.find(tf_rows, fast)
+    key_figure(f"{tf_bf16['rung']} speed-up over fp32 (tf)", tf_bf16["speedup"], "×",
                f"{tf_bf16['device']}, median of {tf_bf16['repeats']} runs; {tf_bf16['vs_first']}")
     if rows:
-        torch_bf16 = precision.find(rows, "bf16")
-        print(f"bf16 over fp32 here: torch {torch_bf16['speedup']:.2f}× ({torch_bf16['vs_first']}), "
+        torch_bf16 = precision.find(rows, fast)
+        print(f"{fast} over fp32 here: torch {torch_bf16['speedup']:.2f}× ({torch_bf16['vs_first']}), "
               f"TensorFlow {tf_bf16['speedup']:.2f}× ({tf_bf16['vs_first']}); "
-              f"final loss fp32→bf16: torch {rows[0]['final_loss']:.4f}→{torch_bf16['final_loss']:.4f}, "
+              f"final loss fp32→{fast}: torch {rows[0]['final_loss']:.4f}→{torch_bf16['final_loss']:.4f}, "
               f"TensorFlow {tf_rows[0]['final_loss']:.4f}→{tf_bf16['final_loss']:.4f}")
 
 # %% [markdown]
@@ -192,14 +198,14 @@ recipe_view.show("mixed_precision")
 # (the tests allow 1e-3), or to drift apart?
 
 # %%
-code_argv = recipe_view.flags(model=model, scale=scale, steps=config.by_scale(scale, smoke=8, full=50),
-                              batch_size=config.by_scale(scale, smoke=16, full=128), precision="bf16")
+code_argv = recipe_view.flags(model=model, scale=scale, steps=plan["recipe_steps"], batch_size=plan["recipe_batch"],
+                              precision=fast)
 if has_torch:
     print(recipe_view.command("mixed_precision", code_argv))
     mp = recipe_view.compare("mixed_precision", code_argv)
     recipe_view.plot(mp)
     print(recipe_view.explain(mp))
-    key_figure("recipe mixed_precision (bf16) vs labkit train: largest loss difference", mp.max_abs_diff,
+    key_figure(f"recipe mixed_precision ({fast}) vs labkit train: largest loss difference", mp.max_abs_diff,
                note=f"tolerance {mp.tolerance:.0e}, {model}")
 
 # %% [markdown]

@@ -36,11 +36,12 @@ cpu_threads = 1
 repeats = 3
 decode_workers = [0, 1, 2, 4]
 profile_tf = True
+time_budget_s = 0.0
 
 # %%
 from labkit.core import config, frameworks
 from labkit.profiling import ProfileConfig, WorkloadConfig, profile_workload
-from labkit.course import notebook, profile_results
+from labkit.course import notebook, profile_results, sizing
 from labkit.profiling.run import profile_training, set_cpu_threads
 from labkit.course.report import key_figure
 from labkit.core.train_config import TrainConfig
@@ -50,7 +51,10 @@ out = notebook.artifacts_dir("05_profiling")
 schedule = dict(wait=2, warmup=1, active=config.check_int("active_steps", active_steps, minimum=1))
 config.check_int("repeats", repeats, minimum=3)  # each speed-up below is a verdict: 3 runs at least
 has_torch = frameworks.has_torch()
-print(f"scale {scale!r}, traces under {out}", "" if has_torch else "\n" + frameworks.missing_reason("torch"))
+plan = sizing.plan("05_profiling", scale, time_budget_s=time_budget_s, batch_size=batch_size,
+                   input_latency_ms=input_latency_ms, repeats=repeats)
+print(plan.text())
+print(f"traces under {out}", "" if has_torch else "\n" + frameworks.missing_reason("torch"))
 
 # %% [markdown]
 # ## 1. An input-bound `labkit train` run (injected latency)
@@ -60,7 +64,7 @@ print(f"scale {scale!r}, traces under {out}", "" if has_torch else "\n" + framew
 # DataLoader's default).
 
 # %%
-train_batch = config.by_scale(scale, smoke=batch_size, full=16 * batch_size)
+train_batch = plan["train_batch"]
 slow_cfg = TrainConfig(model=model, scale=scale, batch_size=train_batch, input_latency_ms=input_latency_ms,
                        num_workers=0, steps=6, num_samples=64 * train_batch)
 if has_torch:
@@ -105,7 +109,7 @@ from labkit.core import devices
 from labkit.course.tables import table
 
 if has_torch:
-    sweep = profile_results.decode_worker_sweep(profile_results.decode_workload(scale, cpu_threads), decode_workers, repeats=repeats)
+    sweep = profile_results.decode_worker_sweep(profile_results.decode_workload(plan["decode_steps"], cpu_threads), decode_workers, repeats=repeats)
     print(table(sweep, ["workers", "samples_per_s", "range", "speedup", "vs previous"]))
     print(profile_results.decode_verdict(sweep, devices.usable_cpu_count()))
     best_decode = max(sweep, key=lambda r: r["samples_per_s"])

@@ -30,11 +30,12 @@ accelerator_type = "NVIDIA_H100_80GB"
 reduction_servers = 4
 output_uri = "gs://YOUR_BUCKET/labkit/06_multi_node"
 submit = False
+time_budget_s = 0.0
 
 # %%
 from labkit import vertex
 from labkit.core import config, devices, frameworks, metrics
-from labkit.course import notebook
+from labkit.course import notebook, sizing
 from labkit.course.hardware_plots import allreduce_title, plot_allreduce_bandwidth
 from labkit.course.report import key_figure
 from labkit.course.tables import table
@@ -43,13 +44,15 @@ from labkit.vertex.emulator import describe_environments, replica_envs, LocalPat
 
 # %%
 scale = config.resolve_scale(scale)
-steps = steps or config.by_scale(scale, smoke=8, full=200)
-allreduce_max_mb = allreduce_max_mb or config.by_scale(scale, smoke=16, full=512)
 config.check_int("replicas", replicas, minimum=1, maximum=16)
+plan = sizing.plan("06_multi_node", scale, time_budget_s=time_budget_s, replicas=replicas)
+print(plan.text())
+steps = steps or plan["steps"]
+allreduce_max_mb = allreduce_max_mb or plan["allreduce_max_mb"]
 workdir = notebook.artifacts_dir("06_multi_node")
 fw = frameworks.Frameworks.detect()
-train = dict(model="cnn", steps=steps, batch_size=global_batch, device="auto", progress=True)
-print(f"scale {scale}: {steps} steps, global batch {global_batch}, {replicas} nodes; files in {workdir}")
+train = dict(model="cnn", scale=plan["model_scale"], steps=steps, batch_size=global_batch, device="auto", progress=True)
+print(f"{steps} steps, global batch {global_batch}, {replicas} nodes; files in {workdir}")
 
 # %% [markdown]
 # ## Worker pools and the environment of each replica
@@ -175,8 +178,8 @@ if fw.torch:
     from labkit.course import grad_compression as gc
     from labkit.core.train_config import TrainConfig
 
-    comp_base = TrainConfig(model="gpt", scale=scale, steps=config.by_scale(scale, smoke=12, full=100),
-                            batch_size=global_batch, device="cpu", progress=False)
+    comp_base = TrainConfig(model="gpt", scale=plan["model_scale"], steps=plan["compression_steps"],
+                            batch_size=global_batch, device=plan["nodes_device"], progress=False)
     comp = gc.compare(comp_base, replicas)
     even = gc.break_even(comp, gc.compression_cost(comp_base))
     print(table([{k: v for k, v in r.items() if k != "losses"} for r in comp], title="bytes and losses per hook"))

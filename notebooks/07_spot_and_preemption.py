@@ -31,17 +31,20 @@ preemptions_per_hour = 0.05
 restart_overhead_s = 300.0
 checkpoint_gb = 1.5
 output_uri = "gs://YOUR_BUCKET/labkit/07_spot"
+time_budget_s = 0.0
 
 # %%
 from labkit import vertex
 from labkit.core import config, frameworks
-from labkit.course import drill, notebook, spot
+from labkit.course import drill, notebook, sizing, spot
 from labkit.course.report import key_figure
 from labkit.course.tables import table
 from labkit.vertex import pricing
 
 scale = config.resolve_scale(scale)
-steps = steps or config.by_scale(scale, smoke=12, full=200)
+plan = sizing.plan("07_spot_and_preemption", scale, time_budget_s=time_budget_s, replicas=replicas)
+print(plan.text())
+steps = steps or plan["steps"]
 preempt_step = preempt_step or steps // 2 + 1
 config.check_choice("signal", signal, ("SIGTERM", "SIGKILL"))
 workdir = notebook.artifacts_dir("07_spot_and_preemption")
@@ -100,7 +103,7 @@ key_figure(f"{accelerator_type} Spot discount", discount * 100, "%", note=f"pric
 if frameworks.has_torch():
     cfg = drill.DrillConfig(replicas=replicas, steps=steps, checkpoint_every=checkpoint_every,
                             preempt_step=preempt_step, signal=signal,
-                            input_latency_ms=config.by_scale(scale, smoke=100.0, full=0.0))
+                            input_latency_ms=plan["input_latency_ms"])
     result = drill.preemption_drill(cfg, workdir / "drill")
     print(result.text())
     print("\n".join(result.preempted.events))

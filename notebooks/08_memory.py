@@ -24,6 +24,7 @@ tradeoff_batch = 16
 tradeoff_steps = 6
 sharding_processes = 2
 sharding_steps = 3
+time_budget_s = 0.0
 
 # %%
 from IPython.display import Markdown, display
@@ -36,8 +37,13 @@ scale = config.resolve_scale(scale)
 config.check_int("micro_steps", micro_steps, minimum=1)
 config.check_int("sharding_processes", sharding_processes, minimum=1, maximum=8)
 has_torch = frameworks.has_torch()
-base = TrainConfig(model=model, scale=scale, device=device, progress=False, batch_size=tradeoff_batch)
-print(f"scale={scale!r}, model={model!r}" + ("" if has_torch else "; " + frameworks.missing_reason("torch")))
+from labkit.course import sizing
+
+plan = sizing.plan("08_memory", scale, time_budget_s=time_budget_s, model=model,
+                   sharding_processes=sharding_processes, tradeoff_steps=tradeoff_steps,
+                   tradeoff_batch=tradeoff_batch, micro_steps=micro_steps)
+print(plan.text() + ("" if has_torch else "\n" + frameworks.missing_reason("torch")))
+base = TrainConfig(model=model, scale=scale, device=device, progress=False, batch_size=plan["tradeoff_batch"])
 
 # %% [markdown]
 # ## 1. The largest batch that fits
@@ -51,7 +57,7 @@ if has_torch:
     from labkit.torch.memory import largest_batch
 
     on_gpu = memory.is_cuda(device)
-    search = largest_batch(base, budget_mib=None if on_gpu else cpu_budget_mib, limit=batch_limit)
+    search = largest_batch(base, budget_mib=None if on_gpu else cpu_budget_mib, limit=min(batch_limit, plan["batch_limit"]))
     print("tries (batch, fitted):", search.tries)
     limit_note = "device memory" if on_gpu else f"{cpu_budget_mib:g} MiB activation budget"
     key_figure(f"largest {model} batch that fits", search.batch_size, note=limit_note)
@@ -66,7 +72,7 @@ if has_torch:
 # %%
 if has_torch:
     checks = [{"model": m, **memory.accumulation_gradient_gap(TrainConfig(model=m, scale=scale, device=device,
-                                                                   batch_size=tradeoff_batch), micro_steps)}
+                                                                   batch_size=plan["tradeoff_batch"]), micro_steps)}
               for m in accumulation_models]
     display(Markdown(table(checks, ["model", "micro_steps", "max_abs_grad", "max_abs_diff", "max_rel_diff"], markdown=True)))
     for c in checks:
@@ -99,8 +105,8 @@ if has_torch:
 if has_torch:
     from labkit.course import sharding as fsdp
 
-    shard_cfg = TrainConfig(model=model, scale=scale, device=device, steps=sharding_steps,
-                            batch_size=sharding_processes * 4, progress=False)
+    shard_cfg = TrainConfig(model=model, scale=plan["sharding_scale"], device=plan["sharding_device"],
+                            steps=sharding_steps, batch_size=sharding_processes * 4, progress=False)
     shard = fsdp.compare_sharding(shard_cfg, sharding_processes)
     display(Markdown(table(shard, ["mode", "processes", "param_mib", "grad_mib", "optimizer_mib", "state_mib", "final_loss"],
                            markdown=True)))
@@ -128,7 +134,7 @@ recipe_view.show("fsdp")
 
 # %%
 if has_torch:
-    fsdp_argv = recipe_view.flags(model=model, scale=scale, steps=sharding_steps, batch_size=sharding_processes * 4)
+    fsdp_argv = recipe_view.flags(shard_cfg)
     print(recipe_view.command("fsdp", fsdp_argv, nproc=sharding_processes))
     fsdp_cmp = recipe_view.compare("fsdp", fsdp_argv, nproc=sharding_processes)
     recipe_view.plot(fsdp_cmp)

@@ -28,15 +28,19 @@ price_per_hour = None
 spot_price_per_hour = None
 target = "H100 80GB"
 output_uri = "gs://YOUR_BUCKET/labkit/09_capstone"
+time_budget_s = 0.0
 
 # %%
-from labkit.course import capstone
+from labkit.course import capstone, sizing
 from labkit.core import config, frameworks
 from labkit.course.report import key_figure
 from labkit.course.tables import table
 
-cfg = capstone.CapstoneConfig(framework=framework, model=model, scale=scale, steps=steps, batch_size=batch_size,
-                              include_compile=include_compile, min_gain=min_gain)
+plan = sizing.plan("09_capstone", scale, time_budget_s=time_budget_s, model=model, include_compile=include_compile)
+print(plan.text())
+cfg = capstone.CapstoneConfig(framework=framework, model=model, scale=scale, steps=steps or plan["steps"],
+                              batch_size=batch_size or plan["batch_size"], include_compile=plan["include_compile"],
+                              min_gain=min_gain)
 config.check_int("samples_per_epoch", samples_per_epoch, minimum=1, allow_none=True)
 baseline = cfg.baseline()
 print(f"framework {baseline.framework}, model {model}, scale {baseline.scale}: {baseline.steps} steps "

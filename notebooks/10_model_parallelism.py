@@ -26,12 +26,13 @@ global_batch = 32
 microbatches = 4
 use_deepspeed = True
 compare_recipe = "pipeline"
+time_budget_s = 0.0
 
 # %%
 import json
 from IPython.display import Markdown, display
 from labkit.core import config, frameworks, parallelism
-from labkit.course import model_parallel as mp, notebook, recipe_view
+from labkit.course import model_parallel as mp, notebook, recipe_view, sizing
 from labkit.course.report import key_figure
 from labkit.course.tables import table
 
@@ -41,8 +42,11 @@ config.check_int("processes", processes, minimum=2, maximum=8)
 workdir = notebook.artifacts_dir("10_model_parallelism")
 has_torch = frameworks.has_torch()
 deepspeed_missing = None if frameworks.is_installed("deepspeed") else frameworks.missing_reason("deepspeed")
-base = mp.base_config(scale, steps=steps, batch_size=global_batch)
-print(f"scale {scale}: GPT, {steps} steps, global batch {global_batch}, {processes} processes"
+plan = sizing.plan("10_model_parallelism", scale, time_budget_s=time_budget_s, processes=processes,
+                   four_processes=four_processes, steps=steps)
+print(plan.text())
+base = mp.base_config(plan["model_scale"], steps=steps, batch_size=global_batch, device=plan["device"])
+print(f"GPT at {plan['model_scale']} size, {steps} steps, global batch {global_batch}, {processes} processes"
       + ("" if has_torch else "; " + frameworks.missing_reason("torch")))
 print("DeepSpeed:", deepspeed_missing or "installed")
 
@@ -167,8 +171,8 @@ recipe_view.show("deepspeed_zero")
 
 # %%
 if has_torch and compare_recipe:
-    cmp = recipe_view.compare(compare_recipe, ["--model", "gpt", "--steps", "4", "--batch-size", "16"],
-                              nproc=processes)
+    cmp = recipe_view.compare(compare_recipe, recipe_view.flags(model="gpt", scale=plan["model_scale"], steps=4,
+                                                                batch_size=16), nproc=processes)
     recipe_view.plot(cmp)
     key_figure(f"recipe {compare_recipe} vs labkit train, largest loss gap", cmp.max_abs_diff, "",
                f"tolerance {cmp.tolerance:.0e}")

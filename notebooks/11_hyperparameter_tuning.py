@@ -29,6 +29,7 @@ accelerator_type = "NVIDIA_L4"
 accelerator_count = 1
 seed = 0
 output_uri = "gs://YOUR_BUCKET/labkit/11_tuning"
+time_budget_s = 0.0
 
 # %%
 import json
@@ -36,13 +37,16 @@ import json
 from labkit import vertex
 from labkit.core import config
 from labkit.core.train_config import TrainConfig
-from labkit.course import notebook, tables, tuning
+from labkit.course import notebook, sizing, tables, tuning
 from labkit.course.report import key_figure
 
 # %%
 scale = config.resolve_scale(scale)
-steps = steps or config.by_scale(scale, smoke=24, full=2000)
-trials = trials or config.by_scale(scale, smoke=6, full=24)
+plan = sizing.plan("11_hyperparameter_tuning", scale, time_budget_s=time_budget_s, model=model,
+                   parallel_trials=parallel_trials)
+print(plan.text())
+steps = steps or plan["steps"]
+trials = trials or plan["trials"]
 config.check_int("parallel_trials", parallel_trials, minimum=1, maximum=trials)
 workdir = notebook.artifacts_dir("11_hyperparameter_tuning")
 base = TrainConfig(model=model, scale=scale, steps=steps, checkpoint_every=max(1, steps // 3), progress=False)

@@ -28,7 +28,8 @@ def add_train_command(subparsers) -> None:
 
 
 def _train_command(args) -> int:
-    from labkit.train import run_replicas, run_training
+    from labkit.core.cluster import from_env
+    from labkit.train import describe_device, run_replicas, run_training
 
     try:
         config = from_namespace(args)
@@ -37,6 +38,9 @@ def _train_command(args) -> int:
         return 2
     nproc = args.nproc_per_node
     try:
+        where = describe_device(config, max(1, nproc))  # `--device cuda` without a GPU stops here
+        if config.device == "auto" and not from_env().is_distributed:
+            print(f"labkit train: {where}", flush=True)
         if nproc > 1:
             if config.framework != "torch":
                 raise ParameterError("nproc_per_node", nproc, "is supported for --framework torch only")

@@ -141,6 +141,26 @@ def detect() -> DeviceInfo:
     )
 
 
+def unusable_gpus() -> str | None:
+    """A sentence when this machine has an NVIDIA GPU that torch cannot use (a CPU-only torch
+    build, a driver torch cannot load, CUDA_VISIBLE_DEVICES hiding it), else None. Training then
+    runs on the CPU while the machine is billed as a GPU machine, so callers say it loudly."""
+    if not has_torch():
+        return None
+    import torch
+
+    if torch.cuda.is_available() or os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1"):
+        return None  # usable, or hidden on purpose (a CPU replica beside GPU ones)
+    listed = _gpus_from_nvidia_smi()
+    if not listed and not os.path.exists("/dev/nvidia0"):
+        return None
+    what = ", ".join(g.name for g in listed) or "an NVIDIA device (/dev/nvidia0)"
+    build = torch.version.cuda
+    why = ("this torch is a CPU-only build: install a CUDA build of torch" if build is None else
+           f"torch (CUDA {build}) cannot use it: check the driver (nvidia-smi) and CUDA_VISIBLE_DEVICES")
+    return f"this machine has {what}, but {why}; training would run on the CPU"
+
+
 def cuda_available() -> bool:
     """True when torch can use a CUDA GPU here (False when torch is not installed)."""
     if not has_torch():

@@ -147,15 +147,18 @@ class Hardware:
     device_type: str
     fp8: bool = False
     cpu_count: int = 2
+    bf16: bool = True  # bf16 tensor cores (a T4 has none: its 16-bit lever is fp16 + GradScaler)
 
     @classmethod
     def detect(cls, device: str = "auto") -> Hardware:
         from labkit.core import devices
+        from labkit.hardware.gpus import for_gpu
 
         info = devices.detect()
-        gpu = info.gpus[0] if info.gpus and device != "cpu" else None
-        fp8 = bool(gpu and gpu.compute_capability and float(gpu.compute_capability) >= 8.9)
-        return cls("cuda" if gpu else "cpu", fp8, devices.usable_cpu_count())
+        gpu = info.gpus[0] if info.gpus and device != "cpu" and devices.cuda_available() else None
+        facts = for_gpu(gpu) if gpu else None
+        return cls("cuda" if gpu else "cpu", bool(facts and facts.supports("fp8")), devices.usable_cpu_count(),
+                   facts is None or facts.supports("bf16"))
 
 
 # Lever key -> label, per framework (the loader lever's label depends on the machine).
@@ -185,7 +188,12 @@ def levers(framework: str, model: str, hw: Hardware, include_compile: bool) -> t
     tried.append(Lever("loader_workers", f"{workers} loader worker{'s' if workers > 1 else ''}"
                        + (" + pinned memory" if hw.device_type == "cuda" else ""),
                        {"num_workers": workers, "pin_memory": hw.device_type == "cuda"}, "03 input pipelines"))
-    tried.append(Lever("bf16", label["bf16"], {"precision": "bf16"}, "04 mixed precision"))
+    if hw.bf16:
+        tried.append(Lever("bf16", label["bf16"], {"precision": "bf16"}, "04 mixed precision"))
+    else:
+        tried.append(Lever("fp16", "fp16 autocast + GradScaler", {"precision": "fp16"}, "04 mixed precision"))
+        skipped.append(SkippedLever("bf16", label["bf16"], "this GPU has no bf16 tensor cores (compute "
+                                    "capability below 8.0): fp16 with a GradScaler instead"))
     if model in CONV_MODELS:
         tried.append(Lever("channels_last", label["channels_last"], {"channels_last": True}, "04 mixed precision"))
     else:

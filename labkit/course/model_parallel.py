@@ -103,10 +103,11 @@ class ModeResult:
 
 
 def base_config(scale: str = "smoke", *, steps: int = 8, batch_size: int = 32, seed: int = 0,
-                workdir: str | Path | None = None) -> TrainConfig:
-    """The run every mode repeats: labkit's GPT at `scale`, fp32, on the CPU."""
+                device: str = "cpu") -> TrainConfig:
+    """The run every mode repeats: labkit's GPT at `scale`, fp32, on `device` ("cpu": gloo
+    processes; "cuda" only with a GPU for every process, `labkit.course.sizing` decides)."""
     return TrainConfig(model="gpt", scale=resolve_scale(scale), steps=steps, batch_size=batch_size,
-                       seed=seed, device="cpu", progress=False)
+                       seed=seed, device=device, progress=False)
 
 
 def run_one(base: TrainConfig, mode: Mode | None, metrics_out: Path) -> ModeResult:

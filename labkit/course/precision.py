@@ -44,6 +44,9 @@ class PrecisionLadderConfig:
     device: str = "auto"
     seed: int = 0
     repeats: int = stats.MIN_REPEATS
+    # The number formats this GPU has tensor cores for (`labkit.course.sizing`'s plan): rungs in
+    # other formats are left out. None: every rung.
+    formats: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         check_choice("model", self.model, MODEL_NAMES)
@@ -111,9 +114,12 @@ COLUMNS = {
 }
 
 
-def rungs(framework: str, include_compile: bool) -> list[PrecisionRung]:
+def rungs(framework: str, include_compile: bool, formats: tuple[str, ...] | None = None) -> list[PrecisionRung]:
+    """The rungs a ladder climbs: all of `framework`'s, less the compile rung unless included and
+    rungs in number formats outside `formats` (a GPU without their tensor cores)."""
     check_choice("framework", framework, tuple(RUNGS))
-    return [r for r in RUNGS[framework] if include_compile or not r.compile]
+    return [r for r in RUNGS[framework] if (include_compile or not r.compile)
+            and (formats is None or r.precision in formats)]
 
 
 WARM_UP_STEPS = 2  # a discarded run this long per rung: first-use costs (thread pools, kernels)
@@ -124,19 +130,35 @@ def run_ladder(config: PrecisionLadderConfig, framework: str = "torch") -> list[
     short discarded run of each; one row per rung with the median and range of samples/s, the
     speed-up of medians over the first rung and the verdict against it."""
     scale, steps, batch, include_compile = config.resolved()
-    climb = rungs(framework, include_compile)  # checks `framework` before anything runs
+    climb = rungs(framework, include_compile, config.formats)  # checks `framework` before anything runs
     train = _train_torch if framework == "torch" else _train_tf
+    if framework == "tf":
+        release_torch_gpu_memory()  # TensorFlow grows into what torch's allocator gives back
     runs = stats.round_robin(
         {r.key: (lambda r=r: train(config, r, scale, steps, batch)) for r in climb},
         repeats=config.repeats, warm_up_with={r.key: (lambda r=r: train(config, r, scale, WARM_UP_STEPS, batch))
                                               for r in climb},
         desc=f"precision ladder ({framework})")
+    if framework == "torch":
+        release_torch_gpu_memory()
     rows = [_summary(runs[r.key]) for r in climb]
     base = rows[0]
     for r in rows:
         r["speedup"] = r["samples_per_s"] / base["samples_per_s"] if base["samples_per_s"] else None
         r["vs_first"] = ("reference" if r is base else _verdict(base, r))
     return rows
+
+
+def release_torch_gpu_memory() -> None:
+    """Hand the GPU memory torch's caching allocator keeps back to the driver (when torch has
+    used CUDA in this process), so TensorFlow, which allocates through the driver, finds it."""
+    import gc
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -68,11 +68,11 @@ def compare(before: ProfileResult, after: ProfileResult, timed: stats.Comparison
 DECODE_IMAGE_SIZE = 224  # a photo-sized JPEG, as ImageNet-style training reads
 
 
-def decode_workload(scale: str = "smoke", threads: int = 1) -> WorkloadConfig:
-    """Notebook 05's CPU-bound input: batches of 32 JPEGs of `DECODE_IMAGE_SIZE`² decoded in the
-    loader, feeding an MLP wide enough that its step costs a fraction of the decoding."""
+def decode_workload(steps: int = 16, threads: int = 1) -> WorkloadConfig:
+    """Notebook 05's CPU-bound input: `steps` batches of 32 JPEGs of `DECODE_IMAGE_SIZE`² decoded
+    in the loader, feeding an MLP wide enough that its step costs a fraction of the decoding."""
     return WorkloadConfig(decode="jpeg", image_size=DECODE_IMAGE_SIZE, batch_size=32, width=1024, depth=2,
-                          steps=16 if scale == "smoke" else 64, threads=threads)
+                          steps=steps, threads=threads)
 
 
 def decode_worker_sweep(config: WorkloadConfig, workers: Sequence[int] = (0, 1, 2, 4),

@@ -62,7 +62,7 @@ LOSS_FIELDS = ("framework", "model", "scale", "steps", "batch_size", "grad_accum
                "num_samples")
 # The flags every recipe takes, from the TrainConfig fields of the same name (common.parser).
 COMMON_FLAGS = ("model", "scale", "steps", "batch_size", "lr", "warmup_steps", "grad_clip", "seed",
-                "num_samples")
+                "num_samples", "device")
 
 
 def _check(name: str) -> Path:

@@ -21,8 +21,7 @@ def alignment_demo(sizes: tuple[int, ...] | None = None, device: str = "auto",
 
     dev = resolve_device(device, DistInfo())
     cuda = dev.type == "cuda"
-    dt = {"auto": torch.bfloat16 if cuda else torch.float32, "bf16": torch.bfloat16,
-          "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    dt = _dtype(dtype, dev)
     sizes = sizes or ((4096, 4095, 4097, 4160) if cuda else (512, 511, 513, 576))
     shapes = [(n, n, n, f"{n}³") for n in sizes]
     tokens = 8192 if cuda else 64
@@ -36,6 +35,18 @@ def alignment_demo(sizes: tuple[int, ...] | None = None, device: str = "auto",
         rows.append({"shape": label, "m": m, "k": k, "n": n, "multiple_of_64": all(x % 64 == 0 for x in (m, k, n)),
                      "tflops": 2 * m * k * n / seconds / 1e12, "ms": seconds * 1000, "dtype": str(dt).split(".")[-1]})
     return rows
+
+
+def _dtype(name: str, device):
+    """The matmul dtype: "auto" is the 16-bit format the GPU has tensor cores for (bf16 from
+    compute capability 8.0, fp16 before: a T4 has no bf16), float32 on a CPU."""
+    import torch
+
+    if name == "auto":
+        if device.type != "cuda":
+            return torch.float32
+        return torch.bfloat16 if torch.cuda.get_device_capability(device)[0] >= 8 else torch.float16
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
 
 
 def _best_time(fn, device, repeats: int) -> float:
@@ -66,8 +77,7 @@ def vocab_comparison(device: str = "auto", dtype: str = "auto", repeats: int = 5
 
     dev = resolve_device(device, DistInfo())
     cuda = dev.type == "cuda"
-    dt = {"auto": torch.bfloat16 if cuda else torch.float32, "bf16": torch.bfloat16,
-          "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    dt = _dtype(dtype, dev)
     tokens = 8192 if cuda else 64
     a = torch.randn(tokens, 768, device=dev, dtype=dt)
 

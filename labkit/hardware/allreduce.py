@@ -24,6 +24,7 @@ from pathlib import Path
 from labkit.core.cluster import free_ports, local_processes
 from labkit.core.config import ParameterError, check_choice, check_int
 from labkit.core.launcher import GroupConfig, ProcessSpec, child_env, run_group
+from labkit.core.placement import place
 
 KB, MB = 1024, 1024 * 1024
 
@@ -170,9 +171,8 @@ def _gpu_count() -> int:
 def allreduce_benchmark(config: AllReduceConfig) -> AllReduceReport:
     """Launch `config.world_size` local processes and return rank 0's measurements."""
     backend = config.backend
-    if backend == "auto":
-        # nccl needs a GPU per process: two ranks on one GPU are refused ("duplicate GPU").
-        backend = "nccl" if _gpu_count() >= config.world_size else "gloo"
+    if backend == "auto":  # nccl only with a GPU per process (labkit.core.placement)
+        backend = place(config.world_size, _gpu_count()).backend or "gloo"
     if backend == "nccl" and _gpu_count() < config.world_size:
         raise ParameterError("world_size", config.world_size,
                              f"nccl needs one GPU per process and this machine has {_gpu_count()}; "

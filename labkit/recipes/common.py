@@ -38,6 +38,9 @@ def parser(description: str) -> argparse.ArgumentParser:
     p.add_argument("--num-samples", type=int, default=None,
                    help="synthetic dataset size (default: max(4096, 64 x batch))")
     p.add_argument("--metrics-out", default=None, help="per-step metrics JSON (rank 0)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=d.device,
+                   help="auto: a GPU per process when there are enough, else the CPU; cuda: "
+                        "fail at once without them")
     return p
 
 
@@ -59,7 +62,7 @@ def engine_config(args: argparse.Namespace, framework: str = "torch") -> TrainCo
     """The `labkit train` settings of a recipe run: what the recipe's losses must equal."""
     values: dict[str, Any] = {name: getattr(args, name) for name in
                               ("model", "scale", "steps", "batch_size", "lr", "warmup_steps",
-                               "seed", "num_samples", "metrics_out")}
+                               "seed", "num_samples", "metrics_out", "device")}
     values["grad_clip"] = args.grad_clip or None
     values.update({name: getattr(args, name) for name in RECIPE_FIELDS if hasattr(args, name)})
     return TrainConfig(framework=framework, progress=False, **values)
@@ -140,15 +143,24 @@ def torch_dataset(args: argparse.Namespace):
     return make_sample_dataset(model_config(args), num_samples(args), args.seed)
 
 
-def device():
-    """The first CUDA GPU when there is one (this process's, under torchrun), else the CPU."""
+def device(choice: str = "auto"):
+    """This process's device: under torchrun, GPU LOCAL_RANK when the machine has a GPU for each
+    of its LOCAL_WORLD_SIZE processes (NCCL refuses two ranks on one GPU), else the CPU for all
+    of them (`labkit.core.placement`, the rule `labkit train` follows). `choice="cuda"` without
+    enough GPUs exits with one line naming --device."""
     import os
+    import sys
 
     import torch
 
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-    return torch.device("cpu")
+    from labkit.core.placement import place
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    try:
+        where = place(int(os.environ.get("LOCAL_WORLD_SIZE", 1)), gpus, device=choice)
+    except ParameterError as e:
+        sys.exit(f"error: {e}")
+    return torch.device(where.device_for(int(os.environ.get("LOCAL_RANK", 0))))
 
 
 def batches(dataset, batch_size: int, seed: int, *, rank: int = 0, world_size: int = 1,

@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> common.StepLog:
     # torchrun's variables; without torchrun this is a world of one process.
     rank = int(os.environ.get("RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
-    device = common.device()  # cuda:LOCAL_RANK when there are GPUs
+    device = common.device(args.device)  # cuda:LOCAL_RANK with a GPU per process, else the CPU
     if world_size > 1:
         if device.type == "cuda":
             torch.cuda.set_device(device)

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> common.StepLog:
     for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
                         ("MASTER_PORT", "0")):
         os.environ.setdefault(name, value)
-    device = common.device()
+    device = common.device(args.device)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")

@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> common.StepLog:
     p = common.parser(__doc__)
     p.add_argument("--precision", choices=["fp32", "tf32", "bf16", "fp16"], default="fp32")
     args = common.parse(p, argv)
-    device = common.device()
+    device = common.device(args.device)
 
     # TF32 switches are process-wide, and PyTorch's defaults disagree with each other (matmuls
     # off, cuDNN convolutions on): set both. Lower-precision modes keep TF32 for what autocast

@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> common.StepLog:
     p.add_argument("--checkpoint-every", type=int, default=0, help="also save every K steps")
     p.add_argument("--preempt-at", type=int, default=None, help="drill: SIGTERM during this step")
     args = common.parse(p, argv)
-    device = common.device()
+    device = common.device(args.device)
 
     model = common.torch_model(args).to(device)
     optimizer, scheduler = common.adamw(model, args)

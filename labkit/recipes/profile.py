@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> common.StepLog:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--active", type=int, default=3)
     args = common.parse(p, argv)
-    device = common.device()
+    device = common.device(args.device)
 
     model = common.torch_model(args).to(device)
     optimizer, scheduler = common.adamw(model, args)

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> common.StepLog:
     p.add_argument("--records-per-shard", type=int, default=256)
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
     args = common.parse(p, argv)
-    device = common.device()
+    device = common.device(args.device)
 
     name = f"{common.dataset_name(args)}-{args.records_per_shard}-per-shard"
     paths = write_shards(args, f"{args.data_dir.rstrip('/')}/{name}", args.records_per_shard)

@@ -39,5 +39,17 @@ def configure(device: str = "auto") -> str:
         # Devices were initialised earlier in this process (by user code); keep what exists.
         _configured = "gpu" if tf.config.get_visible_devices("GPU") else "cpu"
     if device == "cuda" and _configured != "gpu":
-        raise RuntimeError("device='cuda' was requested but TensorFlow sees no usable GPU")
+        from labkit.core.config import ParameterError
+
+        raise ParameterError("device", device, "needs a GPU that TensorFlow can use, and it sees none "
+                             "(on a GPU machine install TensorFlow's CUDA build: pip install 'labkit[tf-gpu]')")
     return _configured
+
+
+def sees_gpu() -> bool:
+    """Whether TensorFlow can use a GPU here (its CUDA build and a driver it loads). A plain
+    `pip install tensorflow` on a GPU machine gives False: its CUDA libraries come with the
+    `tensorflow[and-cuda]` extra (`labkit[tf-gpu]`)."""
+    import tensorflow as tf
+
+    return bool(tf.config.list_physical_devices("GPU"))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from labkit.core import placement
 from labkit.core.cluster import ClusterInfo, from_env
 
 _joined_process_group = False  # set by `init_process_group`: this process has been a replica
@@ -27,19 +28,22 @@ _joined_process_group = False  # set by `init_process_group`: this process has b
 @dataclass(frozen=True)
 class DistInfo:
     """This process's place among the training processes: `rank` and `world_size` count
-    processes (global), `local_rank` is its index on the node (its GPU). `cluster` is the
-    `ClusterInfo` it was derived from (None when built by hand)."""
+    processes (global), `local_rank` is its index on the node (its GPU) among the
+    `local_world_size` processes there. `cluster` is the `ClusterInfo` it was derived from (None
+    when built by hand)."""
 
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
     cluster: ClusterInfo | None = field(default=None, compare=False, repr=False)
+    local_world_size: int = 1  # processes of this run on this machine (they share its GPUs)
 
     @classmethod
     def of(cls, info: ClusterInfo) -> DistInfo:
         if info.global_rank is None:
             raise ValueError(f"role: a {info.role} replica is not a training rank")
-        return cls(info.global_rank, info.global_world_size, info.local_rank, info)
+        return cls(info.global_rank, info.global_world_size, info.local_rank, info,
+                   info.local_world_size)
 
     @property
     def is_main(self) -> bool:
@@ -59,7 +63,8 @@ def info_from_env(env: Mapping[str, str] | None = None) -> DistInfo:
 def init_process_group(info: ClusterInfo | None = None, *, backend: str = "auto",
                        init_method: str = "env", timeout_s: float | None = 300.0):
     """Join torch.distributed for `info` (default: `from_env()`); returns the backend used, or
-    None for a single process. `backend="auto"` is nccl when CUDA is available, else gloo.
+    None for a single process. `backend="auto"` is nccl when this machine has a GPU for each of its
+    processes, else gloo (`labkit.core.placement`).
     `init_method="env"` uses env:// with the variables set from `info`; `"tcp"` passes
     ``tcp://MASTER_ADDR:MASTER_PORT`` and the ranks explicitly. `timeout_s=None` keeps
     torch's default collective timeout."""
@@ -70,8 +75,9 @@ def init_process_group(info: ClusterInfo | None = None, *, backend: str = "auto"
         return None
     if init_method not in ("env", "tcp"):
         raise ValueError(f"init_method must be 'env' or 'tcp' (got {init_method!r})")
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "auto":  # the placement rule: NCCL only with a GPU for each process here
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        backend = placement.place(info.local_world_size, gpus).backend or "gloo"
     if backend == "nccl":
         torch.cuda.set_device(info.local_rank)
     timeout = {} if timeout_s is None else {"timeout": datetime.timedelta(seconds=timeout_s)}

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from labkit.core import host_memory, loop
+from labkit.core import host_memory, loop, placement
 from labkit.core.config import ParameterError, resolve_scale
 from labkit.core.fingerprint import Resume
 from labkit.core.lease import Lease
@@ -64,11 +64,38 @@ from labkit.torch.strategy import Strategy, held_bytes
 
 
 def resolve_device(choice: str, info: distributed.DistInfo) -> torch.device:
-    if choice == "cuda" or (choice == "auto" and torch.cuda.is_available()):
-        if not torch.cuda.is_available():
-            raise ParameterError("device", choice, "needs a CUDA GPU, and torch sees none")
-        return torch.device("cuda", info.local_rank)
-    return torch.device("cpu")
+    """This process's device under `labkit.core.placement.place` (the one rule: one process per
+    GPU with NCCL, else every process of the machine on the CPU with gloo; `cuda` refused
+    without enough GPUs), for the processes this machine runs."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    where = placement.place(info.local_world_size, gpus, device=choice)
+    return torch.device(where.device_for(info.local_rank))
+
+
+class OutOfDeviceMemory(ParameterError):
+    """A run did not fit its GPU's memory: one line naming the batch and the GPU's memory (the
+    caught out-of-memory error is its cause; the memory it held is released first, so a notebook's
+    kernel carries on)."""
+
+    @classmethod
+    def of(cls, config: TrainConfig, device: torch.device, info: distributed.DistInfo) -> OutOfDeviceMemory:
+        props = torch.cuda.get_device_properties(device)
+        micro = config.batch_size // max(1, info.world_size * config.grad_accum)
+        return cls("batch_size", config.batch_size,
+                   f"does not fit in the memory of {props.name} ({props.total_memory / 2**30:.1f} GiB) "
+                   f"with model {config.model!r} at scale {config.scale!r}, precision {config.precision} "
+                   f"({micro} samples per micro-step): use a smaller batch_size, grad_accum, bf16 or "
+                   f"activation_checkpointing")
+
+
+def _released(error: BaseException) -> BaseException:
+    """Drop what the failed run held on the GPU (its frames hold tensors until collected)."""
+    import gc
+
+    error.__traceback__ = None
+    gc.collect()
+    torch.cuda.empty_cache()
+    return error
 
 
 def micro_batch_size(config: TrainConfig, world_size: int) -> int:
@@ -357,6 +384,8 @@ def fit(config: TrainConfig, *, on_step: StepCallback | None = None,
         log = _fit(config, info, device, on_step, read_loss_late, lease)
         clean = True
         return log
+    except torch.OutOfMemoryError as e:
+        raise OutOfDeviceMemory.of(config, device, info) from _released(e)
     except Preempted:
         clean = True  # every rank agreed on the step to stop at, so all of them are here
         raise

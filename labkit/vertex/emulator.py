@@ -248,7 +248,34 @@ def replica_envs(spec: Mapping[str, Any], paths: LocalPaths, trial: str = "") ->
             for item in container.get("env") or []:
                 env[item["name"]] = paths.mount(str(item.get("value", "")))
             out[(pool, index)] = env
+    _share_gpus(out, replica_placement(spec))
     return out
+
+
+def replica_placement(spec: Mapping[str, Any]):
+    """Where the emulated training replicas of `spec` run on this machine (every node here):
+    one GPU each when there are enough, else all on the CPU (`labkit.core.placement`; NCCL
+    refuses two ranks on one GPU). Its `reason` says which, for the notebook."""
+    from labkit.core import devices
+    from labkit.core.placement import place
+
+    counts = [int(p["replica_count"]) if p else 0 for p in spec["worker_pool_specs"]]
+    nodes = sum(counts[:2])  # pools 0 and 1 train; 2 and 3 never get a GPU here
+    gpus = len(devices.detect().gpus) if devices.cuda_available() else 0
+    return place(max(1, nodes), gpus)
+
+
+def _share_gpus(envs: dict[tuple[int, int], dict[str, str]], where) -> None:
+    """Give each emulated node its own GPU through CUDA_VISIBLE_DEVICES (each sees it as GPU 0,
+    as a one-GPU Vertex node would), or hide the GPUs from all of them when `where` (the
+    replicas' placement) put them on the CPU; replicas that do not train never see one."""
+    if not where.gpus:
+        return
+    training = sorted(k for k in envs if k[0] in (0, 1))
+    parent = os.environ.get("CUDA_VISIBLE_DEVICES")
+    for key, env in envs.items():
+        env["CUDA_VISIBLE_DEVICES"] = (where.visible_devices(training.index(key), parent)
+                                       if key in training else "")
 
 
 def describe_environments(spec: Mapping[str, Any], workdir: str | os.PathLike = "/tmp/labkit-job") -> str:
