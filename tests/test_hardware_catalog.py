@@ -16,6 +16,7 @@ from labkit.hardware.catalog import (
     PRICE_BASES,
     CatalogEntry,
     CatalogError,
+    catalog_rows,
     find,
     load_catalog,
     sanity_problems,
@@ -35,8 +36,33 @@ def test_shipped_catalog_rows_all_have_source_and_date():
 
 def test_shipped_catalog_covers_the_course_options():
     names = {e.name for e in load_catalog()}
-    for wanted in ("T4", "L4", "A100 40GB", "A100 80GB", "H100 80GB", "TPU v5e", "TPU v6e"):
+    for wanted in ("T4", "L4", "A100 40GB", "A100 80GB", "H100 80GB", "H200", "TPU v5e", "TPU v6e"):
         assert wanted in names
+
+
+def test_every_shipped_gpu_row_has_a_price():
+    """Notebook 09 prices the GPU it runs on from these rows: none may be empty."""
+    for e in load_catalog():
+        assert e.has_price and e.spot_usd_hr is not None, e.name
+
+
+def test_the_t4_machine_is_its_host_plus_its_gpu():
+    t4 = find(load_catalog(), "T4")
+    assert t4.machine_type == "n1-standard-8" and t4.accelerator_count == 1
+    assert t4.hourly() == pytest.approx(t4.accelerator_on_demand_usd_hr + t4.host_on_demand_usd_hr)
+    assert t4.hourly(spot=True) == pytest.approx(t4.accelerator_spot_usd_hr + t4.host_spot_usd_hr)
+
+
+def test_the_h200_row_is_the_whole_8_gpu_machine():
+    h200 = find(load_catalog(), "H200")
+    assert h200.accelerator_type == "NVIDIA_H200_141GB" and h200.machine_type == "a3-ultragpu-8g"
+    assert h200.accelerator_count == 8
+    assert h200.hourly_per_accelerator() == pytest.approx(h200.hourly() / 8)
+    assert h200.hourly_per_accelerator(spot=True) == pytest.approx(h200.hourly(spot=True) / 8)
+    assert h200.peak_tflops("bf16") == pytest.approx(8 * h200.peak_bf16_tflops)
+    (row,) = catalog_rows([h200])
+    assert row["count"] == 8 and row["on-demand $/h"] == h200.hourly()
+    assert row["on-demand $/accelerator-h"] == pytest.approx(h200.hourly() / 8)
 
 
 def test_shipped_catalog_keeps_the_sanity_rules():
