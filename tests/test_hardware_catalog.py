@@ -1,6 +1,7 @@
 """The accelerator catalog: every row carries a price source and a read date, whose rate card
-the price is, and the price of the whole machine; the shipped file keeps the sanity rules; a
-malformed file fails with a message naming the file, the row and the column."""
+the price is, and the price of the whole machine; the shipped file keeps the sanity rules and
+agrees with the GPU datasheet table (`labkit.hardware.gpus`); a malformed file fails with a
+message naming the file, the row and the column."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import shutil
 
 import pytest
 
+from labkit.hardware import gpus
 from labkit.hardware.catalog import (
     CATALOG_PATH,
     COLUMNS,
     PRICE_BASES,
     CatalogEntry,
     CatalogError,
+    catalog_rows,
     find,
     load_catalog,
     sanity_problems,
@@ -35,8 +38,51 @@ def test_shipped_catalog_rows_all_have_source_and_date():
 
 def test_shipped_catalog_covers_the_course_options():
     names = {e.name for e in load_catalog()}
-    for wanted in ("T4", "L4", "A100 40GB", "A100 80GB", "H100 80GB", "TPU v5e", "TPU v6e"):
+    for wanted in ("T4", "L4", "A100 40GB", "A100 80GB", "H100 80GB", "H200", "TPU v5e", "TPU v6e"):
         assert wanted in names
+
+
+def test_every_shipped_gpu_row_has_a_price():
+    """Notebook 09 prices the GPU it runs on from these rows: none may be empty."""
+    for e in load_catalog():
+        assert e.has_price and e.spot_usd_hr is not None, e.name
+
+
+def test_the_t4_machine_is_its_host_plus_its_gpu():
+    t4 = find(load_catalog(), "T4")
+    assert t4.machine_type == "n1-standard-8" and t4.accelerator_count == 1
+    assert t4.hourly() == pytest.approx(t4.accelerator_on_demand_usd_hr + t4.host_on_demand_usd_hr)
+    assert t4.hourly(spot=True) == pytest.approx(t4.accelerator_spot_usd_hr + t4.host_spot_usd_hr)
+
+
+def test_the_h200_row_is_the_whole_8_gpu_machine():
+    h200 = find(load_catalog(), "H200")
+    assert h200.accelerator_type == "NVIDIA_H200_141GB" and h200.machine_type == "a3-ultragpu-8g"
+    assert h200.accelerator_count == 8
+    assert h200.hourly_per_accelerator() == pytest.approx(h200.hourly() / 8)
+    assert h200.hourly_per_accelerator(spot=True) == pytest.approx(h200.hourly(spot=True) / 8)
+    assert h200.peak_tflops("bf16") == pytest.approx(8 * h200.peak_bf16_tflops)
+    (row,) = catalog_rows([h200])
+    assert row["count"] == 8 and row["on-demand $/h"] == h200.hourly()
+    assert row["on-demand $/accelerator-h"] == pytest.approx(h200.hourly() / 8)
+
+
+def test_datasheet_columns_agree_with_the_gpu_table():
+    """The catalog repeats datasheet figures that `labkit.hardware.gpus.TABLE` also holds; for
+    every GPU both list (the same Vertex accelerator type) they are the same numbers: the dense
+    16-bit tensor-core rate (bf16, or fp16 on a GPU without bf16 such as the T4), fp32, memory
+    bandwidth; and the table's memory (what the driver reports) is a little under the catalog's
+    marketed size."""
+    table = {g.accelerator_type: g for g in gpus.TABLE}
+    shared = [e for e in load_catalog() if e.accelerator_type in table]
+    assert {e.accelerator_type for e in shared} >= {gpus.by_key(k).accelerator_type for k in
+                                                     ("t4", "l4", "a100-40gb", "a100-80gb", "h100", "h200")}
+    for e in shared:
+        g = table[e.accelerator_type]
+        assert e.peak_bf16_tflops == g.peak_tflops[g.fastest_format()], (e.name, g.key)
+        assert e.peak_fp32_tflops == g.peak_tflops["fp32"], (e.name, g.key)
+        assert e.memory_bw_gbs == g.memory_bw_gbs, (e.name, g.key)
+        assert 0.9 * e.memory_gb <= g.memory_gib <= e.memory_gb, (e.name, g.key)
 
 
 def test_shipped_catalog_keeps_the_sanity_rules():

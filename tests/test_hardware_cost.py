@@ -89,6 +89,21 @@ def test_unpriced_rows_are_skipped_visibly():
     assert "skipped A" in t.skipped_text()
 
 
+def test_the_shipped_catalog_is_estimated_in_full():
+    """Every shipped row has a price (the T4's too), so a bf16 estimate skips none; the H200 row
+    is an 8-GPU machine, so its step uses eight GPUs' peak and its hour the whole machine's price."""
+    from labkit.hardware.catalog import find, load_catalog
+
+    catalog = load_catalog()
+    w = Workload(flops_per_step=1e15, samples_per_step=1, samples_per_epoch=100)
+    t = estimate_costs(w, catalog, CostAssumptions(mfu=0.4, spot=NO_SPOT_OVERHEAD))
+    assert not t.skipped and [e.name for e in t.estimates] == [e.name for e in catalog]
+    row = find(catalog, "H200")
+    h200 = next(e for e in t.estimates if e.name == "H200")
+    assert h200.step_s == pytest.approx(1e15 / (0.4 * 8 * row.peak_bf16_tflops * 1e12))
+    assert h200.on_demand_per_epoch == pytest.approx(h200.hours_per_epoch * row.hourly())
+
+
 def test_fp32_without_rate_is_skipped():
     w = Workload(flops_per_step=1e12, samples_per_step=1, samples_per_epoch=10)
     t = estimate_costs(w, [entry("A", 100, 1.0, 0.5, fp32=None)], CostAssumptions(precision="fp32"))

@@ -196,6 +196,17 @@ def test_a_tpu_job_is_priced_per_chip_and_an_unpriced_one_says_so():
     assert not cost.priced and "$0.00" not in cost.text() and "no price for TPU_V3" in cost.text()
 
 
+def test_an_a3_ultra_job_is_priced_as_the_catalogs_whole_8_gpu_machine():
+    from labkit.hardware.catalog import find, load_catalog
+
+    row = find(load_catalog(), "H200")
+    spec = vertex.training_job({}, output_uri=OUT, machine_type="a3-ultragpu-8g",
+                               accelerator_type="NVIDIA_H200_141GB", accelerator_count=8, replica_count=2)
+    cost = vertex.estimate_cost(spec)
+    assert cost.priced and cost.on_demand_usd_hr == pytest.approx(2 * row.hourly())
+    assert cost.spot_usd_hr == pytest.approx(2 * row.hourly(spot=True))
+
+
 @pytest.mark.parametrize("kwargs,name", [
     ({"accelerator_type": "H100", "accelerator_count": 1}, "accelerator_type"),
     ({"accelerator_count": 2}, "accelerator_type"),

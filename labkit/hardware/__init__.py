@@ -16,7 +16,13 @@ from labkit.hardware.cost import (
     mfu_from_measurement,
     pareto_front,
 )
-from labkit.hardware.machines import Price, match_gpu, price_for_this_machine, target_machine
+from labkit.hardware.machines import (
+    Price,
+    catalog_price,
+    match_gpu,
+    price_for_this_machine,
+    target_machine,
+)
 from labkit.hardware.roofline import Roofline, matmul_intensity
 from labkit.hardware.spot import SpotModel, young_daly_interval
 
@@ -24,5 +30,6 @@ __all__ = [
     "BenchConfig", "Ceilings", "measure_ceilings", "CATALOG_PATH", "CatalogEntry", "CatalogError",
     "load_catalog", "CostAssumptions", "Estimate", "EstimateTable", "SpotModel", "Workload",
     "estimate_costs", "mfu_from_measurement", "pareto_front", "Roofline", "matmul_intensity",
-    "Price", "match_gpu", "price_for_this_machine", "target_machine", "young_daly_interval",
+    "Price", "catalog_price", "match_gpu", "price_for_this_machine", "target_machine",
+    "young_daly_interval",
 ]

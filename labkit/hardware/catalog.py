@@ -11,7 +11,10 @@ training at its own rates, which can be higher than Compute Engine's for the sam
 (`labkit.hardware.facts.VERTEX_TRAINING_PREMIUM` shows one documented case), so a Compute Engine
 price is a lower bound for a Vertex job. Where a source lists the accelerator and the host
 separately, the parts go in the `accelerator_*` and `host_*` columns and must add up to the
-machine price.
+machine price. A GPU that Google offers only in machines with several of them (the H200 comes
+eight to an a3-ultragpu-8g) has a row for that machine; one GPU's share of it is the machine
+price divided by `accelerator_count` (`CatalogEntry.hourly_per_accelerator`, and
+`labkit.hardware.machines.catalog_price` for the GPU a notebook runs on).
 
 Every row says where its price comes from (`price_source`, a URL) and when it was read
 (`price_read_on`, ISO date): prices change, and a figure without a date cannot be checked. A
@@ -92,6 +95,12 @@ class CatalogEntry:
     def hourly(self, spot: bool = False) -> float | None:
         """USD per hour of the whole machine (accelerators and host VM), on-demand or Spot."""
         return self.spot_usd_hr if spot else self.on_demand_usd_hr
+
+    def hourly_per_accelerator(self, spot: bool = False) -> float | None:
+        """One accelerator's share of the machine's hourly price (host included): the machine's
+        price divided by `accelerator_count`; None without that price."""
+        price = self.hourly(spot)
+        return None if price is None else price / self.accelerator_count
 
     @property
     def spot_discount(self) -> float | None:
@@ -228,12 +237,14 @@ def _family(e: CatalogEntry) -> str:
 
 
 def catalog_rows(entries: list[CatalogEntry]) -> list[dict[str, object]]:
-    """Plain dicts for display: one per entry, the machine's prices as given (None when missing)
-    and whose rate card they are."""
+    """Plain dicts for display: one per entry, the machine's prices as given (None when missing),
+    the on-demand price per accelerator (the same as the machine's for a one-accelerator row;
+    an eighth of it for an 8-GPU machine) and whose rate card they are."""
     return [{
         "name": e.name, "machine": e.machine_type, "count": e.accelerator_count,
         "memory GB": e.memory_gb, "bf16 TFLOP/s": e.peak_bf16_tflops, "HBM GB/s": e.memory_bw_gbs,
         "on-demand $/h": e.hourly(spot=False), "Spot $/h": e.hourly(spot=True),
+        "on-demand $/accelerator-h": e.hourly_per_accelerator(spot=False),
         "Spot discount": None if e.spot_discount is None else f"{e.spot_discount:.0%}",
         "price basis": e.price_basis if e.has_price else None,
         "region": e.region, "price read on": e.price_read_on.isoformat(),

@@ -41,11 +41,10 @@ def accelerator_prices() -> dict[str, AcceleratorPrice]:
         return {}
     out = {}
     for e in entries:
-        od, sp = e.hourly(spot=False), e.hourly(spot=True)
+        od, sp = e.hourly_per_accelerator(), e.hourly_per_accelerator(spot=True)
         if od is None or sp is None or e.accelerator_type in out:
             continue
-        n = e.accelerator_count
-        out[e.accelerator_type] = AcceleratorPrice(od / n, sp / n, f"{e.price_basis} rate card: {e.price_source}",
+        out[e.accelerator_type] = AcceleratorPrice(od, sp, f"{e.price_basis} rate card: {e.price_source}",
                                                    str(e.price_read_on))
     return out
 
