@@ -34,6 +34,15 @@ scale = config.resolve_scale(scale)
 config.check_choice("model", model, ("cnn", "resnet", "gpt"))
 config.check_int("overflow_steps", overflow_steps, minimum=1)
 has_torch = frameworks.has_torch()
+
+# %% [markdown]
+# ## The sizes for this machine
+# At `scale="full"` the sizes are chosen for the GPU this notebook runs on (its memory, the
+# number formats it has tensor cores for, its speed), and a demo with more processes than GPUs
+# runs them on the CPU. The plan says which, what it leaves out and why, and about how long this
+# notebook takes here; `time_budget_s` trims the sizes to fit a time you give it.
+
+# %%
 plan = sizing.plan("04_mixed_precision", scale, time_budget_s=time_budget_s, model=model, repeats=repeats,
                    include_compile=include_compile)
 print(plan.text() + ("" if has_torch else "\n" + frameworks.missing_reason("torch")))
@@ -75,6 +84,9 @@ if rows:
     key_figure("highest-median ladder rung (torch)", best["rung"],
                note=f"{best['speedup']:.2f}× fp32; {best['vs_first']}")
     key_figure(f"activation memory {fast} / fp32 (torch)", half["activation_mib"] / rows[0]["activation_mib"], "×")
+    for r in rows:  # the whole ladder, so a course run on a GPU can serve as the reference below
+        key_figure(precision.RUNG_FIGURE.format(rung=r["rung"]), r["samples_per_s"], "samples/s",
+                   note=f"{r['device']}, batch {ladder_cfg.resolved()[2]}, range {r['range']}")
 
 # %% [markdown]
 # ## Without a GPU: the reference ladder

@@ -51,6 +51,15 @@ out = notebook.artifacts_dir("05_profiling")
 schedule = dict(wait=2, warmup=1, active=config.check_int("active_steps", active_steps, minimum=1))
 config.check_int("repeats", repeats, minimum=3)  # each speed-up below is a verdict: 3 runs at least
 has_torch = frameworks.has_torch()
+
+# %% [markdown]
+# ## The sizes for this machine
+# At `scale="full"` the sizes are chosen for the GPU this notebook runs on (its memory, the
+# number formats it has tensor cores for, its speed), and a demo with more processes than GPUs
+# runs them on the CPU. The plan says which, what it leaves out and why, and about how long this
+# notebook takes here; `time_budget_s` trims the sizes to fit a time you give it.
+
+# %%
 plan = sizing.plan("05_profiling", scale, time_budget_s=time_budget_s, batch_size=batch_size,
                    input_latency_ms=input_latency_ms, repeats=repeats)
 print(plan.text())

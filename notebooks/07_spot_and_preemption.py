@@ -42,6 +42,15 @@ from labkit.course.tables import table
 from labkit.vertex import pricing
 
 scale = config.resolve_scale(scale)
+
+# %% [markdown]
+# ## The sizes for this machine
+# At `scale="full"` the sizes are chosen for the GPU this notebook runs on (its memory, the
+# number formats it has tensor cores for, its speed), and a demo with more processes than GPUs
+# runs them on the CPU. The plan says which, what it leaves out and why, and about how long this
+# notebook takes here; `time_budget_s` trims the sizes to fit a time you give it.
+
+# %%
 plan = sizing.plan("07_spot_and_preemption", scale, time_budget_s=time_budget_s, replicas=replicas)
 print(plan.text())
 steps = steps or plan["steps"]

@@ -29,6 +29,7 @@ time_budget_s = 0.0
 # %%
 from IPython.display import Markdown, display
 from labkit.core import config, frameworks
+from labkit.course import sizing
 from labkit.course.report import key_figure
 from labkit.course.tables import table
 from labkit.core.train_config import TrainConfig
@@ -37,8 +38,15 @@ scale = config.resolve_scale(scale)
 config.check_int("micro_steps", micro_steps, minimum=1)
 config.check_int("sharding_processes", sharding_processes, minimum=1, maximum=8)
 has_torch = frameworks.has_torch()
-from labkit.course import sizing
 
+# %% [markdown]
+# ## The sizes for this machine
+# At `scale="full"` the sizes are chosen for the GPU this notebook runs on (its memory, the
+# number formats it has tensor cores for, its speed), and a demo with more processes than GPUs
+# runs them on the CPU. The plan says which, what it leaves out and why, and about how long this
+# notebook takes here; `time_budget_s` trims the sizes to fit a time you give it.
+
+# %%
 plan = sizing.plan("08_memory", scale, time_budget_s=time_budget_s, model=model,
                    sharding_processes=sharding_processes, tradeoff_steps=tradeoff_steps,
                    tradeoff_batch=tradeoff_batch, micro_steps=micro_steps)

@@ -36,6 +36,14 @@ from labkit.core import config, frameworks
 from labkit.course.report import key_figure
 from labkit.course.tables import table
 
+# %% [markdown]
+# ## The sizes for this machine
+# At `scale="full"` the sizes are chosen for the GPU this notebook runs on (its memory, the
+# number formats it has tensor cores for, its speed), and a demo with more processes than GPUs
+# runs them on the CPU. The plan says which, what it leaves out and why, and about how long this
+# notebook takes here; `time_budget_s` trims the sizes to fit a time you give it.
+
+# %%
 plan = sizing.plan("09_capstone", scale, time_budget_s=time_budget_s, model=model, include_compile=include_compile)
 print(plan.text())
 cfg = capstone.CapstoneConfig(framework=framework, model=model, scale=scale, steps=steps or plan["steps"],

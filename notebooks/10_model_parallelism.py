@@ -42,11 +42,11 @@ config.check_int("processes", processes, minimum=2, maximum=8)
 workdir = notebook.artifacts_dir("10_model_parallelism")
 has_torch = frameworks.has_torch()
 deepspeed_missing = None if frameworks.is_installed("deepspeed") else frameworks.missing_reason("deepspeed")
-plan = sizing.plan("10_model_parallelism", scale, time_budget_s=time_budget_s, processes=processes,
+run_plan = sizing.plan("10_model_parallelism", scale, time_budget_s=time_budget_s, processes=processes,
                    four_processes=four_processes, steps=steps)
-print(plan.text())
-base = mp.base_config(plan["model_scale"], steps=steps, batch_size=global_batch, device=plan["device"])
-print(f"GPT at {plan['model_scale']} size, {steps} steps, global batch {global_batch}, {processes} processes"
+print(run_plan.text())
+base = mp.base_config(run_plan["model_scale"], steps=steps, batch_size=global_batch, device=run_plan["device"])
+print(f"GPT at {run_plan['model_scale']} size, {steps} steps, global batch {global_batch}, {processes} processes"
       + ("" if has_torch else "; " + frameworks.missing_reason("torch")))
 print("DeepSpeed:", deepspeed_missing or "installed")
 
@@ -171,7 +171,7 @@ recipe_view.show("deepspeed_zero")
 
 # %%
 if has_torch and compare_recipe:
-    cmp = recipe_view.compare(compare_recipe, recipe_view.flags(model="gpt", scale=plan["model_scale"], steps=4,
+    cmp = recipe_view.compare(compare_recipe, recipe_view.flags(model="gpt", scale=run_plan["model_scale"], steps=4,
                                                                 batch_size=16), nproc=processes)
     recipe_view.plot(cmp)
     key_figure(f"recipe {compare_recipe} vs labkit train, largest loss gap", cmp.max_abs_diff, "",

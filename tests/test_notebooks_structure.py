@@ -56,7 +56,7 @@ def test_no_committed_outputs(path):
 def test_cells_are_thin(path):
     nb = nbformat.read(path, as_version=4)
     for i, cell in enumerate(_code_cells(nb)):
-        lines = _logic_lines(cell.source)
+        lines = [] if "parameters" in cell.metadata.get("tags", []) else _logic_lines(cell.source)  # plain values
         assert len(lines) <= MAX_LOGIC_LINES, f"code cell {i} has {len(lines)} lines of logic; move it to labkit"
         tree = ast.parse(cell.source)
         for node in ast.walk(tree):

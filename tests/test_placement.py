@@ -106,3 +106,63 @@ def test_a_recipe_asked_for_cuda_without_a_gpu_exits_with_one_line():
     with pytest.raises(SystemExit) as e:
         mixed_precision.main(["--model", "cnn", "--steps", "1", "--batch-size", "8", "--device", "cuda"])
     assert "'device'" in str(e.value.code) and "\n" not in str(e.value.code)
+
+
+# ---------------------------------------------------------------- on a GPU machine
+
+
+def _gpus() -> int:
+    torch = pytest.importorskip("torch")
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.gpu
+def test_gpu_two_processes_on_one_gpu_train_on_the_cpu_and_say_so(tmp_path):
+    import subprocess
+    import sys
+
+    if _gpus() != 1:
+        pytest.skip("needs a machine with exactly one GPU")
+    base = ["--model", "cnn", "--steps", "2", "--batch-size", "8", "--num-samples", "32", "--no-progress"]
+    run = subprocess.run([sys.executable, "-m", "labkit", "train", *base, "--nproc-per-node", "2",
+                          "--metrics-out", str(tmp_path / "m.json")], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "device auto: the CPU; 2 processes but 1 GPU: NCCL refuses two ranks on one GPU" in run.stdout
+    recipe = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                             "-m", "labkit.recipes.ddp", *base[:6], "--metrics-out", str(tmp_path / "r.json")],
+                            capture_output=True, text=True, timeout=300)
+    assert recipe.returncode == 0, recipe.stdout + recipe.stderr
+    refused = subprocess.run([sys.executable, "-m", "labkit", "train", *base, "--nproc-per-node", "2",
+                              "--device", "cuda"], capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "2 processes need 2 GPUs; this machine has 1" in refused.stdout
+
+
+@pytest.mark.gpu
+def test_gpu_out_of_memory_is_one_line_and_the_memory_comes_back():
+    import torch
+
+    from labkit.core.train_config import TrainConfig
+    from labkit.torch.engine import OutOfDeviceMemory, fit
+
+    if not _gpus():
+        pytest.skip("needs a GPU")
+    too_big = TrainConfig(model="gpt", scale="full", batch_size=4096, steps=1, num_samples=4096,
+                          device="cuda", progress=False)
+    with pytest.raises(OutOfDeviceMemory) as e:
+        fit(too_big)
+    message = str(e.value)
+    assert "\n" not in message and "'batch_size'" in message and "GiB" in message
+    assert torch.cuda.get_device_name(0) in message
+    assert torch.cuda.memory_allocated() < 2**30  # the failed run's tensors were released
+
+
+@pytest.mark.gpu
+def test_gpu_the_plan_probes_this_gpu_and_knows_it():
+    from labkit.course import sizing
+
+    if not _gpus():
+        pytest.skip("needs a GPU")
+    machine = sizing.Machine.detect()
+    assert machine.has_gpu and machine.probe_tflops[machine.gpu.fastest_format()] > 1.0
+    plan = sizing.plan("04", "full", machine=machine)
+    assert plan["batch_size"] >= 8 and "probe" in plan.text()

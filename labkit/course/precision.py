@@ -240,13 +240,25 @@ def find(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
     raise KeyError(f"no rung with key {key!r} in these rows (keys: {', '.join(r['key'] for r in rows)})")
 
 
+RUNG_FIGURE = "ladder rung {rung} (torch)"  # the key figure notebook 04 records for each rung
+
+
 def reference_ladder() -> tuple[list[dict[str, Any]], str]:
-    """The ResNet-50 ladder measured on one H100 by the repository's benchmark (labkit's own
-    engine, batch 256, AdamW, synthetic 224² images), read from its results file: (rows with the
-    rung keys of this module, the file's provenance). The last row adds CUDA graphs, which this
-    ladder has no rung for."""
+    """A ResNet-50 ladder measured on a GPU, for a run that had none: this notebook's own ladder
+    from the newest full-size course run on a GPU in the repository's results when there is one
+    (`benchmarks/course_gpu.py`), else labkit's benchmark ladder on one H100 (batch 256, AdamW,
+    synthetic 224² images, one run per rung; its last row adds CUDA graphs). Returns (rows with
+    `rung`, `samples_per_s` and `speedup`, the source's provenance)."""
     from labkit.hardware import results
 
+    course = results.course_run()
+    labels = {RUNG_FIGURE.format(rung=r.label): r for r in RUNGS["torch"]}
+    measured = [f for f in (course.figures("04") if course else []) if f.label in labels]
+    if measured:
+        base = measured[0].value
+        rows = [{"key": labels[f.label].key, "rung": labels[f.label].label, "samples_per_s": f.value,
+                 "speedup": f.value / base} for f in measured]
+        return rows, course.provenance()
     ladder = results.resnet_ladder()
     base = ladder[0].value
     rows = [{"key": r.key, "rung": r.label, "samples_per_s": r.value, "speedup": r.value / base}

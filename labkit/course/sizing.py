@@ -371,7 +371,7 @@ def _plan_01(scale: str, machine: Machine, **_: Any) -> _Draft:
              "mlp_width": 4096 if full else 256, "mlp_batch": 1024 if full else 64,
              "mlp_steps": 50 if full else 5}
     if full and not machine.has_gpu:
-        sizes |= {"matmul_size": 2048, "copy_mb": 512, "mlp_width": 1024, "mlp_batch": 256, "mlp_steps": 10}
+        sizes |= {"matmul_size": 1024, "copy_mb": 256, "mlp_width": 512, "mlp_batch": 128, "mlp_steps": 10}
     return _Draft(sizes, lambda s: 15.0 + (10.0 if full else 0.0))
 
 

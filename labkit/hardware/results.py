@@ -60,10 +60,15 @@ class ResultsFile:
 
     @property
     def device(self) -> str:
+        if "machine" in self.data:  # a course run: the machine it ran on
+            return (self.data["machine"].get("gpu") or ["CPU"])[0]
         return str(self.data.get("device", "unknown device"))
 
     @property
     def software(self) -> str:
+        if "machine" in self.data:
+            v = self.data["machine"].get("versions", {})
+            return ", ".join(f"{k} {v[k]}" for k in ("torch", "cuda") if v.get(k))
         return str(self.data.get("software") or (f"torch {self.data['torch']}" if "torch" in self.data else ""))
 
     @property
@@ -168,6 +173,48 @@ def default_mfu(datasheet_tflops: float) -> MfuReference:
     """The utilisation the cost estimator assumes unless told otherwise: labkit's GPT-2 small
     with bf16 and torch.compile at batch 48 on one H100, against the datasheet peak."""
     return gpt_mfu(datasheet_tflops, (DEFAULT_MFU_ROW,))[0]
+
+
+# ---------------------------------------------------------------- the course run on a GPU
+
+COURSE_SUFFIX = "-course.json"  # written by benchmarks/course_gpu.py: <date>-<gpu>-course.json
+
+
+@dataclass(frozen=True)
+class CourseRun:
+    """A full-size run of the whole course on one GPU (`benchmarks/course_gpu.py`): each
+    notebook's status, seconds, plan and key figures, and the machine it ran on."""
+
+    file: ResultsFile
+
+    @property
+    def device(self) -> str:
+        return self.file.device
+
+    def provenance(self) -> str:
+        d = self.file.data
+        trimmed = f", time budget {d['budget_s']:g} s" if d.get("budget_s") else ""
+        return (f"benchmarks/results/{self.file.name}: the course at scale {d.get('scale')} on "
+                f"{self.device} ({self.file.software}), {d.get('date')}{trimmed}; `{d.get('command', '')}`")
+
+    def figures(self, notebook: str) -> list[Reference]:
+        """Key figures one notebook recorded in this run (`notebook`: "04" or its full stem)."""
+        for stem, record in self.file.data.get("notebooks", {}).items():
+            if stem.startswith(notebook[:2]) and record.get("status") == "ok":
+                return [Reference(stem, f["name"], f["value"], f.get("unit", ""), self.file)
+                        for f in record.get("figures", []) if isinstance(f.get("value"), (int, float))]
+        return []
+
+
+def course_run() -> CourseRun | None:
+    """The newest full-size course run on a GPU in `results_dir()`, or None."""
+    if not results_dir().exists():
+        return None
+    for path in sorted(results_dir().glob(f"*{COURSE_SUFFIX}"), reverse=True):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("scale") == "full" and data.get("machine", {}).get("gpu"):
+            return CourseRun(ResultsFile(path.name, data))
+    return None
 
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")

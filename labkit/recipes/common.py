@@ -62,7 +62,8 @@ def engine_config(args: argparse.Namespace, framework: str = "torch") -> TrainCo
     """The `labkit train` settings of a recipe run: what the recipe's losses must equal."""
     values: dict[str, Any] = {name: getattr(args, name) for name in
                               ("model", "scale", "steps", "batch_size", "lr", "warmup_steps",
-                               "seed", "num_samples", "metrics_out", "device")}
+                               "seed", "num_samples", "metrics_out")}
+    values["device"] = getattr(args, "device", "auto")  # flags built by hand may leave it out
     values["grad_clip"] = args.grad_clip or None
     values.update({name: getattr(args, name) for name in RECIPE_FIELDS if hasattr(args, name)})
     return TrainConfig(framework=framework, progress=False, **values)
