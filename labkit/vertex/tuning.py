@@ -39,14 +39,21 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core.cluster import is_reduction_server_image
-from labkit.core.config import ParameterError, check_int, check_str
+from labkit.core.config import ParameterError, check_int
 from labkit.core.frameworks import has_aiplatform, require
 from labkit.core.hypertune import read_reports, reported_values
 from labkit.core.progress import progress
 from labkit.core.train_config import TrainConfig, flag
 from labkit.vertex.emulator import SUCCEEDED, container_dir, run_local
 from labkit.vertex.pricing import estimate_cost
-from labkit.vertex.specs import first_mismatch, train_config, training_job, validate
+from labkit.vertex.scheduling import check_labels
+from labkit.vertex.specs import (
+    check_output_uri,
+    first_mismatch,
+    train_config,
+    training_job,
+    validate,
+)
 from labkit.vertex.trial import check_metric
 
 GOALS = ("MINIMIZE", "MAXIMIZE")
@@ -140,6 +147,7 @@ def tuning_job(
     early_stopping: bool = True,
     max_failed_trial_count: int = 0,
     display_name: str = "labkit-tuning",
+    labels: Mapping[str, str] | None = None,
     **job_options: Any,
 ) -> dict[str, Any]:
     """A HyperparameterTuningJob dict (proto field names) whose trials train `config` with the
@@ -147,9 +155,11 @@ def tuning_job(
     records) toward `goal` ("minimize" or "maximize"). `algorithm`: None (Vertex's Bayesian
     optimisation), "GRID_SEARCH" or "RANDOM_SEARCH". `job_options` are `training_job`'s
     (machine_type, accelerator_type, accelerator_count, replica_count, spot, image_uri, ...)
-    and shape the trial job. Each trial's outputs go to ``<output_uri>/<trial id>/``."""
+    and shape the trial job (Spot or DWS flex-start, timeout, persistent resource, reservation,
+    TensorBoard included). `labels` go on the HyperparameterTuningJob. Each trial's outputs go
+    to ``<output_uri>/<trial id>/``."""
     cfg = train_config(config)
-    check_str("output_uri", output_uri)
+    check_output_uri(output_uri)
     check_metric(metric)
     goal_name = str(goal).upper()
     if goal_name not in GOALS:
@@ -185,7 +195,8 @@ def tuning_job(
                               **job_options)
     spec = {"display_name": display_name, "study_spec": study, "max_trial_count": max_trial_count,
             "parallel_trial_count": parallel_trial_count,
-            "max_failed_trial_count": max_failed_trial_count, "trial_job_spec": trial_spec}
+            "max_failed_trial_count": max_failed_trial_count, "trial_job_spec": dict(trial_spec),
+            "labels": check_labels({"labkit-job": "tuning", **dict(labels or {})})}
     if has_aiplatform():
         validate_tuning_job(spec)
     return spec
