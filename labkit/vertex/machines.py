@@ -23,10 +23,13 @@ training" (`CONFIGURE_COMPUTE`, read 2026-11-26), unless a rule names another so
   shared reservations. A4X runs on Arm (`machine_arch`): Compute Engine's release note of
   2025-09-10 calls it "the first GPU VM to run on Arm".
 * Network bandwidth per machine (`network_gbps`), for sizing a Reduction Server pool: Compute
-  Engine's "Networking and GPU machines" overview gives each GPU series' maximum total bandwidth
-  (used here for every machine of the series: an upper bound for its smaller machine types), and
-  the Reduction Server section of Vertex AI's distributed-training page gives 32 Gbps for
-  ``n1-highcpu-16`` (general-purpose N1/N2 machines: 2 Gbps per vCPU up to 32 Gbps).
+  Engine's "Networking and GPU machines" page gives each GPU series' maximum total bandwidth
+  (A4X 2,000 Gbps, A4 and A3 Ultra 3,600, A3 Mega 1,800, A3 High 1,000, G4 400, A2 and G2 100;
+  N1 with T4 or V100 up to 100, with P4 or P100 32) and, per machine type, smaller figures for
+  the smaller machines of a series (`MACHINE_GBPS`; those per-type rows were not in the stored
+  copy read for this table and are unverified); the Reduction Server section of Vertex AI's
+  distributed-training page gives 32 Gbps for ``n1-highcpu-16`` and 100 Gbps for an
+  ``n1-highmem-96`` with 8 V100 (general-purpose N1/N2 machines: 2 Gbps per vCPU up to 32).
 
 `check_machine(machine_type, accelerator_type, accelerator_count, tpu_topology=None)` refuses what
 the tables do not allow, naming the field, the value and the rule's source.
@@ -137,7 +140,14 @@ CLOUD_TPU = ("TPU_V2", "TPU_V3")
 # Reduction Server sizing (`network_gbps`): each GPU series' maximum total network bandwidth.
 SERIES_GBPS = {"a4x": 2000, "a4": 3600, "a3-ultragpu": 3600, "a3-megagpu": 1800, "a3-highgpu": 1000,
                "g4": 400, "a2": 100, "g2": 100}
-N1_GPU_GBPS = {T4: 100, V100: 100, P4: 32, P100: 32}
+# Smaller machines of a series (see the module docstring: unverified per-type figures).
+MACHINE_GBPS = {"a2-highgpu-1g": 24, "a2-highgpu-2g": 32, "a2-highgpu-4g": 50, "a2-ultragpu-1g": 24,
+                "a2-ultragpu-2g": 32, "a2-ultragpu-4g": 50, "a3-highgpu-1g": 25, "a3-highgpu-2g": 50,
+                "a3-highgpu-4g": 100, "g2-standard-4": 10, "g2-standard-8": 16, "g2-standard-12": 16,
+                "g2-standard-16": 32, "g2-standard-24": 32, "g2-standard-32": 32, "g2-standard-48": 50,
+                "g4-standard-48": 50, "g4-standard-96": 100, "g4-standard-192": 200}
+# N1 with T4 or V100: by GPU count (up to 100 Gbps); with P4 or P100: at most 32 Gbps.
+N1_GPU_GBPS = {T4: {1: 24, 2: 32, 4: 50}, V100: {1: 24, 2: 32, 4: 50, 8: 100}}
 
 
 def is_tpu_vm(machine_type: str) -> bool:
@@ -181,13 +191,17 @@ def _vcpus(machine_type: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def network_gbps(machine_type: str, accelerator_type: str | None = None) -> float | None:
+def network_gbps(machine_type: str, accelerator_type: str | None = None,
+                 accelerator_count: int = 0) -> float | None:
     """The maximum network bandwidth of one machine, in Gbps (None: not known to labkit)."""
+    if machine_type in MACHINE_GBPS:
+        return float(MACHINE_GBPS[machine_type])
     for prefix, gbps in SERIES_GBPS.items():
         if machine_type.startswith(prefix + "-"):
             return float(gbps)
     if machine_type.startswith("n1-") and accelerator_type in N1_GPU_GBPS:
-        return float(N1_GPU_GBPS[accelerator_type])
+        by_count = N1_GPU_GBPS[accelerator_type]
+        return float(by_count.get(accelerator_count, max(by_count.values())))
     if machine_type.startswith(("n1-", "n2-")):
         vcpus = _vcpus(machine_type)
         return float(min(2 * vcpus, 32)) if vcpus else None

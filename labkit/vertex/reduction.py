@@ -39,12 +39,12 @@ class ReducerSizing:
 
 
 def size_reducers(nodes: int, machine_type: str, accelerator_type: str | None,
-                  reducer_machine_type: str) -> ReducerSizing:
+                  reducer_machine_type: str, accelerator_count: int = 0) -> ReducerSizing:
     """The reducers whose total bandwidth matches `nodes` training nodes of `machine_type`."""
     if not accelerator_type:
         raise ParameterError("reduction_server_count", "set", "needs GPU training nodes: Reduction "
                              f"Server serves NCCL all-reduce between GPUs ({cite(DISTRIBUTED_TRAINING)})")
-    worker = network_gbps(machine_type, accelerator_type)
+    worker = network_gbps(machine_type, accelerator_type, accelerator_count)
     reducer = network_gbps(reducer_machine_type)
     if worker is None:
         raise ParameterError("machine_type", machine_type, "has no network bandwidth in labkit's "
@@ -57,10 +57,10 @@ def size_reducers(nodes: int, machine_type: str, accelerator_type: str | None,
 
 
 def check_reducers(count: int | str, nodes: int, machine_type: str, accelerator_type: str | None,
-                   reducer_machine_type: str) -> int:
+                   reducer_machine_type: str, accelerator_count: int = 0) -> int:
     """The reducer count to use: `count` when it meets the bandwidth rule, the rule's count for
     "auto"; fewer than the rule is refused with the figures."""
-    sizing = size_reducers(nodes, machine_type, accelerator_type, reducer_machine_type)
+    sizing = size_reducers(nodes, machine_type, accelerator_type, reducer_machine_type, accelerator_count)
     if count == "auto":
         return sizing.needed
     if count < sizing.needed:

@@ -336,7 +336,7 @@ def _pools_for(
             raise ParameterError("reduction_server_count", reduction_server_count,
                                  "needs replica_count >= 2: a Reduction Server serves several nodes")
         count = check_reducers(reduction_server_count, replica_count, machine_type, accelerator_type,
-                               reduction_server_machine_type)
+                               reduction_server_machine_type, accelerator_count)
         reducers = reduction_server_pool(count, reduction_server_machine_type)
     return primary, workers, reducers
 
