@@ -25,6 +25,11 @@ VERTEX_SPOT_TRAINING_URL = ("https://docs.cloud.google.com/gemini-enterprise-age
 COMPUTE_SCHEDULING_API_URL = ("https://pub.dev/documentation/googleapis/latest/compute_v1/"
                               "Scheduling/skipGuestOsShutdown.html")
 SPOT_PRICING_URL = "https://cloud.google.com/spot-vms/pricing"
+VERTEX_DWS_URL = ("https://docs.cloud.google.com/gemini-enterprise-agent-platform/"
+                  "machine-learning/training/schedule-jobs-dws")
+# Google Cloud Japan's own engineers on DWS flex-start's prices for Vertex AI (a blog, not a
+# price list: the rate card itself is https://cloud.google.com/products/dws/pricing).
+DWS_PRICE_BLOG_URL = "https://zenn.dev/google_cloud_jp/articles/dws-flex-new-skus"
 # Vertex AI's rate card (https://cloud.google.com/vertex-ai/pricing) as transcribed, with the
 # page's figures quoted verbatim, on 2026-10-07; and Compute Engine's, from Google's Cloud
 # Billing Catalog, as exported on 2026-07-30. Both pinned to a commit.
@@ -96,6 +101,24 @@ INTERNAL_ERROR_RESTARTS = Fact(
     2, "restarts", "On an internal error the service restarts the job twice (three attempts in "
     "all) before failing it", VERTEX_TRAINING_ERRORS_URL, RULES_READ_ON)
 
+DWS_MAX_WAIT_DEFAULT_H = Fact(
+    24, "h", "A Dynamic Workload Scheduler (FLEX_START) job waits for its GPUs at most "
+    "scheduling.maxWaitDuration, by default 1 day (0: indefinitely)", VERTEX_DWS_URL, RULES_READ_ON)
+
+DWS_MAX_TIMEOUT_DAYS = Fact(
+    7, "days", "A FLEX_START job needs L4, A100, H100, H200 or B200 GPUs, the same machine "
+    "configuration in every worker pool, and a timeout of 7 days or less", VERTEX_DWS_URL, RULES_READ_ON)
+
+DWS_NOT_PREEMPTIBLE = Fact(
+    0, "preemptions", "A FLEX_START job consumes preemptible quota, but only in name: its "
+    "resources are not preemptible and behave like standard resources; it is billed at Dynamic "
+    "Workload Scheduler prices", VERTEX_DWS_URL, RULES_READ_ON)
+
+DWS_MAX_DISCOUNT = Fact(
+    0.5, "fraction of the on-demand price", "With DWS flex-start's prices, accelerator-optimized "
+    "machines with high-end GPUs cost up to about half of on-demand on Vertex AI (Google Cloud "
+    "Japan, 'up to about half price')", DWS_PRICE_BLOG_URL, RULES_READ_ON)
+
 CHECKPOINT_EVERY_H = Fact(
     4, "h", "For training expected to take more than four hours, save a checkpoint at least "
     "once every four hours", VERTEX_TRAINING_ERRORS_URL)
@@ -119,7 +142,8 @@ VERTEX_TRAINING_PREMIUM = VERTEX_TRAINING_N1_STANDARD_4.value / COMPUTE_N1_STAND
 
 ALL = (SPOT_SHUTDOWN_S, CONTAINER_SIGTERM_GRACE_S, SPOT_JOB_RESTARTS, WORKER_RESTARTS,
        JOB_RETRIES_AFTER_WORKER_RESTARTS, PERMANENT_ERROR_RESTARTS, TRANSIENT_EXIT_RESTARTS,
-       STOCKOUT_RESTARTS, INTERNAL_ERROR_RESTARTS,
+       STOCKOUT_RESTARTS, INTERNAL_ERROR_RESTARTS, DWS_MAX_WAIT_DEFAULT_H, DWS_MAX_TIMEOUT_DAYS,
+       DWS_NOT_PREEMPTIBLE, DWS_MAX_DISCOUNT,
        CHECKPOINT_EVERY_H, SPOT_MAX_DISCOUNT, VERTEX_TRAINING_N1_STANDARD_4, COMPUTE_N1_STANDARD_4)
 
 

@@ -272,8 +272,14 @@ def describe_environments(spec: Mapping[str, Any], workdir: str | os.PathLike = 
     the torch variables (addresses are the emulator's loopback ports)."""
     envs = replica_envs(spec, LocalPaths(Path(workdir)))
     lines = [f"{'replica':<16} {'role':<17} {'rank':>4} {'WORLD':>5} {'TF_CONFIG task':<22} MASTER"]
+    reducers = sorted(index for (pool, index), env in envs.items() if from_env(env).role == "reduction_server")
     for (pool, index), env in sorted(envs.items()):
         info = from_env(env)
+        if info.role == "reduction_server" and len(reducers) > 2:  # one line for a pool of reducers
+            if index == reducers[0]:
+                lines.append(f"{f'workerpool{pool}[0..{reducers[-1]}]':<16} {info.role:<17} {'-':>4} "
+                             f"{'-':>5} {'-':<22} - ({len(reducers)} replicas)")
+            continue
         task = json.loads(env["TF_CONFIG"])["task"] if "TF_CONFIG" in env else None
         task_s = f"{task['type']}:{task['index']}" if task else "-"
         master = f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}" if "MASTER_ADDR" in env else "-"
