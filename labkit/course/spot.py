@@ -124,9 +124,10 @@ def capacity_options(s: SpotScenario, interval_s: float, price_source: str) -> l
     preempted) after a wait for capacity."""
     spot_row = row(s, interval_s)
     on_demand = s.on_demand_usd_hr
+    busy = spot_row.on_demand_cost / on_demand if on_demand else s.work_hours  # work + checkpoint writes
     dws_low = on_demand * (1 - facts.DWS_MAX_DISCOUNT.value)
     return [
-        CapacityOption("on-demand", (on_demand, on_demand), (spot_row.on_demand_cost,) * 2, s.work_hours,
+        CapacityOption("on-demand", (on_demand, on_demand), (spot_row.on_demand_cost,) * 2, busy,
                        ["starts when capacity is there (a stockout fails the job, retried up to 3 times)",
                         "never preempted"],
                        [price_source, facts.STOCKOUT_RESTARTS.cite()]),
@@ -135,8 +136,7 @@ def capacity_options(s: SpotScenario, interval_s: float, price_source: str) -> l
                         "up to 6 times, from its last checkpoint",
                         f"up to {facts.SPOT_MAX_DISCOUNT.value:.0%} off on-demand"],
                        [price_source, facts.SPOT_JOB_RESTARTS.cite(), facts.SPOT_MAX_DISCOUNT.cite()]),
-        CapacityOption("DWS flex-start", (dws_low, on_demand),
-                       (dws_low * s.work_hours, on_demand * s.work_hours), s.work_hours,
+        CapacityOption("DWS flex-start", (dws_low, on_demand), (dws_low * busy, on_demand * busy), busy,
                        [f"waits for all its GPUs at once, at most maxWaitDuration (default "
                         f"{facts.DWS_MAX_WAIT_DEFAULT_H.value:.0f} h)",
                         "not preempted once running; L4, A100, H100, H200 or B200 only; timeout <= 7 days",
