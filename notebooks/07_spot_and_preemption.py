@@ -103,16 +103,16 @@ key_figure(f"{accelerator_type} Spot discount", discount * 100, "%", note=f"pric
 # %%
 from labkit.hardware.spot import SpotModel
 
-capacity_scenario = spot.SpotScenario(job_hours, price.on_demand, price.spot,
-                                      SpotModel(preemptions_per_hour, restart_min=restart_overhead_s / 60))
-options = spot.capacity_options(capacity_scenario, 1800.0, f"{price.source}, read {price.read_on}")
-print(table(spot.capacity_rows(options), title=f"{job_hours:.0f} h on one {accelerator_type}"))
-for option in options:
-    print(f"{option.name}: " + "; ".join(option.sources))
+capacity = spot.SpotScenario(job_hours, price.on_demand, price.spot,
+                             SpotModel(preemptions_per_hour, restart_min=restart_overhead_s / 60))
+options = spot.capacity_options(capacity, 1800.0, f"{price.source}, read {price.read_on}")
+print(spot.capacity_text(options, f"{job_hours:.0f} h on one {accelerator_type}"))
+
+# %%
 flex = vertex.training_job(dict(model="cnn", steps=steps), output_uri=output_uri, machine_type="a3-highgpu-1g",
                            accelerator_type="NVIDIA_H100_80GB", accelerator_count=1, flex_start=True,
                            max_wait_s=6 * 3600)
-print("flex-start job:", json.dumps(flex["scheduling"]))
+print("a flex-start job's scheduling:", json.dumps(flex["scheduling"]))
 on_demand_option, spot_option, flex_option = options
 key_figure("Spot job cost / on-demand (with the preemptions assumed)",
            spot_option.job_usd[0] / on_demand_option.job_usd[0], "×")

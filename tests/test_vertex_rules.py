@@ -328,6 +328,31 @@ def test_submit_checks_the_image_exists_and_refuses_a_placeholder_project(tmp_pa
         fake.images.add(IMAGE)
         assert _submit(spec, fake, tmp_path).name
         refused(lambda: _submit(spec, fake, tmp_path, project="YOUR_PROJECT"), "project", "placeholder")
-        placeholder_image = "us-central1-docker.pkg.dev/YOUR_PROJECT/labkit/labkit-torch:src-1"
-        refused(lambda: _submit(vertex.training_job({}, output_uri=OUT, image_uri=placeholder_image), fake, tmp_path),
-                "image_uri", "placeholder")
+    placeholder_image = "us-central1-docker.pkg.dev/YOUR_PROJECT/labkit/labkit-torch:src-1"
+    from labkit.vertex.registry import check_not_placeholder
+
+    refused(lambda: check_not_placeholder("p", [placeholder_image]), "image_uri", "placeholder")
+
+
+def test_the_emulator_runs_a_gpu_job_on_the_cpu_here_and_says_so(tmp_path):
+    from labkit.core import devices
+    from labkit.vertex.emulator import run_local
+
+    if devices.detect().has_gpu:
+        pytest.skip("this machine has a CUDA GPU: the job keeps --device cuda")
+    pool = vertex.PoolConfig(image_uri=IMAGE, args=["python", "-c", "import sys; print('device', sys.argv[-1])",
+                                                    "--device", "cuda"], **L4)
+    job = run_local(vertex.custom_job_spec(pool, output_uri=OUT), tmp_path, show_progress=False)
+    assert job.succeeded and "device cpu" in job.final().log()
+    assert any("--device cuda" in e and "no CUDA GPU" in e for e in job.events)
+
+
+def test_a_notebook_job_with_gpus_stops_at_once_without_cuda(tmp_path, capsys):
+    from labkit.core import devices
+    from labkit.vertex.entry import main
+
+    if devices.detect().has_gpu:
+        pytest.skip("this machine has a CUDA GPU")
+    assert main(["notebook", "nb.ipynb", str(tmp_path), "--device", "cuda"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--device cuda" in err[0] and "/usr/local/nvidia/lib64" in err[0]

@@ -153,3 +153,11 @@ def capacity_rows(options: list[CapacityOption]) -> list[dict[str, Any]]:
 
     return [{"capacity": o.name, "USD/h": money(o.usd_per_hour), "job USD": money(o.job_usd),
              "wall h": round(o.wall_hours, 1), "rules": "; ".join(o.rules)} for o in options]
+
+
+def capacity_text(options: list[CapacityOption], title: str) -> str:
+    """The comparison as a table, then each option's sources."""
+    from labkit.course.tables import table
+
+    return "\n".join([table(capacity_rows(options), title=title),
+                      *(f"{o.name}: " + "; ".join(o.sources) for o in options)])

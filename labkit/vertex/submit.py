@@ -205,7 +205,8 @@ def submit(spec: Mapping[str, Any], *, display_name: str, notebook: str | None =
 
     ctx = check.context
     images = job_images(spec)
-    check_not_placeholder(ctx.project, images)
+    # A local stand-in of the service has no registry of yours: only its project must be real.
+    check_not_placeholder(ctx.project, [] if loopback else images)
     job_labels = check_labels(labels if labels is not None else
                               spec.get("labels") if tuning else getattr(spec, "labels", None))
     if notebook and not Path(notebook).is_file():
