@@ -27,7 +27,7 @@ nodes = 4
 gpus_per_node = 8
 machine_type = "a3-highgpu-8g"
 accelerator_type = "NVIDIA_H100_80GB"
-reduction_servers = 4
+reduction_servers = 0  # 0: as many as Vertex's bandwidth rule asks for (labkit.vertex.reduction)
 output_uri = "gs://YOUR_BUCKET/labkit/06_multi_node"
 submit = False
 time_budget_s = 0.0
@@ -203,7 +203,9 @@ print(f"{nodes} nodes: ring all-reduce sends {ring_traffic:.2f}× the gradient p
 big = vertex.training_job(dict(model="gpt", precision="bf16", steps=5000, batch_size=8 * gpus_per_node * nodes,
                                checkpoint_every=500), output_uri=output_uri, machine_type=machine_type,
                           accelerator_type=accelerator_type, accelerator_count=gpus_per_node,
-                          replica_count=nodes, reduction_server_count=reduction_servers)
+                          replica_count=nodes, reduction_server_count=reduction_servers or "auto")
+reducers = big["worker_pool_specs"][2]["replica_count"]
+print(vertex.size_reducers(nodes, machine_type, accelerator_type, "n1-highcpu-16", gpus_per_node).text())
 print(describe_environments(big, workdir / "big"))
 key_figure(f"traffic per node, ring / Reduction Server ({nodes} nodes)", ring_traffic, "×")
 
@@ -239,7 +241,7 @@ from labkit.course import recipe_view
 recipe_view.show("vertex_job")
 
 # %% [markdown]
-# Before running: for `nodes` nodes on Spot with `reduction_servers` reducers, how many worker
+# Before running: for `nodes` nodes on Spot with the reducers sized above, how many worker
 # pools do you expect in the request the service receives, which pool holds the reducers, and
 # where does Spot appear?
 
@@ -249,7 +251,7 @@ from labkit.vertex.images import labkit_image
 job_argv = recipe_view.flags(project="YOUR_PROJECT", bucket=output_uri, image_uri=labkit_image("torch"),
                              machine_type=machine_type, accelerator=accelerator_type,
                              accelerator_count=gpus_per_node, replicas=nodes,
-                             reduction_servers=reduction_servers, spot=True)
+                             reduction_servers=reducers, spot=True)
 job_argv += ["--", *recipe_view.flags(model="gpt", steps=5000, batch_size=8 * gpus_per_node * nodes)]
 print(recipe_view.command("vertex_job", job_argv))
 

@@ -6,11 +6,16 @@
 # replica gets **SIGTERM**. Compute Engine gives a Spot VM 30 seconds before it stops it; Vertex
 # AI does not document how much of that reaches a training container, so labkit assumes half
 # (15 s) and a checkpoint on SIGTERM must fit in that. The preempted job fails with STOCKOUT and
-# Vertex restarts it, up to six times. A replica that merely exits non-zero is restarted on its
-# own VM, up to five times; if it fails again after that, Vertex retries the whole job up to
-# three times and then fails it. `restartJobOnWorkerRestart` restarts the whole job on any
-# worker restart instead, which DDP needs (a process group cannot lose a member). Each of these
-# facts is printed below with the page it comes from and the date it was read.
+# Vertex restarts it, up to six times. What happens when a replica exits by itself depends on
+# why, by Vertex's table of common errors: an error in the code (an exception, any non-zero exit
+# such as 1) is **permanent**: the whole job stops and nothing is restarted, so a bug is not
+# paid for five times. SIGABRT and SIGSEGV exits (6 or 134, 11 or 139) may be transient: the
+# whole job restarts, up to three times, as after a stockout. Only a failure on the machine's
+# side (a non-permanent error) restarts the worker on its own VM, up to five times, and then the
+# whole job up to three times. `restartJobOnWorkerRestart` turns each worker restart into a
+# restart of the whole job, which DDP needs (a process group cannot lose a member). labkit's
+# local emulator applies the same table; each fact is printed below with the page it comes
+# from and the date it was read, and a cell below shows the emulator following it.
 #
 # So a Spot job must (1) checkpoint on SIGTERM, (2) checkpoint periodically as well, and
 # (3) resume exactly where it stopped. This notebook prices Spot, computes the checkpoint
@@ -97,6 +102,54 @@ discount = 1 - price.spot / price.on_demand
 print(f"{accelerator_type}: on-demand ${price.on_demand:.2f}/h, Spot ${price.spot:.2f}/h per accelerator, host VM share included")
 print(f"source: {price.source}, read {price.read_on}")
 key_figure(f"{accelerator_type} Spot discount", discount * 100, "%", note=f"prices read {price.read_on}")
+
+# %% [markdown]
+# ## On-demand, Spot or DWS flex-start for this job
+# Three ways to buy the same `job_hours` on one machine of `accelerator_type`. Spot is the
+# cheapest hour and can be taken away; Dynamic Workload Scheduler's flex-start
+# (`scheduling.strategy = FLEX_START`) waits until all the job's GPUs are free at once, then is
+# not preempted. labkit's catalog has no flex-start rate: its price is the range Google
+# documents. Each price and rule below carries its source; the Spot row prices the preemptions
+# assumed in the parameters at a 30-minute checkpoint interval.
+
+# %%
+from labkit.hardware.spot import SpotModel
+
+capacity = spot.SpotScenario(job_hours, price.on_demand, price.spot,
+                             SpotModel(preemptions_per_hour, restart_min=restart_overhead_s / 60))
+options = spot.capacity_options(capacity, 1800.0, f"{price.source}, read {price.read_on}")
+print(spot.capacity_text(options, f"{job_hours:.0f} h on one {accelerator_type}"))
+
+# %%
+flex = vertex.training_job(dict(model="cnn", steps=steps), output_uri=output_uri, machine_type="a3-highgpu-1g",
+                           accelerator_type="NVIDIA_H100_80GB", accelerator_count=1, flex_start=True,
+                           max_wait_s=6 * 3600)
+print("a flex-start job's scheduling:", json.dumps(flex["scheduling"]))
+on_demand_option, spot_option, flex_option = options
+key_figure("Spot job cost / on-demand (with the preemptions assumed)",
+           spot_option.job_usd[0] / on_demand_option.job_usd[0], "×")
+key_figure("DWS flex-start job cost / on-demand (documented range)",
+           f"{flex_option.job_usd[0] / on_demand_option.job_usd[0]:.2f}-1.00", "×",
+           note="not preempted; waits for capacity")
+
+# %% [markdown]
+# ## What the emulator restarts, and what it does not
+# Before running: a replica that raises an exception (exit 1), and one that crashes with
+# SIGSEGV (exit 139). How many times does each run before the job ends, and how does it end?
+
+# %%
+from labkit.vertex.emulator import run_local
+
+crashes = {}
+for name, code in (("exception (exit 1)", 1), ("SIGSEGV (exit 139)", 139)):
+    crash_spec = vertex.custom_job_spec(vertex.PoolConfig(image_uri="gcr.io/p/img",
+                                                          args=["python", "-c", f"raise SystemExit({code})"]),
+                                        output_uri=f"{output_uri}/crash-{code}")
+    crashes[name] = run_local(crash_spec, workdir / f"crash-{code}", show_progress=False)
+    print(f"{name}: {crashes[name].state} after {len(crashes[name].runs)} run(s); {crashes[name].error[:160]}")
+key_figure("runs of a replica whose code raised (Vertex: permanent error)", len(crashes["exception (exit 1)"].runs))
+key_figure("runs of a replica that crashed with SIGSEGV (Vertex: restarted up to 3 times)",
+           len(crashes["SIGSEGV (exit 139)"].runs))
 
 # %% [markdown]
 # ## The preemption drill

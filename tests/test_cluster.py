@@ -343,7 +343,8 @@ def test_job_specs_tell_training_pools_that_pool2_reduces():
     from labkit import vertex
 
     spec = vertex.training_job({"framework": "torch"}, output_uri="gs://b/j", replica_count=3,
-                               reduction_server_count=2)
+                               reduction_server_count=2, machine_type="g2-standard-8",
+                               accelerator_type="NVIDIA_L4", accelerator_count=1)
     pools = spec["worker_pool_specs"]
     envs = [{e["name"]: e["value"] for e in p["container_spec"].get("env", [])} for p in pools]
     assert envs[0][cluster.POOL2_ROLE_ENV] == envs[1][cluster.POOL2_ROLE_ENV] == "reduction_server"

@@ -30,7 +30,9 @@ def test_restart_rules_include_what_happens_after_the_worker_restarts_run_out():
     rules = facts.restart_rules()
     assert any("up to six times" in r for r in rules)
     assert any("After five restarts" in r and "three times" in r for r in rules)
-    assert all(facts.READ_ON.isoformat() in r for r in rules)
+    assert any("permanent" in r and "user code exception" in r for r in rules)
+    assert any("SIGABRT" in r and "SIGSEGV" in r and "three times" in r for r in rules)
+    assert all(facts.RULES_READ_ON.isoformat() in r for r in rules)
 
 
 def test_vertex_premium_is_computed_from_both_rate_cards():

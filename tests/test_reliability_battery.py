@@ -668,6 +668,69 @@ def probe_data_gzip_without_compression(tmp_path):
     return cli_report(labkit("data", "verify", renamed), "renamed.tfrecord", "(?-i:GZIP)")
 
 
+# Vertex AI jobs and studies (fixed on the vertex branch)
+
+def _echo_study(parameters: list, algorithm: str | None = None, trials: int = 4) -> dict:
+    """A tuning study whose trial is a one-line script: it reports its value as the metric, and
+    exits 2 saying why when the value is FAIL."""
+    from labkit import vertex
+
+    script = ("import sys\nfrom labkit.core.hypertune import report_metric\n"
+              "value = sys.argv[-1].split('=')[1]\n"
+              "if value == 'FAIL':\n    print('trial refuses its value FAIL', flush=True)\n    sys.exit(2)\n"
+              "report_metric('loss', float(value), 1)\n")
+    trial = vertex.custom_job_spec(vertex.PoolConfig(image_uri="gcr.io/p/img", args=["python", "-c", script]),
+                                   output_uri="gs://bkt/study")
+    study = {"metrics": [{"metric_id": "loss", "goal": "MINIMIZE"}], "parameters": parameters}
+    if algorithm:
+        study["algorithm"] = algorithm
+    return {"study_spec": study, "max_trial_count": trials, "parallel_trial_count": 1, "trial_job_spec": trial}
+
+
+@probe("labkit run notebooks/00_tour.ipynb --vertex -p scale huge",
+       "exit 2 naming 'scale' and the values it takes; no spec printed")
+def probe_vertex_notebook_job_bad_value(tmp_path):
+    r = labkit("run", REPO / "notebooks" / "00_tour.ipynb", "--vertex", "-p", "scale", "huge")
+    outcome = cli_error(r, "scale", "huge", "smoke")
+    if outcome.verdict == "clear" and "workerPoolSpecs" in r.out:
+        return Outcome("silent", f"{outcome.actual}, but printed a spec")
+    return outcome
+
+
+@probe('training_job({}, output_uri="b/run")', "ParameterError naming output_uri: gs:// required")
+def probe_vertex_output_uri_not_gcs(tmp_path):
+    from labkit import vertex
+
+    return library_error(lambda: vertex.training_job({}, output_uri="b/run"), "output_uri", "gs://")
+
+
+@probe("run_local_tuning, GRID_SEARCH over 2 values with max_trial_count 4",
+       "the grid's 2 trials, each with its record and metric; no error")
+def probe_vertex_grid_search_keeps_records(tmp_path):
+    from labkit import vertex
+
+    grid = [{"parameter_id": "x", "discrete_value_spec": {"values": [1.0, 2.0]}}]
+    try:
+        records = vertex.run_local_tuning(_echo_study(grid, "GRID_SEARCH"), tmp_path)
+    except Exception as e:  # noqa: BLE001
+        return Outcome("silent", f"{type(e).__name__}: {e} (every trial record lost)")
+    got = [(r.state, r.parameters.get("x"), r.metric) for r in records]
+    return behaviour(got == [("SUCCEEDED", 1.0, 1.0), ("SUCCEEDED", 2.0, 2.0)], f"records {got}")
+
+
+@probe("run_local_tuning, a trial whose code exits 2 for its value",
+       "the trial runs once (a user-code error is permanent on Vertex); its record says why")
+def probe_vertex_failing_trial_runs_once(tmp_path):
+    from labkit import vertex
+
+    bad = [{"parameter_id": "x", "categorical_value_spec": {"values": ["FAIL"]}}]
+    (record,) = vertex.run_local_tuning(_echo_study(bad, trials=1), tmp_path)
+    runs = len(list((tmp_path / "trial-1" / "logs").rglob("*.log")))
+    why = "trial refuses its value FAIL" in record.error and "exited 2" in record.error
+    return behaviour(record.state == "FAILED" and runs == 1 and why,
+                     f"{record.state} after {runs} run(s): {record.error[:120]}")
+
+
 # ---------------------------------------------------------------- the table
 
 _RESULTS: dict[str, tuple[Probe, Outcome]] = {}

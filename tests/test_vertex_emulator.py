@@ -78,36 +78,69 @@ marker = pathlib.Path(mount_path(os.environ["AIP_MODEL_DIR"])) / ("tries-" + os.
 marker.parent.mkdir(parents=True, exist_ok=True)
 n = int(marker.read_text()) if marker.exists() else 0
 marker.write_text(str(n + 1))
-sys.exit(3 if os.environ["RANK"] == "1" and n < FAILS else 0)
+if os.environ["RANK"] == "1" and n < FAILS:
+    print("worker gives up: bad input", flush=True)
+    sys.exit(CODE)
 """
 
 
-def test_failing_worker_is_restarted_alone(tmp_path):
-    job = run_local(script_job(FLAKY.replace("FAILS", "2")), tmp_path)
-    assert job.state == SUCCEEDED and job.worker_restarts == 2 and job.job_restarts == 0
+def flaky(fails: int, code: int = 3, **kw):
+    return script_job(FLAKY.replace("FAILS", str(fails)).replace("CODE", str(code)), **kw)
+
+
+def test_an_error_in_the_code_fails_the_job_at_once(tmp_path):
+    """Vertex's common errors: a user-code exception is permanent; nothing is restarted."""
+    job = run_local(flaky(1, code=1), tmp_path)
+    assert job.state == FAILED and job.worker_restarts == 0 and job.job_restarts == 0
+    assert [r.exit_code for r in job.runs if r.pool == 1] == [1]
+    assert "workerpool1[0] exited 1" in job.error and "permanent" in job.error
+    assert "worker gives up: bad input" in job.error  # the replica's last words say why
+    assert "understanding-training-service" in job.error  # and the rule's source
+
+
+@pytest.mark.parametrize("code,signal_name", [(6, "SIGABRT"), (134, "SIGABRT"), (11, "SIGSEGV"),
+                                              (139, "SIGSEGV")])
+def test_sigabrt_and_sigsegv_exits_restart_the_job_up_to_three_times(tmp_path, code, signal_name):
+    ok = run_local(flaky(2, code=code), tmp_path / "ok")
+    assert ok.state == SUCCEEDED and ok.job_restarts == 2 and ok.worker_restarts == 0
+    assert any(signal_name in e and "job restart 2 of 3" in e for e in ok.events)
+    bad = run_local(flaky(99, code=code), tmp_path / "bad")
+    assert bad.state == FAILED and bad.job_restarts == 3
+    assert len([r for r in bad.runs if r.pool == 1]) == 4 and f"exited {code}" in bad.error
+
+
+def test_a_non_permanent_failure_restarts_the_worker_alone(tmp_path):
+    """An injected SIGKILL stands for the machine's side (a VM failing): the worker restarts on
+    its own, up to five times."""
+    job = run_local(script_job(STEPPER), tmp_path,
+                    fault=Fault("workerpool1[0]", at_step=2, signal="SIGKILL", times=2))
+    assert job.state == SUCCEEDED and job.worker_restarts == 2 and job.job_restarts == 0, job.summary()
     worker = [r for r in job.runs if r.pool == 1]
-    assert [r.exit_code for r in worker] == [3, 3, 0] and [r.restart for r in worker] == [0, 1, 2]
+    assert [r.exit_code for r in worker] == [-9, -9, 0] and [r.restart for r in worker] == [0, 1, 2]
     assert job.final("workerpool1[0]").log_path.name == "workerpool1-0.restart2.log"
 
 
-def test_worker_failing_past_its_restarts_retries_the_job_then_fails_it(tmp_path):
-    """Vertex: five restarts of the worker on its VM; failing once more retries the whole job,
-    up to three times; then the job fails."""
-    job = run_local(script_job(FLAKY.replace("FAILS", "99")), tmp_path)
+def test_non_permanent_failures_past_the_restarts_retry_the_job_then_fail_it(tmp_path):
+    """Five restarts of the worker; failing once more retries the whole job, up to three
+    times; then the job fails."""
+    job = run_local(script_job(STEPPER), tmp_path,
+                    fault=Fault("workerpool1[0]", at_step=1, signal="SIGKILL", times=99))
     assert job.state == FAILED and job.worker_restarts == 5 * 4 and job.job_restarts == 3
     assert len([r for r in job.runs if r.pool == 1]) == 6 * 4
     assert "after 5 restarts, and the job after 3 retries" in job.error
 
 
-def test_a_job_retry_after_the_restarts_can_succeed(tmp_path):
-    job = run_local(script_job(FLAKY.replace("FAILS", "6")), tmp_path)  # fails 6 times, then works
-    assert job.state == SUCCEEDED and job.job_restarts == 1 and job.worker_restarts == 5
-
-
 def test_restart_job_on_worker_restart_restarts_everyone(tmp_path):
-    job = run_local(script_job(FLAKY.replace("FAILS", "1"), restart_job=True), tmp_path)
+    job = run_local(script_job(STEPPER, restart_job=True), tmp_path,
+                    fault=Fault("workerpool1[0]", at_step=2, signal="SIGKILL"))
     assert job.state == SUCCEEDED and job.job_restarts == 1 and job.worker_restarts == 0
     assert sorted({(r.job_attempt, r.pool) for r in job.runs}) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_spot_preemptions_restart_the_job_up_to_six_times(tmp_path):
+    job = run_local(script_job(STEPPER, spot=True, workers=0), tmp_path,
+                    fault=Fault("workerpool0", at_step=1, signal="SIGTERM", times=7, grace_s=1.0))
+    assert job.state == FAILED and job.job_restarts == 6 and "preempted more than 6 times" in job.error
 
 
 STEPPER = """

@@ -28,6 +28,12 @@ POOL = {"machine_spec": {"machine_type": "n1-standard-4"}, "replica_count": 1,
         "container_spec": {"image_uri": "us-docker.pkg.dev/p/r/img:1", "command": ["python"]}}
 
 
+@pytest.fixture(autouse=True)
+def _images_in_project_p(monkeypatch):
+    """labkit's default images live in the test project ("p"), not the placeholder project."""
+    monkeypatch.setenv("LABKIT_IMAGE_REGISTRY", "us-central1-docker.pkg.dev/p/labkit")
+
+
 @pytest.fixture
 def fake():
     with FakeVertex() as f:

@@ -23,9 +23,9 @@ def roundtrip(spec):
 
 def all_specs():
     yield vertex.notebook_job("notebooks/06_multi_node.ipynb", {"scale": "smoke"}, output_uri=OUT)
-    yield vertex.notebook_job("gs://b/nb.ipynb", {}, output_uri=OUT, machine_type="a3-highgpu-8g",
-                              accelerator_type="NVIDIA_H100_80GB", accelerator_count=8,
-                              replica_count=4, spot=True, reduction_server_count=4, timeout_s=7200)
+    yield vertex.notebook_job("gs://b/nb.ipynb", {}, output_uri=OUT, machine_type="n1-highmem-96",
+                              accelerator_type="NVIDIA_TESLA_V100", accelerator_count=8,
+                              replica_count=5, spot=True, reduction_server_count=16, timeout_s=7200)
     yield vertex.notebook_job("nb.ipynb", {"a": [1, 2]}, output_uri=OUT, image_uri="gcr.io/p/img:1",
                               env={"X": "1"}, framework="tf")
     yield vertex.training_job({"steps": 10, "framework": "tf"}, output_uri=OUT, replica_count=2)
@@ -34,8 +34,16 @@ def all_specs():
                               accelerator_count=1, spot=True)
     yield vertex.training_job({"model": "gpt"}, output_uri=OUT, machine_type="a3-ultragpu-8g",
                               accelerator_type="NVIDIA_H200_141GB", accelerator_count=8)
-    yield vertex.training_job({}, output_uri=OUT, machine_type="ct5lp-hightpu-4t",
-                              accelerator_type="TPU_V5_LITEPOD", accelerator_count=4)
+    yield vertex.training_job({}, output_uri=OUT, machine_type="ct5lp-hightpu-4t", tpu_topology="2x2")
+    yield vertex.training_job({"model": "gpt"}, output_uri=OUT, machine_type="a3-highgpu-8g",
+                              accelerator_type="NVIDIA_H100_80GB", accelerator_count=8, flex_start=True,
+                              max_wait_s=3600, persistent_resource_id=None, labels={"team": "ml"},
+                              tensorboard="projects/p/locations/us-central1/tensorboards/1",
+                              service_account="trainer@p.iam.gserviceaccount.com")
+    yield vertex.training_job({}, output_uri=OUT, machine_type="g2-standard-8", accelerator_type="NVIDIA_L4",
+                              accelerator_count=1, reservation="projects/p/zones/us-central1-a/reservations/r",
+                              persistent_resource_id=None)
+    yield vertex.training_job({}, output_uri=OUT, persistent_resource_id="my-cluster")
     yield vertex.custom_job_spec(vertex.PoolConfig(), None, None,
                                  vertex.PoolConfig(replica_count=2), output_uri=OUT)
 
@@ -52,12 +60,16 @@ def test_notebook_job_runs_papermill_entry_with_parameters():
     spec = vertex.notebook_job("notebooks/06_multi_node.ipynb", {"scale": "full", "steps": 3},
                                output_uri=OUT)
     pool = spec["worker_pool_specs"][0]
-    assert len(spec["worker_pool_specs"]) == 1 and "scheduling" not in spec
+    assert len(spec["worker_pool_specs"]) == 1
+    assert spec["scheduling"] == {"timeout": f"{vertex.DEFAULT_TIMEOUT_S}s"}  # a cost guard by default
     args = pool["container_spec"]["args"]
     assert args[:4] == ["python", "-m", "labkit.vertex.entry", "notebook"]
     assert args[4] == "/gcs/my-bucket/runs/r1/inputs/06_multi_node.ipynb"
     assert args[5] == "/gcs/my-bucket/runs/r1/notebooks"
     assert json.loads(args[7]) == {"scale": "full", "steps": 3}
+    # The kernel log and the notebook's files go to the bucket beside the executed notebook.
+    assert args[args.index("--artifacts") + 1] == "/gcs/my-bucket/runs/r1/notebooks/artifacts/06_multi_node"
+    assert args[args.index("--cell-timeout") + 1] == "1800" and "--device" not in args
     # labkit's own image: it has labkit and papermill, so nothing is installed at start.
     assert pool["container_spec"]["image_uri"] == vertex.default_image("torch")
     assert "/labkit/labkit-torch:" in pool["container_spec"]["image_uri"]
@@ -93,15 +105,17 @@ def test_spot_sets_spot_strategy():
 
 
 def test_multi_node_pools_reduction_server_and_restart():
-    spec = vertex.notebook_job("nb.ipynb", {}, output_uri=OUT, machine_type="a3-highgpu-8g",
-                               accelerator_type="NVIDIA_H100_80GB", accelerator_count=8,
-                               replica_count=4, reduction_server_count=2, timeout_s=3600)
+    # Vertex's own example: 5 n1-highmem-96 nodes with 8 V100 (100 Gbps each) need 16
+    # n1-highcpu-16 reducers (32 Gbps each).
+    spec = vertex.notebook_job("nb.ipynb", {}, output_uri=OUT, machine_type="n1-highmem-96",
+                               accelerator_type="NVIDIA_TESLA_V100", accelerator_count=8,
+                               replica_count=5, reduction_server_count=16, timeout_s=3600)
     p0, p1, p2 = spec["worker_pool_specs"]
-    assert p0["replica_count"] == 1 and p1["replica_count"] == 3
-    assert p1["machine_spec"] == {"machine_type": "a3-highgpu-8g",
-                                  "accelerator_type": "NVIDIA_H100_80GB", "accelerator_count": 8}
+    assert p0["replica_count"] == 1 and p1["replica_count"] == 4
+    assert p1["machine_spec"] == {"machine_type": "n1-highmem-96",
+                                  "accelerator_type": "NVIDIA_TESLA_V100", "accelerator_count": 8}
     assert p2["container_spec"] == {"image_uri": vertex.REDUCTION_SERVER_IMAGE}
-    assert p2["machine_spec"] == {"machine_type": "n1-highcpu-16"} and p2["replica_count"] == 2
+    assert p2["machine_spec"] == {"machine_type": "n1-highcpu-16"} and p2["replica_count"] == 16
     assert spec["scheduling"] == {"timeout": "3600s", "restart_job_on_worker_restart": True}
     assert roundtrip(spec)["scheduling"]["timeout"] == "3600s"
 
@@ -119,8 +133,9 @@ def test_training_job_passes_train_flags_and_gcs_paths():
     assert args[:4] == ["python", "-m", "labkit", "train"]
     assert args[args.index("--steps") + 1] == "7" and "--channels-last" in args and "--no-progress" in args
     assert args[args.index("--checkpoint-dir") + 1] == "/gcs/my-bucket/runs/r1/checkpoints"
-    # TensorBoard through the mount too: a gs:// folder needs gcsfs or TensorFlow's file system.
-    assert args[args.index("--tensorboard-dir") + 1] == "/gcs/my-bucket/runs/r1/logs"
+    # TensorBoard logs go where Vertex points AIP_TENSORBOARD_LOG_DIR (Vertex AI TensorBoard
+    # uploads from there); the engines read it when the run starts.
+    assert "--tensorboard-dir" not in args and "--device" not in args  # no GPUs asked for
 
 
 # Pairings the service refuses; each error names the machine type and the accelerator.
@@ -129,10 +144,17 @@ def test_training_job_passes_train_flags_and_gcs_paths():
     ("a3-highgpu-8g", "NVIDIA_H100_80GB", 4, "accelerator_count", ["a3-highgpu-8g", "exactly 8"]),
     ("g2-standard-8", "NVIDIA_A100_80GB", 1, "accelerator_type", ["g2-standard-8", "NVIDIA_A100_80GB", "NVIDIA_L4"]),
     ("a2-highgpu-2g", "NVIDIA_TESLA_A100", 1, "accelerator_count", ["a2-highgpu-2g", "exactly 2"]),
-    ("n1-standard-32", "NVIDIA_TESLA_V100", 1, "machine_type", ["32 vCPUs", "at most 12"]),
+    ("n1-standard-32", "NVIDIA_TESLA_V100", 1, "accelerator_count", ["[4, 8]", "n1-standard-32"]),
+    ("n1-standard-32", "NVIDIA_TESLA_T4", 1, "accelerator_count", ["[2, 4]", "configure-compute"]),
+    ("n1-standard-96", "NVIDIA_TESLA_P100", 4, "accelerator_type", ["n1-standard-96", "NVIDIA_TESLA_P100"]),
+    ("n1-standard-2", None, 0, "machine_type", ["not a machine type Vertex AI offers for training"]),
+    ("n1-highcpu-8", None, 0, "machine_type", ["n1-highcpu-16", "configure-compute"]),
+    ("ct4p-hightpu-4t", "TPU_V4_POD", 4, "machine_type", ["not a machine type"]),
     ("n1-standard-8", "NVIDIA_TESLA_T4", 3, "accelerator_count", ["[1, 2, 4]", "NVIDIA_TESLA_T4"]),
     ("a2-ultragpu-1g", None, 0, "accelerator_type", ["NVIDIA_A100_80GB", "a2-ultragpu-1g"]),
-    ("ct5lp-hightpu-4t", "TPU_V5_LITEPOD", 8, "accelerator_count", ["ct5lp-hightpu-4t", "exactly 4"]),
+    ("ct5lp-hightpu-4t", "TPU_V5_LITEPOD", 4, "accelerator_type", ["ct5lp-hightpu-4t", "tpu_topology"]),
+    ("ct5lp-hightpu-4t", None, 0, "tpu_topology", ["2x2", "4x4"]),
+    ("cloud-tpu", "TPU_V3", 16, "accelerator_count", ["multiple of 32"]),
 ])
 def test_machine_and_accelerator_must_pair(machine, accelerator, count, field, words):
     with pytest.raises(ParameterError) as err:
@@ -185,8 +207,8 @@ def test_boot_disk_follows_the_machine_family():
 
 
 def test_a_tpu_job_is_priced_per_chip_and_an_unpriced_one_says_so():
-    tpu = vertex.training_job({}, output_uri=OUT, machine_type="ct5lp-hightpu-4t",
-                              accelerator_type="TPU_V5_LITEPOD", accelerator_count=4, spot=True)
+    tpu = vertex.training_job({}, output_uri=OUT, machine_type="ct5lp-hightpu-4t", tpu_topology="2x2",
+                              spot=True)
     cost = vertex.estimate_cost(tpu)
     chip = vertex.pricing.accelerator_prices()["TPU_V5_LITEPOD"]
     assert cost.priced and cost.usd_per_hour == pytest.approx(4 * chip.spot) and cost.usd_per_hour > 0

@@ -71,3 +71,21 @@ def test_time_checkpoint_write(tmp_path):
     assert seconds > 0 and size == 1000
     with pytest.raises(FileNotFoundError):
         spot.time_checkpoint_write(str(tmp_path / "none"))
+
+
+def test_capacity_options_compare_on_demand_spot_and_flex_start_with_sources():
+    from labkit.hardware import facts
+
+    s = spot.SpotScenario(24.0, 10.0, 4.0, model(preemptions_per_hour=0.05))
+    on_demand, spot_opt, flex = spot.capacity_options(s, 1800.0, "catalog row X")
+    assert [o.name for o in (on_demand, spot_opt, flex)] == ["on-demand", "Spot", "DWS flex-start"]
+    busy = spot.row(s, 1800.0).on_demand_cost / 10.0  # the work and its checkpoint writes
+    assert busy > 24.0 and on_demand.job_usd == (busy * 10.0,) * 2 and spot_opt.usd_per_hour == (4.0, 4.0)
+    assert spot_opt.wall_hours > busy  # preemptions stretch a Spot job
+    assert flex.usd_per_hour == (10.0 * (1 - facts.DWS_MAX_DISCOUNT.value), 10.0) and flex.wall_hours == busy
+    assert flex.job_usd == pytest.approx((busy * 5.0, busy * 10.0))
+    assert all(o.sources and all("read 2026-" in src or src == "catalog row X" for src in o.sources)
+               for o in (on_demand, spot_opt, flex))
+    assert any(facts.VERTEX_DWS_URL in src for src in flex.sources)
+    rows = spot.capacity_rows([on_demand, spot_opt, flex])
+    assert rows[2]["USD/h"] == "$5.00-10.00" and "maxWaitDuration" in rows[2]["rules"]

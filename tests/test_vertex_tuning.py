@@ -51,7 +51,8 @@ def test_trials_get_their_values_as_labkit_train_flags():
     assert "--checkpoint-dir" not in args  # each trial checkpoints in its own AIP_CHECKPOINT_DIR
     one = trial_spec(spec, "3", {"lr": 0.003, "batch-size": 32.0, "warmup-steps": 2, "precision": "bf16"})
     trial_args = one["worker_pool_specs"][0]["container_spec"]["args"]
-    assert trial_args[-4:] == ["--lr=0.003", "--batch-size=32", "--warmup-steps=2", "--precision=bf16"]
+    # As the service writes them: a DISCRETE value is a double, an INTEGER one an integer.
+    assert trial_args[-4:] == ["--lr=0.003", "--batch-size=32.0", "--warmup-steps=2", "--precision=bf16"]
     assert one["base_output_directory"]["output_uri_prefix"] == f"{OUT}/3"
     cfg = from_argv(trial_args[5:])  # what `labkit train` makes of them
     assert (cfg.lr, cfg.batch_size, cfg.warmup_steps, cfg.precision, cfg.steps) == (0.003, 32, 2, "bf16", 6)
@@ -192,3 +193,61 @@ def test_both_engines_report_the_trial_metric_once_per_evaluation(framework, tmp
     reported = hypertune.reported_values(hypertune.read_reports(tmp_path / "hypertune" / "output.metrics"), "loss")
     assert [step for step, _ in reported] == [2, 4]
     assert [value for _, value in reported] == [log.losses[1], log.losses[3]]
+
+
+ECHO = ("import os, sys\n"
+        "from labkit.core.hypertune import report_metric\n"
+        "print('flags:', ' '.join(sys.argv[1:]), flush=True)\n"
+        "value = sys.argv[-1].split('=')[1]\n"
+        "if value == 'FAIL':\n"
+        "    print('trial refuses its value FAIL', flush=True)\n"
+        "    sys.exit(2)\n"
+        "report_metric('loss', float(int(float(value))), 1)\n")
+
+
+def _study(parameters, algorithm=None, trials=4):
+    trial_job = vertex.custom_job_spec(vertex.PoolConfig(image_uri="gcr.io/p/img",
+                                                         args=["python", "-c", ECHO]), output_uri=OUT)
+    study = {"metrics": [{"metric_id": "loss", "goal": "MINIMIZE"}], "parameters": parameters}
+    if algorithm:
+        study["algorithm"] = algorithm
+    return {"study_spec": study, "max_trial_count": trials, "parallel_trial_count": 1,
+            "trial_job_spec": trial_job}
+
+
+def test_a_grid_search_runs_the_grid_once_and_keeps_every_record(tmp_path):
+    pytest.importorskip("optuna")
+    grid = [{"parameter_id": "x", "discrete_value_spec": {"values": [16.0, 32.0]}}]
+    records = vertex.run_local_tuning(_study(grid, "GRID_SEARCH", trials=5), tmp_path)
+    assert [r.state for r in records] == ["SUCCEEDED", "SUCCEEDED"]  # the grid has two points
+    assert sorted(r.parameters["x"] for r in records) == [16.0, 32.0]
+    # The values reach the trial exactly as the service writes a DISCRETE value: a double.
+    logs = "".join(p.read_text() for p in tmp_path.glob("trial-*/logs/attempt0/*.log"))
+    assert "--x=16.0" in logs and "--x=32.0" in logs
+
+
+def test_a_trial_that_fails_by_itself_runs_once_and_says_why(tmp_path):
+    pytest.importorskip("optuna")
+    bad = [{"parameter_id": "x", "categorical_value_spec": {"values": ["FAIL"]}}]
+    (record,) = vertex.run_local_tuning(_study(bad, trials=1), tmp_path)
+    assert record.state == "FAILED" and record.metric is None
+    assert "exited 2" in record.error and "trial refuses its value FAIL" in record.error
+    assert len(list((tmp_path / "trial-1" / "logs").rglob("*.log"))) == 1  # not restarted
+
+
+def test_every_integer_flag_of_labkit_train_reads_the_services_double():
+    import argparse
+
+    from labkit.cli import build_parser
+
+    train = next(a for a in build_parser()._subparsers._group_actions[0].choices.items() if a[0] == "train")[1]
+    ints = [a for a in train._actions if a.option_strings and a.type is not None
+            and getattr(a.type, "__name__", "") == "int"]
+    assert {"--batch-size", "--steps", "--warmup-steps", "--seed", "--nproc-per-node"} <= \
+        {a.option_strings[0] for a in ints}
+    for action in ints:
+        flag = action.option_strings[0]
+        ns = train.parse_args([f"{flag}=4.0"])
+        assert getattr(ns, action.dest) == 4 and isinstance(getattr(ns, action.dest), int), flag
+    with pytest.raises(SystemExit):
+        argparse.ArgumentParser.parse_args(train, ["--batch-size=32.5"])

@@ -20,17 +20,16 @@ def add_image_command(subparsers) -> None:
     p.add_argument("--framework", choices=("torch", "tf"), default="torch")
     p.add_argument("--project", default=None)
     p.add_argument("--region", default=None)
-    p.add_argument("--tag", default=None, help="image tag (default: labkit's version)")
+    p.add_argument("--tag", default=None,
+                   help="image tag (default: a digest of the sources the image is built from)")
     p.add_argument("--dry-run", action="store_true", help="only print the commands")
     p.set_defaults(handler=_image_command)
 
 
 def _image_command(args: argparse.Namespace) -> int:
-    from labkit import __version__
     from labkit.vertex.images import build, build_plan
 
-    plan = build_plan(args.framework, project=args.project, region=args.region,
-                      tag=args.tag or __version__)
+    plan = build_plan(args.framework, project=args.project, region=args.region, tag=args.tag)
     print(plan.text())
     if args.dry_run or not plan.ready:
         if plan.ready:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from labkit.core.config import ParameterError
+from labkit.core.config import ParameterError, parse_int
 from labkit.core.train_config import (
     PREEMPTED_EXIT_CODE,
     Preempted,
@@ -21,7 +21,7 @@ def add_train_command(subparsers) -> None:
                     "was preempted (SIGTERM or --preempt-at) after checkpointing: run the same "
                     "command again to resume.")
     add_arguments(p)
-    p.add_argument("--nproc-per-node", type=int, default=1,
+    p.add_argument("--nproc-per-node", type=parse_int, default=1,
                    help="start this many local processes (gloo on loopback; torch only): DDP "
                         "replicas, or the ranks of the --parallel mode")
     p.set_defaults(handler=_train_command)

@@ -52,6 +52,27 @@ def check_int(
     return value
 
 
+def parse_int(text: str) -> int:
+    """An integer command-line value, also in the form Vertex AI's tuning service writes a
+    DISCRETE or INTEGER value it holds as a double (``--batch-size=32.0``); ``32.5`` is refused.
+    Named ``int`` so argparse's message reads "invalid int value: '32.5'"."""
+    value = text.strip() if isinstance(text, str) else text
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        pass
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"not an integer: {text!r}") from None
+    if not math.isfinite(number) or not number.is_integer():
+        raise ValueError(f"not an integer: {text!r}")
+    return int(number)
+
+
+parse_int.__name__ = "int"
+
+
 def check_float(
     name: str, value: Any, *, minimum: float | None = None, maximum: float | None = None,
     allow_none: bool = False,

@@ -25,6 +25,7 @@ from labkit.core.config import (
     check_choice,
     check_float,
     check_int,
+    parse_int,
 )
 from labkit.core.fingerprint import CHANGEABLE, parse_allowed
 from labkit.core.gcs import aip_mount_paths
@@ -262,10 +263,18 @@ def _field_types() -> dict[str, tuple[type, bool]]:
     return out
 
 
+def _parser_of(kind: type):
+    """How a flag of this type reads its text: integers through `parse_int`, which also takes
+    Vertex AI's ``32.0`` for a tuned DISCRETE value."""
+    return parse_int if kind is int else kind
+
+
 def _none_or(kind: type):
     """An argparse type that reads `none` as None (for fields whose default is not None)."""
+    read = _parser_of(kind)
+
     def parse(text: str):
-        return None if text.strip().lower() == "none" else kind(text)
+        return None if text.strip().lower() == "none" else read(text)
 
     parse.__name__ = kind.__name__  # argparse names the type in its error messages
     return parse
@@ -281,7 +290,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag(f.name), action=argparse.BooleanOptionalAction, default=f.default,
                                 help=help_text)
             continue
-        parse = _none_or(kind) if optional and f.default is not None and kind is not str else kind
+        parse = (_none_or(kind) if optional and f.default is not None and kind is not str
+                 else _parser_of(kind))
         shown = f" (default: {f.default})" if f.default is not None else ""
         parser.add_argument(flag(f.name), type=parse, default=f.default, choices=choices,
                             help=help_text + shown)

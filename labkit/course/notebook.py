@@ -21,7 +21,6 @@ output in an executed notebook (`unexpected_stderr`).
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import os
 import sys
@@ -33,7 +32,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from labkit.core.config import ParameterError
+# The parameters cell, read and checked before anything runs, lives in labkit.core so that a
+# Vertex notebook job checks it too; the names stay importable from here.
+from labkit.core.notebook_params import (  # noqa: F401
+    check_parameters,
+    notebook_parameters,
+    parse_value,
+    type_problem,
+)
 from labkit.core.outputs import check_file
 from labkit.core.progress import in_kernel
 from labkit.course.report import KeyFigure, figures_in_notebook
@@ -172,75 +178,6 @@ def course_notebooks(notebook_dir: str | os.PathLike | None = None) -> list[Path
     """The course notebooks in order: `NN_name.ipynb`."""
     d = Path(notebook_dir) if notebook_dir else find_notebook_dir()
     return sorted(d.glob("[0-9][0-9]_*.ipynb"))
-
-
-def parse_value(text: str) -> Any:
-    """A `-p name value` string as Python: numbers, True/False/None (any case), lists, dicts;
-    anything else stays a string, so `-p scale smoke` needs no quotes."""
-    lowered = text.strip().lower()
-    if lowered in ("true", "false", "none", "null"):
-        return {"true": True, "false": False, "none": None, "null": None}[lowered]
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
-def notebook_parameters(path: str | os.PathLike) -> dict[str, Any]:
-    """Names and defaults of the notebook's `parameters` cell (empty if it has none). Raises
-    ParameterError naming the file when it is not a notebook."""
-    import papermill
-    from nbformat.reader import NotJSONError
-
-    try:
-        params = papermill.inspect_notebook(str(path))
-    except NotJSONError as e:
-        raise ParameterError("notebook", str(path), "is not a Jupyter notebook: its file is not JSON") from e
-    except (KeyError, AttributeError, TypeError, ValueError) as e:  # JSON, but not nbformat's
-        raise ParameterError("notebook", str(path), f"is not a Jupyter notebook ({e})") from e
-    out = {}
-    for name, info in params.items():
-        default = info.get("default")
-        try:
-            out[name] = ast.literal_eval(default) if default is not None else None
-        except (ValueError, SyntaxError):
-            out[name] = default
-    return out
-
-
-def check_parameters(path: str | os.PathLike, parameters: dict[str, Any],
-                     declared: dict[str, Any] | None = None) -> None:
-    """Refuse names the notebook does not declare, and values whose type contradicts the default
-    (a string or 1.5 where the default is an int, say), before a kernel is started. `declared`:
-    the notebook's parameters when already read."""
-    declared = notebook_parameters(path) if declared is None else declared
-    notebook = Path(path).name
-    for name, value in parameters.items():
-        if name not in declared:
-            known = ", ".join(sorted(declared)) or "none"
-            raise ParameterError(name, value, f"is not a parameter of {notebook} (it has: {known})")
-        problem = type_problem(declared[name], value)
-        if problem:
-            raise ParameterError(name, value, f"of {notebook} {problem}")
-
-
-def type_problem(default: Any, value: Any) -> str | None:
-    """Why `value` cannot replace a parameter whose default is `default` (None: it can). The
-    kind of the default decides: a bool takes True/False, an int an integer (not a bool, not
-    1.5), a float any number, a string a string; None and containers take anything."""
-    if default is None or value is None:
-        return None
-    if isinstance(default, bool):
-        return None if isinstance(value, bool) else f"must be True or False like its default {default!r}"
-    if isinstance(default, int):
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        return None if ok else f"must be an integer like its default {default!r}"
-    if isinstance(default, float):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return None if ok else f"must be a number like its default {default!r}"
-    if isinstance(default, str) and not isinstance(value, str):
-        return f"must be a string like its default {default!r}"
-    return None
 
 
 def artifacts_dir(name: str) -> Path:

@@ -3,7 +3,8 @@
 `tradeoff` prices a job at each checkpoint interval with `labkit.hardware.spot.SpotModel` (the
 one model of preemption overhead: lost work and restarts stretch the wall time, checkpoint
 writes add their own), so the cheapest interval and the Spot saving are numbers, not advice.
-`time_checkpoint_write` measures what one checkpoint costs to write here.
+`time_checkpoint_write` measures what one checkpoint costs to write here. `capacity_options`
+compares on-demand, Spot and DWS flex-start for one job, each price and rule with its source.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from labkit.core.config import check_float
 from labkit.course.plots import finish, new_figure
+from labkit.hardware import facts
 from labkit.hardware.spot import SpotModel
 
 
@@ -99,3 +101,63 @@ def plot_tradeoff(rows: list[TradeoffRow], path: str | os.PathLike | None = None
     ax.legend()
     ax.grid(True, which="both", alpha=0.3)
     return finish(fig, path)
+
+
+@dataclass
+class CapacityOption:
+    """One way to buy the job's machine time: what an hour costs, what the job costs, and the
+    rules that come with it (each with its source)."""
+
+    name: str
+    usd_per_hour: tuple[float, float]  # (low, high): one figure when both are equal
+    job_usd: tuple[float, float]
+    wall_hours: float
+    rules: list[str]
+    sources: list[str]
+
+
+def capacity_options(s: SpotScenario, interval_s: float, price_source: str) -> list[CapacityOption]:
+    """On-demand, Spot (at the checkpoint interval `interval_s`, preemptions as `s.spot` models
+    them) and DWS flex-start for the job of `s`. Flex-start has no sourced rate in labkit's
+    catalog: its price is given as the range Google documents, from about half of on-demand
+    (`facts.DWS_MAX_DISCOUNT`) to on-demand, for the same wall time as on-demand (it is not
+    preempted) after a wait for capacity."""
+    spot_row = row(s, interval_s)
+    on_demand = s.on_demand_usd_hr
+    busy = spot_row.on_demand_cost / on_demand if on_demand else s.work_hours  # work + checkpoint writes
+    dws_low = on_demand * (1 - facts.DWS_MAX_DISCOUNT.value)
+    return [
+        CapacityOption("on-demand", (on_demand, on_demand), (spot_row.on_demand_cost,) * 2, busy,
+                       ["starts when capacity is there (a stockout fails the job, retried up to 3 times)",
+                        "never preempted"],
+                       [price_source, facts.STOCKOUT_RESTARTS.cite()]),
+        CapacityOption("Spot", (s.spot_usd_hr, s.spot_usd_hr), (spot_row.spot_cost,) * 2, spot_row.wall_hours,
+                       [f"preempted at any time ({s.spot.preemptions_per_hour}/h assumed): the job restarts, "
+                        "up to 6 times, from its last checkpoint",
+                        f"up to {facts.SPOT_MAX_DISCOUNT.value:.0%} off on-demand"],
+                       [price_source, facts.SPOT_JOB_RESTARTS.cite(), facts.SPOT_MAX_DISCOUNT.cite()]),
+        CapacityOption("DWS flex-start", (dws_low, on_demand), (dws_low * busy, on_demand * busy), busy,
+                       [f"waits for all its GPUs at once, at most maxWaitDuration (default "
+                        f"{facts.DWS_MAX_WAIT_DEFAULT_H.value:.0f} h)",
+                        "not preempted once running; L4, A100, H100, H200 or B200 only; timeout <= 7 days",
+                        "price: up to about half of on-demand (no rate in labkit's catalog)"],
+                       list(dict.fromkeys([facts.DWS_MAX_WAIT_DEFAULT_H.cite(), facts.DWS_NOT_PREEMPTIBLE.cite(),
+                                           facts.DWS_MAX_DISCOUNT.cite()]))),
+    ]
+
+
+def capacity_rows(options: list[CapacityOption]) -> list[dict[str, Any]]:
+    """Table rows of `capacity_options` (a range where the price is one)."""
+    def money(pair: tuple[float, float]) -> str:
+        return f"${pair[0]:,.2f}" if pair[0] == pair[1] else f"${pair[0]:,.2f}-{pair[1]:,.2f}"
+
+    return [{"capacity": o.name, "USD/h": money(o.usd_per_hour), "job USD": money(o.job_usd),
+             "wall h": round(o.wall_hours, 1), "rules": "; ".join(o.rules)} for o in options]
+
+
+def capacity_text(options: list[CapacityOption], title: str) -> str:
+    """The comparison as a table, then each option's sources."""
+    from labkit.course.tables import table
+
+    return "\n".join([table(capacity_rows(options), title=title),
+                      *(f"{o.name}: " + "; ".join(o.sources) for o in options)])

@@ -84,8 +84,8 @@ def submit_or_preview(spec: Mapping[str, Any], display_name: str) -> str:
     if vertex.preflight().ready:
         return f"submitted: {vertex.submit(spec, display_name=display_name).name}"
     with FakeVertex() as fake:
-        job = vertex.submit(spec, display_name=display_name, project="my-project", region="us-central1",
-                            bucket="gs://my-bucket", endpoint=fake.endpoint)
+        job = vertex.submit(spec, display_name=display_name, project="labkit-local", region="us-central1",
+                            bucket="gs://labkit-local", endpoint=fake.endpoint)
         arrived = fake.created("hyperparameterTuningJobs")[0]
         final = vertex.wait(job.name, poll_s=0, timeout_s=30, endpoint=fake.endpoint)
     metric = arrived["study_spec"]["metrics"][0]

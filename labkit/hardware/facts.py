@@ -14,6 +14,9 @@ import datetime as dt
 from dataclasses import dataclass
 
 READ_ON = dt.date(2026, 11, 23)
+# The restart and error rules were read again, in full, on this date (stored copies of the pages
+# below under docs.cloud.google.com).
+RULES_READ_ON = dt.date(2026, 11, 26)
 
 VERTEX_TRAINING_ERRORS_URL = ("https://docs.cloud.google.com/gemini-enterprise-agent-platform/"
                               "machine-learning/training/understanding-training-service")
@@ -22,6 +25,11 @@ VERTEX_SPOT_TRAINING_URL = ("https://docs.cloud.google.com/gemini-enterprise-age
 COMPUTE_SCHEDULING_API_URL = ("https://pub.dev/documentation/googleapis/latest/compute_v1/"
                               "Scheduling/skipGuestOsShutdown.html")
 SPOT_PRICING_URL = "https://cloud.google.com/spot-vms/pricing"
+VERTEX_DWS_URL = ("https://docs.cloud.google.com/gemini-enterprise-agent-platform/"
+                  "machine-learning/training/schedule-jobs-dws")
+# Google Cloud Japan's own engineers on DWS flex-start's prices for Vertex AI (a blog, not a
+# price list: the rate card itself is https://cloud.google.com/products/dws/pricing).
+DWS_PRICE_BLOG_URL = "https://zenn.dev/google_cloud_jp/articles/dws-flex-new-skus"
 # Vertex AI's rate card (https://cloud.google.com/vertex-ai/pricing) as transcribed, with the
 # page's figures quoted verbatim, on 2026-10-07; and Compute Engine's, from Google's Cloud
 # Billing Catalog, as exported on 2026-07-30. Both pinned to a commit.
@@ -63,26 +71,53 @@ CONTAINER_SIGTERM_GRACE_S = Fact(
     VERTEX_SPOT_TRAINING_URL, documented=False)
 
 SPOT_JOB_RESTARTS = Fact(
-    6, "restarts", "When Spot VMs are preempted, the training job fails with a STOCKOUT error "
-    "and is restarted up to six times", VERTEX_SPOT_TRAINING_URL)
+    6, "restarts", "When Spot VMs are preempted, the serverless training job fails with a STOCKOUT "
+    "error and is restarted up to six times", VERTEX_SPOT_TRAINING_URL, RULES_READ_ON)
 
 WORKER_RESTARTS = Fact(
-    5, "restarts", "A worker that exits with a non-zero code (not one of the documented common "
-    "errors) is restarted on the same VM, up to five restarts per worker", VERTEX_TRAINING_ERRORS_URL)
+    5, "restarts", "A worker that fails with a non-permanent error (any error not listed among the "
+    "common errors, such as its VM failing) is restarted, up to five restarts per worker",
+    VERTEX_TRAINING_ERRORS_URL, RULES_READ_ON)
 
 JOB_RETRIES_AFTER_WORKER_RESTARTS = Fact(
     3, "retries", "After five restarts, if the worker fails again, the whole job is retried up "
-    "to three times before it fails", VERTEX_TRAINING_ERRORS_URL)
+    "to three times before it fails", VERTEX_TRAINING_ERRORS_URL, RULES_READ_ON)
 
 PERMANENT_ERROR_RESTARTS = Fact(
-    0, "restarts", "A worker failing with one of the documented common errors (user code "
-    "exception, out of memory, stockout) is a permanent error: the whole job is shut down, "
-    "except that potentially transient exit codes (SIGABRT, SIGSEGV) and stockouts make the "
-    "service restart the job up to three times", VERTEX_TRAINING_ERRORS_URL)
+    0, "restarts", "A worker that fails with a common error (a user code exception: 'The replica "
+    "exited with a non-zero status'; out of memory) is a permanent error: the service shuts the "
+    "whole job down and does not restart it", VERTEX_TRAINING_ERRORS_URL, RULES_READ_ON)
+
+TRANSIENT_EXIT_RESTARTS = Fact(
+    3, "restarts", "Exit codes that could be transient make the service restart the job up to "
+    "three times: SIGABRT (exit code 6, or 134 in a custom container) and SIGSEGV (exit code 11, "
+    "or 139 in a custom container)", VERTEX_TRAINING_ERRORS_URL, RULES_READ_ON)
+
+STOCKOUT_RESTARTS = Fact(
+    3, "restarts", "On a Compute Engine stockout (insufficient capacity in the region) the "
+    "service attempts to restart the job up to three times", VERTEX_TRAINING_ERRORS_URL, RULES_READ_ON)
 
 INTERNAL_ERROR_RESTARTS = Fact(
     2, "restarts", "On an internal error the service restarts the job twice (three attempts in "
-    "all) before failing it", VERTEX_TRAINING_ERRORS_URL)
+    "all) before failing it", VERTEX_TRAINING_ERRORS_URL, RULES_READ_ON)
+
+DWS_MAX_WAIT_DEFAULT_H = Fact(
+    24, "h", "A Dynamic Workload Scheduler (FLEX_START) job waits for its GPUs at most "
+    "scheduling.maxWaitDuration, by default 1 day (0: indefinitely)", VERTEX_DWS_URL, RULES_READ_ON)
+
+DWS_MAX_TIMEOUT_DAYS = Fact(
+    7, "days", "A FLEX_START job needs L4, A100, H100, H200 or B200 GPUs, the same machine "
+    "configuration in every worker pool, and a timeout of 7 days or less", VERTEX_DWS_URL, RULES_READ_ON)
+
+DWS_NOT_PREEMPTIBLE = Fact(
+    0, "preemptions", "A FLEX_START job consumes preemptible quota, but only in name: its "
+    "resources are not preemptible and behave like standard resources; it is billed at Dynamic "
+    "Workload Scheduler prices", VERTEX_DWS_URL, RULES_READ_ON)
+
+DWS_MAX_DISCOUNT = Fact(
+    0.5, "fraction of the on-demand price", "With DWS flex-start's prices, accelerator-optimized "
+    "machines with high-end GPUs cost up to about half of on-demand on Vertex AI (Google Cloud "
+    "Japan, 'up to about half price')", DWS_PRICE_BLOG_URL, RULES_READ_ON)
 
 CHECKPOINT_EVERY_H = Fact(
     4, "h", "For training expected to take more than four hours, save a checkpoint at least "
@@ -106,11 +141,14 @@ COMPUTE_N1_STANDARD_4 = Fact(
 VERTEX_TRAINING_PREMIUM = VERTEX_TRAINING_N1_STANDARD_4.value / COMPUTE_N1_STANDARD_4.value
 
 ALL = (SPOT_SHUTDOWN_S, CONTAINER_SIGTERM_GRACE_S, SPOT_JOB_RESTARTS, WORKER_RESTARTS,
-       JOB_RETRIES_AFTER_WORKER_RESTARTS, PERMANENT_ERROR_RESTARTS, INTERNAL_ERROR_RESTARTS,
+       JOB_RETRIES_AFTER_WORKER_RESTARTS, PERMANENT_ERROR_RESTARTS, TRANSIENT_EXIT_RESTARTS,
+       STOCKOUT_RESTARTS, INTERNAL_ERROR_RESTARTS, DWS_MAX_WAIT_DEFAULT_H, DWS_MAX_TIMEOUT_DAYS,
+       DWS_NOT_PREEMPTIBLE, DWS_MAX_DISCOUNT,
        CHECKPOINT_EVERY_H, SPOT_MAX_DISCOUNT, VERTEX_TRAINING_N1_STANDARD_4, COMPUTE_N1_STANDARD_4)
 
 
 def restart_rules() -> list[str]:
     """Vertex AI's documented restart rules, one sentence each with its source."""
-    return [f.text() for f in (SPOT_JOB_RESTARTS, WORKER_RESTARTS, JOB_RETRIES_AFTER_WORKER_RESTARTS,
-                               PERMANENT_ERROR_RESTARTS, INTERNAL_ERROR_RESTARTS)]
+    return [f.text() for f in (PERMANENT_ERROR_RESTARTS, TRANSIENT_EXIT_RESTARTS, STOCKOUT_RESTARTS,
+                               SPOT_JOB_RESTARTS, WORKER_RESTARTS, JOB_RETRIES_AFTER_WORKER_RESTARTS,
+                               INTERNAL_ERROR_RESTARTS)]

@@ -10,13 +10,24 @@ from labkit.vertex.images import (
     build_plan,
     check_image,
     default_image,
+    image_tag,
     labkit_image,
 )
-from labkit.vertex.machines import boot_disk_type, check_machine
+from labkit.vertex.machines import (
+    TRAINING_MACHINE_TYPES,
+    boot_disk_type,
+    check_machine,
+    machine_arch,
+    network_gbps,
+)
 from labkit.vertex.pricing import CostEstimate, estimate_cost
+from labkit.vertex.reduction import ReducerSizing, size_reducers
+from labkit.vertex.scheduling import DEFAULT_TIMEOUT_S
 from labkit.vertex.specs import (
     REDUCTION_SERVER_IMAGE,
+    JobSpec,
     PoolConfig,
+    check_output_uri,
     check_spec,
     custom_job_spec,
     gcs_fuse_path,
@@ -51,6 +62,8 @@ from labkit.vertex.tuning import (
 )
 
 __all__ = [
+    "DEFAULT_TIMEOUT_S", "JobSpec", "ReducerSizing", "TRAINING_MACHINE_TYPES", "check_output_uri",
+    "image_tag", "machine_arch", "network_gbps", "size_reducers",
     "FRAMEWORK_MINIMUMS", "PREBUILT_IMAGES", "REDUCTION_SERVER_IMAGE", "CostEstimate", "DryRun",
     "Fault", "LocalJob", "PoolConfig", "Preflight", "StudyCost", "TrialRecord",
     "VertexNotConfigured", "boot_disk_type", "build_plan", "check_image", "check_machine",

@@ -15,12 +15,20 @@ for every job attempt: what a replica writes to a relative path such as
 ``Path("gs://b/x")`` (the local folder ``gs:/b/x``) stays there and is gone after a restart, as
 on Vertex. Its ``CLOUD_ML_HP_METRIC_FILE`` (hyperparameter-tuning reports) is in that folder too.
 
-Vertex's documented restart rules are applied (`labkit.hardware.facts`): a replica that exits
-non-zero is restarted on its own up to 5 times, and when it fails once more the whole job is
-retried up to 3 times before it fails; with ``restart_job_on_worker_restart`` the whole job
-restarts instead; on a Spot job a preempted replica (an injected SIGTERM) restarts the whole job
-(up to 6 times). The job succeeds
-when the primary replica (workerpool0) exits 0. `Fault` injects SIGTERM or SIGKILL into a chosen
+Vertex's documented restart rules are applied by the cause of an exit (`labkit.hardware.facts`,
+each rule with its page and read date). A replica that exits non-zero by itself has hit one of
+the service's "common errors": a user-code exception (any exit status, such as 1 or 2) or an out
+of memory kill is **permanent** and the job fails at once, with nothing restarted; SIGABRT and
+SIGSEGV exits (6 or 134, 11 or 139) may be transient and restart the whole job, up to 3 times.
+An injected fault stands for the machine's side: on a Spot job a SIGTERM is a preemption, which
+restarts the whole job (up to 6 times); otherwise a signalled replica had a non-permanent error
+and is restarted on its own up to 5 times, after which the whole job is retried up to 3 times
+(with ``restart_job_on_worker_restart`` each of those restarts restarts the whole job). Exits
+that follow an injected fault in the same attempt (peers losing the signalled replica) are put
+down to it. The job succeeds when the primary replica (workerpool0) exits 0.
+
+A spec that asks for GPUs passes ``--device cuda``; where this machine has no CUDA GPU the
+emulator runs such replicas with ``--device cpu`` and says so in the job's events. `Fault` injects SIGTERM or SIGKILL into a chosen
 replica once the job reports a chosen step (a ``step N`` line or a tqdm ``N/M`` counter in
 any replica's output). Each replica is a `labkit.core.launcher.Process`: a session of its
 own (a kill reaches all it started), its output in its own log file.
@@ -62,9 +70,13 @@ DEFAULT_TIMEOUT_S = 600.0
 # sitecustomize.py that registers the local gs:// file system in every replica.
 SITE_DIR = Path(__file__).with_name("site")
 # Vertex's documented restart rules (labkit.hardware.facts, each with its page and read date).
-MAX_WORKER_RESTARTS = int(facts.WORKER_RESTARTS.value)  # per worker, on its own VM
+MAX_WORKER_RESTARTS = int(facts.WORKER_RESTARTS.value)  # per worker, non-permanent errors
 JOB_RETRIES = int(facts.JOB_RETRIES_AFTER_WORKER_RESTARTS.value)  # then the whole job, this many times
 MAX_PREEMPTION_RESTARTS = int(facts.SPOT_JOB_RESTARTS.value)  # a preempted Spot job
+MAX_TRANSIENT_RESTARTS = int(facts.TRANSIENT_EXIT_RESTARTS.value)  # SIGABRT / SIGSEGV exits
+# Exit statuses the service treats as possibly transient (a container reports 128 + signal; a
+# process killed by the signal shows here as minus the signal).
+TRANSIENT_EXITS = {6: "SIGABRT", 134: "SIGABRT", -6: "SIGABRT", 11: "SIGSEGV", 139: "SIGSEGV", -11: "SIGSEGV"}
 _STEP_PATTERNS = (re.compile(r"\bstep[\s=:#]*(\d+)", re.I), re.compile(r"(\d+)/\d+\s*\["))
 _IDLE = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\nwhile True: time.sleep(0.2)"
 
@@ -72,7 +84,8 @@ _IDLE = "import signal, sys, time\nsignal.signal(signal.SIGTERM, lambda *a: sys.
 @dataclass(frozen=True)
 class Fault:
     """Send `signal` ("SIGTERM" or "SIGKILL") to `replica` ("workerpool1[0]", "workerpool0")
-    once the job reports step `at_step` (in any replica's output), in job attempt `job_attempt` (0 = the first run). After
+    once the job reports step `at_step` (in any replica's output), in job attempt `job_attempt` (0 = the first run) or later,
+    `times` times in all (each time to a fresh run of the replica: a restart or a later attempt). After
     SIGTERM the replica has `grace_s` seconds before SIGKILL, like a Spot VM's shutdown (Vertex
     does not document the grace inside a container: labkit assumes the value in
     `labkit.hardware.facts.CONTAINER_SIGTERM_GRACE_S`)."""
@@ -82,10 +95,13 @@ class Fault:
     signal: str = "SIGTERM"
     job_attempt: int = 0
     grace_s: float = facts.CONTAINER_SIGTERM_GRACE_S.value
+    times: int = 1
 
     def __post_init__(self) -> None:
         if self.signal not in ("SIGTERM", "SIGKILL"):
             raise ValueError(f"Fault.signal must be 'SIGTERM' or 'SIGKILL' (got {self.signal!r})")
+        if isinstance(self.times, bool) or not isinstance(self.times, int) or self.times < 1:
+            raise ValueError(f"Fault.times must be an integer >= 1 (got {self.times!r})")
         parse_replica(self.replica)
 
     @property
@@ -283,8 +299,14 @@ def describe_environments(spec: Mapping[str, Any], workdir: str | os.PathLike = 
     the torch variables (addresses are the emulator's loopback ports)."""
     envs = replica_envs(spec, LocalPaths(Path(workdir)))
     lines = [f"{'replica':<16} {'role':<17} {'rank':>4} {'WORLD':>5} {'TF_CONFIG task':<22} MASTER"]
+    reducers = sorted(index for (pool, index), env in envs.items() if from_env(env).role == "reduction_server")
     for (pool, index), env in sorted(envs.items()):
         info = from_env(env)
+        if info.role == "reduction_server" and len(reducers) > 2:  # one line for a pool of reducers
+            if index == reducers[0]:
+                lines.append(f"{f'workerpool{pool}[0..{reducers[-1]}]':<16} {info.role:<17} {'-':>4} "
+                             f"{'-':>5} {'-':<22} - ({len(reducers)} replicas)")
+            continue
         task = json.loads(env["TF_CONFIG"])["task"] if "TF_CONFIG" in env else None
         task_s = f"{task['type']}:{task['index']}" if task else "-"
         master = f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}" if "MASTER_ADDR" in env else "-"
@@ -295,26 +317,40 @@ def describe_environments(spec: Mapping[str, Any], workdir: str | os.PathLike = 
 
 
 class _FaultTrigger:
-    """Fires a `Fault` once the job reaches its step. The step is read from any replica's output
+    """Fires a `Fault` once the job reaches its step, up to `Fault.times` times, each time at a
+    run of the target that was not signalled yet. The step is read from any replica's output
     (often only the chief prints progress) and the signal goes to the fault's target."""
 
-    def __init__(self, fault: Fault | None, attempt: int, live: dict, events: list[str]):
-        self.fault, self.live, self.events = fault, live, events
-        self.armed = fault is not None and fault.job_attempt == attempt
-        self.fired = False
+    def __init__(self, fault: Fault | None, events: list[str]):
+        self.fault, self.events = fault, events
+        self.remaining = fault.times if fault is not None else 0
+        self.live: dict = {}
+        self.attempt = 0
+        self.fired_in: set[int] = set()  # attempts in which it fired
+        self.signalled: set[int] = set()  # id() of the ReplicaRuns it signalled
         self.lock = threading.Lock()
 
+    def start_attempt(self, attempt: int, live: dict) -> None:
+        self.attempt, self.live = attempt, live
+
+    @property
+    def fired(self) -> bool:
+        """Whether it fired in the current attempt."""
+        return self.attempt in self.fired_in
+
     def __call__(self, step: int) -> None:
-        if not self.armed or step < self.fault.at_step:
+        fault = self.fault
+        if fault is None or self.remaining <= 0 or self.attempt < fault.job_attempt or step < fault.at_step:
             return
         with self.lock:
-            target = self.live.get(self.fault.target)
-            if not self.armed or target is None:
+            target = self.live.get(fault.target)
+            if self.remaining <= 0 or target is None or id(target.run) in self.signalled:
                 return
-            self.armed = False
-            self.fired = True
-            target.send(self.fault.signal, self.fault.grace_s)
-            self.events.append(f"attempt {target.run.job_attempt}: sent {self.fault.signal} to "
+            self.remaining -= 1
+            self.signalled.add(id(target.run))
+            self.fired_in.add(self.attempt)
+            target.send(fault.signal, fault.grace_s)
+            self.events.append(f"attempt {target.run.job_attempt}: sent {fault.signal} to "
                                f"{target.run.name} at step {step}")
 
 
@@ -422,6 +458,8 @@ class _EmulatedJob:
                           if timeout_s is None else timeout_s)
         self.argvs = {i: local_argv(p["container_spec"], self.paths, f"worker_pool_specs[{i}]")
                       for i, p in enumerate(spec["worker_pool_specs"]) if p}
+        self.events: list[str] = []
+        self._run_cuda_jobs_here()
         # An enclosing Vertex job's AIP_* folders and trial must not leak into the emulated one.
         base = {k: v for k, v in child_env().items() if not k.startswith(("AIP_", "CLOUD_ML_"))}
         base |= {"PYTHONUNBUFFERED": "1", "LABKIT_EMULATED_VERTEX": "1", LOCAL_GCS_ENV: str(self.paths.root)}
@@ -429,11 +467,31 @@ class _EmulatedJob:
         base.setdefault("OMP_NUM_THREADS", "1")  # replicas share this machine's cores
         self.base_env = base | dict(env or {})
         self.runs: list[ReplicaRun] = []
-        self.events: list[str] = []
         self.on_step: Callable[[int], None] = lambda step: None  # the furthest step seen so far
         self.snapshots: dict[int, dict[str, Path]] = {}
         self.job_restarts = self.worker_restarts = self.preemptions = self.job_retries = 0
+        self.transient_restarts = 0
+        # Non-permanent failures per replica, kept across restart_job_on_worker_restart
+        # restarts and cleared when the whole job is retried.
+        self.failures: dict[tuple[int, int], int] = {}
+        self.trigger = _FaultTrigger(fault, self.events)
         self.start = time.monotonic()
+
+    def _run_cuda_jobs_here(self) -> None:
+        """Pools that ask for CUDA (``--device cuda``, as every job with GPUs does) run on the
+        CPU where this machine has no CUDA GPU; the events say so."""
+        asking = [i for i, argv in self.argvs.items() if _device_flag(argv) == "cuda"]
+        if not asking:
+            return
+        from labkit.core import devices
+
+        if devices.detect().has_gpu:
+            return
+        for i in asking:
+            argv = self.argvs[i]
+            argv[argv.index("--device") + 1] = "cpu"
+            self.events.append(f"workerpool{i} asks for --device cuda; this machine has no CUDA GPU, "
+                               "so it runs with --device cpu here")
 
     def run(self) -> LocalJob:
         attempt = 0
@@ -457,7 +515,8 @@ class _EmulatedJob:
         envs = replica_envs(self.spec, self.paths, trial=self.trial)
         live: dict[tuple[int, int], _Replica] = {}
         restarts = dict.fromkeys(envs, 0)
-        trigger = _FaultTrigger(self.fault, attempt, live, self.events)
+        trigger = self.trigger
+        trigger.start_attempt(attempt, live)
         for key in envs:
             live[key] = self._launch(key, attempt, 0, envs[key], trigger)
         self.events.append(f"attempt {attempt}: started {len(envs)} replica(s)")
@@ -511,40 +570,80 @@ class _EmulatedJob:
                 if code == 0:
                     chief_done_at = time.monotonic() if key == (0, 0) else chief_done_at
                     continue
-                decided = self._after_failure(attempt, key, replica.run.name, restarts, trigger)
+                decided = self._after_failure(attempt, key, replica.run, restarts, trigger)
                 if decided is not None:
                     return decided
                 live[key] = self._launch(key, attempt, restarts[key], envs[key], trigger)
 
-    def _after_failure(self, attempt: int, key: tuple[int, int], name: str,
+    def _after_failure(self, attempt: int, key: tuple[int, int], run: ReplicaRun,
                        restarts: dict[tuple[int, int], int], trigger: _FaultTrigger) -> tuple[str, str] | None:
-        """Vertex's rules for a replica that exited non-zero: the job's outcome, or None when
-        the replica is restarted on its own (its restart count is incremented)."""
-        # On Spot, a replica's exit after the injected SIGTERM (its own or a peer's that
-        # followed it) is a preemption: Vertex restarts the whole job.
-        if self.spot and trigger.fired and self.fault.signal == "SIGTERM":
-            self.preemptions += 1
-            if self.preemptions > MAX_PREEMPTION_RESTARTS:
-                return "failed", f"preempted more than {MAX_PREEMPTION_RESTARTS} times"
-            self.events.append(f"attempt {attempt}: {name} was preempted (Spot): job restarts")
+        """Vertex's rules for a replica that exited non-zero, by cause: the job's outcome, or
+        None when the replica is restarted on its own (its restart count is incremented)."""
+        name, code = run.name, run.exit_code
+        if trigger.fired:  # the machine's side: a preemption, or a non-permanent error
+            if self.spot and trigger.fault.signal == "SIGTERM":
+                self.preemptions += 1
+                if self.preemptions > MAX_PREEMPTION_RESTARTS:
+                    return "failed", (f"preempted more than {MAX_PREEMPTION_RESTARTS} times "
+                                      f"({facts.SPOT_JOB_RESTARTS.cite()})")
+                self.events.append(f"attempt {attempt}: {name} was preempted (Spot): job restarts")
+                return "restart_job", ""
+            return self._non_permanent(attempt, key, name, restarts)
+        if code in TRANSIENT_EXITS:
+            if self.transient_restarts >= MAX_TRANSIENT_RESTARTS:
+                return "failed", (f"{name} exited {code} ({TRANSIENT_EXITS[code]}) after "
+                                  f"{self.transient_restarts} job restarts ({facts.TRANSIENT_EXIT_RESTARTS.cite()})")
+            self.transient_restarts += 1
+            self.events.append(f"attempt {attempt}: {name} exited {code} ({TRANSIENT_EXITS[code]}, "
+                               f"possibly transient): job restart {self.transient_restarts} of "
+                               f"{MAX_TRANSIENT_RESTARTS}")
             return "restart_job", ""
-        if self.restart_job:
-            if self.job_restarts >= MAX_WORKER_RESTARTS:
-                return "failed", f"{name} failed after {self.job_restarts} job restarts"
-            self.events.append(f"attempt {attempt}: restart_job_on_worker_restart: job restarts")
-            return "restart_job", ""
-        if restarts[key] >= MAX_WORKER_RESTARTS:
-            if self.job_retries >= JOB_RETRIES:
-                return "failed", (f"{name} failed after {restarts[key]} restarts, and the job after "
-                                  f"{self.job_retries} retries")
-            self.job_retries += 1
-            self.events.append(f"attempt {attempt}: {name} failed after {restarts[key]} restarts: "
-                               f"job retry {self.job_retries} of {JOB_RETRIES}")
-            return "restart_job", ""
-        restarts[key] += 1
-        self.worker_restarts += 1
-        self.events.append(f"attempt {attempt}: restarting {name} (restart {restarts[key]})")
-        return None
+        last = _last_line(run.log())
+        return "failed", (f"{name} exited {code}: an error in the code is permanent, the job is not "
+                          f"restarted ({facts.PERMANENT_ERROR_RESTARTS.cite()})"
+                          + (f"; its last words: {last}" if last else ""))
+
+    def _non_permanent(self, attempt: int, key: tuple[int, int], name: str,
+                       restarts: dict[tuple[int, int], int]) -> tuple[str, str] | None:
+        """A worker restart (alone, or of the whole job with restart_job_on_worker_restart), up
+        to `MAX_WORKER_RESTARTS`; then a retry of the whole job, up to `JOB_RETRIES`."""
+        failures = self.failures.get(key, 0)
+        if failures < MAX_WORKER_RESTARTS:
+            self.failures[key] = failures + 1
+            if self.restart_job:
+                self.events.append(f"attempt {attempt}: {name} restarts (restart {failures + 1} of "
+                                   f"{MAX_WORKER_RESTARTS}); restart_job_on_worker_restart: job restarts")
+                return "restart_job", ""
+            restarts[key] += 1
+            self.worker_restarts += 1
+            self.events.append(f"attempt {attempt}: restarting {name} (restart {failures + 1} of "
+                               f"{MAX_WORKER_RESTARTS})")
+            return None
+        if self.job_retries >= JOB_RETRIES:
+            return "failed", (f"{name} failed after {failures} restarts, and the job after "
+                              f"{self.job_retries} retries ({facts.JOB_RETRIES_AFTER_WORKER_RESTARTS.cite()})")
+        self.job_retries += 1
+        self.failures.clear()
+        self.events.append(f"attempt {attempt}: {name} failed after {failures} restarts: "
+                           f"job retry {self.job_retries} of {JOB_RETRIES}")
+        return "restart_job", ""
+
+
+def _device_flag(argv: Sequence[str]) -> str | None:
+    """The value of a ``--device VALUE`` flag in a command line (the form `to_argv` writes)."""
+    for i, arg in enumerate(argv):
+        if arg == "--device" and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def _last_line(log: str, width: int = 300) -> str:
+    """The last line a replica printed that says something (for a failed job's error)."""
+    for line in reversed(log.splitlines()):
+        line = line.strip()
+        if line and not line.startswith(("[", "launching:")) and "%|" not in line:
+            return line[-width:]
+    return ""
 
 
 def _snapshot(files: Sequence[str], paths: LocalPaths, dest: Path) -> dict[str, Path]:

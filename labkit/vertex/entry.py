@@ -1,9 +1,13 @@
 """What a Vertex job runs in its container: papermill on a notebook, or torchrun on a node.
 
-``python -m labkit.vertex.entry notebook INPUT OUTPUT_DIR --parameters JSON`` executes INPUT
-with the parameters and writes it to OUTPUT_DIR as ``<name>.ipynb`` on the primary replica and
-``<name>.<role><index>.ipynb`` on the others, so replicas never overwrite each other. The exit
-status is 0 only when every cell ran.
+``python -m labkit.vertex.entry notebook INPUT OUTPUT_DIR --parameters JSON [--artifacts DIR]
+[--cell-timeout S] [--device cuda]`` executes INPUT with the parameters and writes it to
+OUTPUT_DIR as ``<name>.ipynb`` on the primary replica and ``<name>.<role><index>.ipynb`` on the
+others, so replicas never overwrite each other; the kernel's log goes beside it
+(``<name>.log``) and the files the notebook makes under DIR (``$LABKIT_ARTIFACTS``), so all of it
+reaches the bucket rather than the VM's disk. ``--cell-timeout`` bounds each cell (0: no limit).
+``--device cuda`` (a job with GPUs) stops at once, on one line, when no CUDA GPU is visible.
+The exit status is 0 only when every cell ran.
 
 ``python -m labkit.vertex.entry torchrun --nproc-per-node 8 -- train ...`` starts one process
 per GPU on this node with torchrun (node rank and count from Vertex's RANK / WORLD_SIZE), each
@@ -16,6 +20,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from labkit.core.config import parse_int
 
 
 def output_name(notebook: str, env=None) -> str:
@@ -57,15 +63,35 @@ def main(argv: list[str] | None = None) -> int:
     nb.add_argument("input")
     nb.add_argument("output_dir")
     nb.add_argument("--parameters", default="{}", help="JSON object of notebook parameters")
+    nb.add_argument("--artifacts", default=None, help="folder for the files the notebook makes")
+    nb.add_argument("--cell-timeout", type=parse_int, default=1800, help="seconds per cell (0: no limit)")
+    nb.add_argument("--device", choices=("auto", "cuda"), default="auto",
+                    help="cuda: the job asked for GPUs; fail at start when none is visible")
     tr = sub.add_parser("torchrun", help="start N processes per node with torchrun, then labkit ARGS")
-    tr.add_argument("--nproc-per-node", type=int, required=True)
+    tr.add_argument("--nproc-per-node", type=parse_int, required=True)
     tr.add_argument("labkit_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.command == "torchrun":
         return _torchrun(args.nproc_per_node, args.labkit_args)
 
-    from labkit.course.notebook import KERNEL_NAME, ensure_kernel, run_notebook
+    import os
 
+    from labkit.course.notebook import (
+        ARTIFACTS_ENV,
+        KERNEL_LOG_ENV,
+        KERNEL_NAME,
+        ensure_kernel,
+        run_notebook,
+    )
+
+    if args.device == "cuda":
+        from labkit.core import devices
+
+        if not devices.detect().has_gpu:
+            print("labkit notebook job: --device cuda: the job asked for GPUs and this container sees "
+                  "no CUDA GPU (is the NVIDIA driver's /usr/local/nvidia/lib64 on LD_LIBRARY_PATH?)",
+                  file=sys.stderr)
+            return 2
     if ensure_kernel():  # prebuilt images get labkit by pip, without the course kernel
         print(f"registered the Jupyter kernel {KERNEL_NAME!r} for {sys.executable}")
 
@@ -75,7 +101,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--parameters is not valid JSON: {e}", file=sys.stderr)
         return 2
     out = Path(args.output_dir) / output_name(args.input)
-    result = run_notebook(args.input, out, params, log_output=True)
+    # The kernel inherits these: its log and its files go to the bucket with the notebook.
+    os.environ[KERNEL_LOG_ENV] = str(out.with_suffix(".log"))
+    if args.artifacts:
+        suffix = Path(output_name(args.input)).stem.removeprefix(Path(args.input).stem)
+        os.environ[ARTIFACTS_ENV] = args.artifacts.rstrip("/") + suffix.replace(".", "-")
+    result = run_notebook(args.input, out, params, log_output=True,
+                          cell_timeout=args.cell_timeout or None)
     print(f"{Path(args.input).name}: {'ok' if result.ok else 'FAILED ' + result.error} "
           f"in {result.seconds:.0f}s -> {result.output}")
     return 0 if result.ok else 1

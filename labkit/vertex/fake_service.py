@@ -19,6 +19,18 @@ JSON that arrived (`requests`) and answers as Vertex does:
 - delete: a finished long-running operation; a job still running answers 400.
 - unknown job: 404 NOT_FOUND; a call the fake does not implement: 501 UNIMPLEMENTED.
 
+Every field a job carries is accepted and answered back as the REST API does (the proto-plus
+message parses the request and writes the answer): labels, ``scheduling`` (strategy SPOT or
+FLEX_START, ``maxWaitDuration``, ``timeout``), ``persistentResourceId``, a pool's
+``reservationAffinity`` and ``tpuTopology``, ``tensorboard`` and ``serviceAccount``. A create
+request breaking one of Vertex's documented rules (`labkit.vertex.specs.check_spec`: machines
+and accelerators, boot disks, TPU pools, flex-start, reservations, TensorBoard without a service
+account) is refused with 400 INVALID_ARGUMENT naming the field.
+
+The fake also answers the one Artifact Registry call `submit` makes to check that an image
+exists (``GET /v1/projects/P/locations/L/repositories/R/packages/IMAGE/tags/TAG``): 200 for an
+image in `images` (every image when `images` is None), else 404.
+
 Kinds of job live in `KINDS` (collection name -> proto-plus message type), so each call works
 for every kind; extra behaviour per kind (tuning trials, say) goes in `FakeVertex._advance`.
 """
@@ -41,7 +53,10 @@ FAILED, CANCELLING, CANCELLED = "JOB_STATE_FAILED", "JOB_STATE_CANCELLING", "JOB
 TERMINAL = (SUCCEEDED, FAILED, CANCELLED)
 
 _COLLECTION = r"(?P<parent>projects/[^/]+/locations/[^/]+)/(?P<kind>customJobs|hyperparameterTuningJobs)"
+_REGISTRY = (r"^/v1/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/repositories/"
+             r"(?P<repository>[^/]+)/packages/(?P<package>[^/]+)/(?P<what>tags|versions)/(?P<ref>[^/]+)$")
 _ROUTES = [  # (HTTP method, path pattern, handler name)
+    ("GET", re.compile(_REGISTRY), "image"),
     ("POST", re.compile(rf"^/v1/{_COLLECTION}$"), "create"),
     ("GET", re.compile(rf"^/v1/{_COLLECTION}$"), "list"),
     ("GET", re.compile(rf"^/v1/(?P<name>{_COLLECTION}/[^/:]+)$"), "get"),
@@ -84,7 +99,8 @@ class FakeVertex:
     """The fake JobService on ``127.0.0.1`` (a free port unless `port` is given). Use as a
     context manager, or `start()` / `stop()`. `endpoint` is the URL to hand the client."""
 
-    def __init__(self, *, polls_per_state: int = 1, final_state: str = SUCCEEDED, port: int = 0):
+    def __init__(self, *, polls_per_state: int = 1, final_state: str = SUCCEEDED, port: int = 0,
+                 images: set[str] | None = None):
         require("google.cloud.aiplatform")
         if polls_per_state < 1:
             raise ValueError(f"polls_per_state must be >= 1 (got {polls_per_state})")
@@ -92,6 +108,7 @@ class FakeVertex:
             raise ValueError(f"final_state must be {SUCCEEDED} or {FAILED} (got {final_state!r})")
         self.polls_per_state = polls_per_state
         self.final_state = final_state
+        self.images = None if images is None else set(images)  # None: every image exists
         self.requests: list[Request] = []
         self.jobs: dict[str, _Job] = {}
         self._ids = itertools.count(1_000_000_000_000_000_001)
@@ -165,6 +182,17 @@ class FakeVertex:
         job.create_time = job.update_time = _now()
         self.jobs[job.name] = _Job(kind, job)
         return _to_json(job)
+
+    def _image(self, project: str, location: str, repository: str, package: str, what: str, ref: str,
+               body: bytes) -> dict[str, Any]:
+        from urllib.parse import unquote
+
+        sep = ":" if what == "tags" else "@"
+        image = f"{location}-docker.pkg.dev/{project}/{repository}/{unquote(package)}{sep}{unquote(ref)}"
+        if self.images is not None and image not in self.images:
+            raise ApiError(404, "NOT_FOUND", f"{image} not found")
+        return {"name": f"projects/{project}/locations/{location}/repositories/{repository}/packages/"
+                        f"{package}/{what}/{ref}"}
 
     def _get(self, name: str, parent: str, kind: str, body: bytes) -> dict[str, Any]:
         job = self._job(name)
@@ -255,6 +283,20 @@ def _validate(kind: str, job: Any) -> None:
         if not (pool.container_spec.image_uri or pool.python_package_spec.executor_image_uri):
             raise bad(f"{prefix}.worker_pool_specs[{i}]", "needs container_spec.image_uri or a "
                       "python_package_spec")
+    from labkit.vertex.specs import check_spec
+
+    try:
+        check_spec(type(spec).to_dict(spec, use_integers_for_enums=False, preserving_proto_field_name=True))
+    except ValueError as e:  # ParameterError names the field
+        where = getattr(e, "name", "")
+        raise bad(f"{prefix}.{where}" if where else prefix, str(e)) from e
+    labels = dict(job.labels)
+    from labkit.vertex.scheduling import check_labels
+
+    try:
+        check_labels(labels)
+    except ValueError as e:
+        raise bad("labels", str(e)) from e
 
 
 def _state_name(message: Any) -> str:

@@ -10,10 +10,15 @@ Vertex's prebuilt training images (https://cloud.google.com/vertex-ai/docs/train
 pre-built-containers and https://cloud.google.com/vertex-ai/docs/supported-frameworks-list,
 read 2026-11-23) stop at PyTorch 2.4 and TensorFlow 2.17 for Python 3.10, and both reach their
 end of availability in July 2026 (`PREBUILT_IMAGES`). So every job runs on labkit's own image by
-default: the Dockerfile at the root of the source tree installs labkit with its framework from
-pyproject.toml, so the image satisfies the minimums by construction. `labkit image` builds it
-with Cloud Build (`build_plan` says exactly how) and pushes it to Artifact Registry as
-``REGION-docker.pkg.dev/PROJECT/labkit/labkit-<framework>:<version>``.
+default: the Dockerfile at the root of the source tree starts from NVIDIA's CUDA image (Vertex
+mounts the GPU driver under /usr/local/nvidia and sets no library path; CUDA and Deep Learning
+Containers images put /usr/local/nvidia/lib64 on it), installs labkit with a CUDA build of its
+framework pinned at or above pyproject's minimums, and Google's ``google-reduction-server`` NCCL
+plugin for jobs with a Reduction Server pool. `labkit image` builds it with Cloud Build
+(`build_plan` says exactly how) and pushes it to Artifact Registry as
+``REGION-docker.pkg.dev/PROJECT/labkit/labkit-<framework>:<tag>``, where the tag is a digest of
+everything that goes into the image (`image_tag`): edited code names a new image, which `submit`
+checks exists before any machine is started. The image is built for amd64 (`IMAGE_ARCH`).
 
 A prebuilt image can still be named (`image_uri=...`): `check_image` refuses one whose framework
 is older than the minimum or that is past its end of availability, naming both.
@@ -22,6 +27,8 @@ is older than the minimum or that is past its end of availability, naming both.
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import hashlib
 import os
 import shlex
 import shutil
@@ -45,6 +52,12 @@ DEFAULT_REGION = "us-central1"
 IMAGE_REGISTRY_ENV = "LABKIT_IMAGE_REGISTRY"
 PREBUILT_SOURCE = ("https://cloud.google.com/vertex-ai/docs/supported-frameworks-list "
                    "(read 2026-11-23)")
+IMAGE_ARCH = "amd64"  # labkit's Dockerfile pins --platform=linux/amd64; prebuilt images are amd64
+# What the Dockerfile copies into the image, besides labkit/ (its digest names the image).
+IMAGE_INPUTS = ("Dockerfile", "cloudbuild.yaml", "pyproject.toml", "README.md", "LICENSE")
+# Prebuilt images that carry Reduction Server support (the distributed-training page, read
+# 2026-11-26: TensorFlow 2.3 or later, PyTorch 1.4 or later).
+REDUCTION_SERVER_PREBUILT = {"tensorflow": "2.3", "torch": "1.4"}
 
 
 @dataclass(frozen=True)
@@ -130,10 +143,60 @@ def registry(project: str | None = None, region: str | None = None,
     return f"{region or DEFAULT_REGION}-docker.pkg.dev/{project or PLACEHOLDER_PROJECT}/{IMAGE_REPOSITORY}"
 
 
+def image_tag(framework: str, source: str | os.PathLike | None = None) -> str:
+    """The tag of labkit's image for `framework`: ``src-`` and 16 hex digits of a SHA-256 over
+    everything the Dockerfile puts into the image (`IMAGE_INPUTS` and every file under labkit/)
+    and the framework, so any edit names a new image. Outside a source tree (an installed
+    labkit) the package version."""
+    root = Path(source) if source else source_root()
+    if not (root / "Dockerfile").is_file() or not (root / "labkit").is_dir():
+        return __version__
+    files = [root / name for name in IMAGE_INPUTS if (root / name).is_file()]
+    files += sorted(p for p in (root / "labkit").rglob("*")
+                    if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+    return _digest_tag(framework, root, tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size)
+                                              for p in files))
+
+
+@functools.lru_cache(maxsize=8)
+def _digest_tag(framework: str, root: Path, files: tuple[tuple[str, int, int], ...]) -> str:
+    """Cached on the files' names, times and sizes: a spec builder calls this often."""
+    digest = hashlib.sha256(f"framework={framework}\n".encode())
+    for name, _, _ in files:
+        path = Path(name)
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return "src-" + digest.hexdigest()[:16]
+
+
 def labkit_image(framework: str, *, project: str | None = None, region: str | None = None,
-                 tag: str = __version__, env: Mapping[str, str] | None = None) -> str:
-    """The URI of labkit's image for `framework` ("torch" or "tf")."""
-    return f"{registry(project, region, env)}/{image_name(framework)}:{tag}"
+                 tag: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """The URI of labkit's image for `framework` ("torch" or "tf"); `tag` defaults to
+    `image_tag` (a digest of the sources it is built from)."""
+    return f"{registry(project, region, env)}/{image_name(framework)}:{tag or image_tag(framework)}"
+
+
+def is_labkit_image(image_uri: str) -> bool:
+    """Whether `image_uri` is one of labkit's own images (any registry, tag or digest)."""
+    name = image_uri.split("@", 1)[0].rsplit(":", 1)[0] if "/" in image_uri else image_uri
+    return name.rsplit("/", 1)[-1] in {image_name(f) for f in FRAMEWORK_PACKAGES}
+
+
+def image_arch(image_uri: str) -> str | None:
+    """The CPU architecture an image is built for, where labkit knows it (its own images and
+    Vertex's prebuilt ones: amd64); None for other images."""
+    return IMAGE_ARCH if is_labkit_image(image_uri) or prebuilt(image_uri) is not None else None
+
+
+def has_reduction_server_plugin(image_uri: str) -> bool | None:
+    """Whether the image has Reduction Server support (labkit's: the Dockerfile installs
+    google-reduction-server; prebuilt ones from their framework version); None: unknown."""
+    if is_labkit_image(image_uri):
+        return True
+    p = prebuilt(image_uri)
+    if p is None:
+        return None
+    return version_tuple(p.version) >= version_tuple(REDUCTION_SERVER_PREBUILT[p.package])
 
 
 def default_image(framework: str, env: Mapping[str, str] | None = None) -> str:
@@ -174,7 +237,7 @@ class BuildPlan:
 
 
 def build_plan(framework: str = "torch", *, project: str | None = None, region: str | None = None,
-               tag: str = __version__, env: Mapping[str, str] | None = None,
+               tag: str | None = None, env: Mapping[str, str] | None = None,
                source: str | os.PathLike | None = None) -> BuildPlan:
     """The Cloud Build commands that build labkit's image for `framework` from the source tree
     and push it to Artifact Registry: create the repository (once), then build with the
@@ -182,9 +245,9 @@ def build_plan(framework: str = "torch", *, project: str | None = None, region: 
     env = dict(os.environ if env is None else env)
     ctx = gcp.detect(env)
     project, region = project or ctx.project, region or ctx.region
-    image = labkit_image(framework, project=project or PLACEHOLDER_PROJECT,
-                         region=region or DEFAULT_REGION, tag=tag, env=env)
     root = Path(source) if source else source_root()
+    image = labkit_image(framework, project=project or PLACEHOLDER_PROJECT,
+                         region=region or DEFAULT_REGION, tag=tag or image_tag(framework, root), env=env)
     where = ["--project", project or PLACEHOLDER_PROJECT]
     commands = [
         ["gcloud", "artifacts", "repositories", "create", IMAGE_REPOSITORY,

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from labkit.vertex.machines import check_machine
+from labkit.vertex.machines import check_machine, tpu_chips
 
 
 @dataclass(frozen=True)
@@ -101,8 +101,12 @@ def estimate_cost(spec: Mapping[str, Any]) -> CostEstimate:
         acc, count = machine.get("accelerator_type"), int(machine.get("accelerator_count") or 0)
         where = f"workerpool{i}: {replicas} x {machine.get('machine_type')}"
         if machine.get("machine_type"):
+            topology = machine.get("tpu_topology")
             check_machine(machine["machine_type"], acc or None, count,
-                          f"worker_pool_specs[{i}].machine_spec.")
+                          f"worker_pool_specs[{i}].machine_spec.", tpu_topology=topology)
+            chips = tpu_chips(machine["machine_type"], topology)
+            if chips:  # a TPU VM: its topology says how many chips it holds
+                acc, count = chips
         if not acc or not count:
             est.notes.append(f"{where} (no accelerator) not priced: CPU machines are not in the catalog")
             continue

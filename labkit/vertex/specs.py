@@ -8,10 +8,21 @@ build the two kinds of job the course submits. Both run labkit's own image unles
 (`labkit.vertex.images`: no prebuilt image has a framework new enough); on a named prebuilt image
 the container first pip-installs labkit from the bucket.
 
-Every spec is checked by `check_spec` (framework-free: pools, replica counts, machine and
-accelerator pairings from `labkit.vertex.machines`, boot disks) and, where google-cloud-aiplatform
-is installed, by `validate`, which also builds `google.cloud.aiplatform_v1.types.CustomJobSpec(**spec)`
-and round-trips it through `to_dict`.
+What a job asks for is checked before any money is spent: machines, accelerators, TPU topologies
+and boot disks from Vertex's own tables (`labkit.vertex.machines`), the scheduling and cost
+rules (`labkit.vertex.scheduling`: Spot, DWS flex-start, timeout, persistent resource,
+reservation, labels, TensorBoard), the Reduction Server's size (`labkit.vertex.reduction`), an
+Arm machine (A4X) refused for an amd64 image, a ``gs://`` output location (anything else would
+be the container's own disk, lost at every restart), and for notebook jobs the notebook's
+parameters (`labkit.core.notebook_params`). Jobs with GPUs pass ``--device cuda``, so a
+container that cannot see the GPU fails at start instead of training on the CPU at GPU prices;
+multi-node jobs on GPUDirect-RDMA machines (A3 Ultra, A4, A4X) first source Google's NCCL set-up
+script, as the configure-compute page asks.
+
+Every spec is checked by `check_spec` (framework-free) and, where google-cloud-aiplatform is
+installed, by `validate`, which also builds `google.cloud.aiplatform_v1.types.CustomJobSpec(**spec)`
+and round-trips it through `to_dict`. The builders return a `JobSpec`: the CustomJobSpec dict,
+carrying the job's `labels` (a field of the CustomJob, not of its spec) to `submit`.
 """
 
 from __future__ import annotations
@@ -20,33 +31,84 @@ import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from labkit.core.cluster import POOL2_ROLE_ENV, REDUCTION_SERVER_IMAGE, is_reduction_server_image
 from labkit.core.config import ParameterError, check_bool, check_int, check_str
 from labkit.core.frameworks import has_aiplatform, require
 from labkit.core.gcs import fuse_path
+from labkit.core.notebook_params import check_parameters, check_shared_domain
 from labkit.core.train_config import TrainConfig, to_argv
-from labkit.vertex.images import check_image, default_image, prebuilt
-from labkit.vertex.machines import boot_disk_type, check_boot_disk, check_machine
+from labkit.vertex.fields import field_of
+from labkit.vertex.images import check_image, default_image, image_arch, prebuilt
+from labkit.vertex.machines import (
+    A4X_ON_ARM,
+    CONFIGURE_COMPUTE,
+    boot_disk_type,
+    check_boot_disk,
+    check_machine,
+    cite,
+    is_tpu,
+    machine_arch,
+    needs_nccl_env_script,
+    needs_reservation,
+)
+from labkit.vertex.reduction import check_reducers
+from labkit.vertex.scheduling import (
+    RESERVATIONS_PAGE,
+    check_labels,
+    check_scheduling,
+    check_tensorboard,
+    reservation_affinity,
+    scheduling,
+)
 
 REDUCTION_SERVER_MACHINE_TYPE = "n1-highcpu-16"
-# argv[0] of the setup wrapper on prebuilt images; the local emulator recognises and skips it
-# (the local environment already has the packages the wrapper would pip-install).
+# argv[0] of the set-up wrapper (pip-installing labkit on a prebuilt image, sourcing the NCCL
+# set-up on RDMA machines); the local emulator recognises and skips it (this machine has the
+# packages already, and no RDMA network).
 SETUP_MARKER = "labkit-setup"
 DEFAULT_MACHINE_TYPE = "n1-standard-8"
+DEFAULT_CELL_TIMEOUT_S = 1800
+# The configure-compute page: "When using RDMA, add `source /usr/local/gib/scripts/set_nccl_env.sh`
+# to the beginning of the training command".
+NCCL_ENV_SCRIPT = "/usr/local/gib/scripts/set_nccl_env.sh"
 # ``gs://bucket/path`` -> ``/gcs/bucket/path`` (the name this module always exported).
 gcs_fuse_path = fuse_path
+
+
+class JobSpec(dict):
+    """A CustomJobSpec dict (``CustomJobSpec(**spec)`` accepts it) that also carries the job's
+    `labels`, which belong to the CustomJob resource that `submit` creates around it."""
+
+    def __init__(self, spec: Mapping[str, Any] = (), labels: Mapping[str, str] | None = None):
+        super().__init__(spec)
+        self.labels = dict(labels or {})
 
 
 def _join(base: str, *parts: str) -> str:
     return "/".join([base.rstrip("/"), *[p.strip("/") for p in parts]])
 
 
+def check_output_uri(uri: Any, name: str = "output_uri") -> str:
+    """A job's outputs must go to Cloud Storage: any other path is the container's own disk,
+    lost at every restart (checkpoints included)."""
+    check_str(name, uri)
+    if not uri.startswith("gs://") or len(uri.rstrip("/")) <= len("gs://") or uri[5] == "/":
+        raise ParameterError(name, uri, "must be a gs://BUCKET/path address: any other path is the "
+                             "container's own disk, lost when the job restarts")
+    return uri
+
+
+def _is_gpu(accelerator_type: str | None) -> bool:
+    return bool(accelerator_type) and str(accelerator_type).startswith("NVIDIA_")
+
+
 @dataclass
 class PoolConfig:
-    """One worker pool: machine, accelerators, disk, replicas and what the container runs."""
+    """One worker pool: machine, accelerators (or TPU topology), disk, replicas, the capacity it
+    draws on and what the container runs."""
 
     machine_type: str = DEFAULT_MACHINE_TYPE
     replica_count: int = 1
@@ -58,13 +120,15 @@ class PoolConfig:
     env: dict[str, str] = field(default_factory=dict)
     boot_disk_type: str | None = None  # None: the machine family's default (`machines.boot_disk_type`)
     boot_disk_size_gb: int = 100
+    tpu_topology: str | None = None  # TPU v5e / v6e / 7x VMs: e.g. "2x2"
+    reservation: str | None = None  # "any" or projects/P/zones/Z/reservations/R
 
     def __post_init__(self) -> None:
         check_str("machine_type", self.machine_type)
         check_int("replica_count", self.replica_count, minimum=1)
         check_int("accelerator_count", self.accelerator_count, minimum=0)
         check_str("image_uri", self.image_uri)
-        check_int("boot_disk_size_gb", self.boot_disk_size_gb, minimum=10)
+        check_int("boot_disk_size_gb", self.boot_disk_size_gb)
         if self.accelerator_count and not self.accelerator_type:
             raise ParameterError("accelerator_type", self.accelerator_type,
                                  f"must be set when accelerator_count is {self.accelerator_count}")
@@ -73,10 +137,12 @@ class PoolConfig:
                                  f"must be >= 1 with accelerator_type {self.accelerator_type!r}")
         if self.accelerator_type:
             _check_accelerator(self.accelerator_type)
-        check_machine(self.machine_type, self.accelerator_type, self.accelerator_count)
+        check_machine(self.machine_type, self.accelerator_type, self.accelerator_count,
+                      tpu_topology=self.tpu_topology)
         if self.boot_disk_type is None:
             self.boot_disk_type = boot_disk_type(self.machine_type)
-        check_boot_disk(self.machine_type, self.boot_disk_type)
+        check_boot_disk(self.machine_type, self.boot_disk_type, size_gb=self.boot_disk_size_gb)
+        self._affinity = reservation_affinity(self.reservation)
         check_image(self.image_uri)
 
     def to_spec(self) -> dict[str, Any]:
@@ -84,6 +150,10 @@ class PoolConfig:
         if self.accelerator_type:
             machine |= {"accelerator_type": self.accelerator_type,
                         "accelerator_count": self.accelerator_count}
+        if self.tpu_topology:
+            machine["tpu_topology"] = self.tpu_topology
+        if self._affinity:
+            machine["reservation_affinity"] = self._affinity
         container: dict[str, Any] = {"image_uri": self.image_uri}
         if self.command:
             container["command"] = list(self.command)
@@ -109,7 +179,8 @@ def _check_accelerator(name: str) -> None:
 
 def reduction_server_pool(replica_count: int, machine_type: str = REDUCTION_SERVER_MACHINE_TYPE) -> PoolConfig:
     """Pool 2 as Vertex's Reduction Server: Google's image on CPU machines. The training code
-    does not change; NCCL's all-reduce goes through the reducers."""
+    does not change; NCCL's all-reduce goes through the reducers (the training image needs the
+    google-reduction-server plugin, which labkit's image has)."""
     return PoolConfig(machine_type=machine_type, replica_count=replica_count,
                       image_uri=REDUCTION_SERVER_IMAGE)
 
@@ -122,17 +193,26 @@ def custom_job_spec(
     *,
     output_uri: str | None = None,
     spot: bool = False,
+    flex_start: bool = False,
+    max_wait_s: int | None = None,
     restart_job_on_worker_restart: bool = False,
     timeout_s: int | None = None,
     service_account: str | None = None,
-) -> dict[str, Any]:
-    """A CustomJobSpec dict. Skipped pools before the last used one are written as ``{}``."""
+    persistent_resource_id: str | None = None,
+    tensorboard: str | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> JobSpec:
+    """A CustomJobSpec dict. Skipped pools before the last used one are written as ``{}``.
+    `timeout_s` defaults to `labkit.vertex.scheduling.DEFAULT_TIMEOUT_S` (Vertex's own default
+    is 7 days); `flex_start` asks for Dynamic Workload Scheduler capacity, waiting at most
+    `max_wait_s` (Vertex's default: one day; 0: indefinitely)."""
     if primary.replica_count != 1:
         raise ParameterError("replica_count", primary.replica_count,
                              "of the primary pool (workerpool0) must be 1; put more replicas in workers")
     check_bool("spot", spot)
+    check_bool("flex_start", flex_start)
     check_bool("restart_job_on_worker_restart", restart_job_on_worker_restart)
-    check_int("timeout_s", timeout_s, minimum=1, allow_none=True)
+    check_tensorboard(tensorboard, service_account)
     if pool2 is not None and is_reduction_server_image(pool2.image_uri):
         # A replica cannot tell from CLUSTER_SPEC.cluster alone that pool 2 reduces rather than
         # serves parameters: say so to every pool that runs the training code.
@@ -142,21 +222,21 @@ def custom_job_spec(
     pools = [primary, workers, pool2, evaluators]
     while pools[-1] is None:
         pools.pop()
-    spec: dict[str, Any] = {"worker_pool_specs": [p.to_spec() if p else {} for p in pools]}
-    scheduling: dict[str, Any] = {}
-    if timeout_s:
-        scheduling["timeout"] = f"{timeout_s}s"
-    if restart_job_on_worker_restart:
-        scheduling["restart_job_on_worker_restart"] = True
-    if spot:
-        scheduling["strategy"] = "SPOT"
-    if scheduling:
-        spec["scheduling"] = scheduling
-    if output_uri:
-        check_str("output_uri", output_uri)
-        spec["base_output_directory"] = {"output_uri_prefix": output_uri}
+    spec = JobSpec({"worker_pool_specs": [p.to_spec() if p else {} for p in pools]},
+                   labels=check_labels(labels))
+    spec["scheduling"] = scheduling(spot=spot, flex_start=flex_start, timeout_s=timeout_s,
+                                    max_wait_s=max_wait_s,
+                                    restart_job_on_worker_restart=restart_job_on_worker_restart)
+    if output_uri is not None:
+        spec["base_output_directory"] = {"output_uri_prefix": check_output_uri(output_uri)}
     if service_account:
+        check_str("service_account", service_account)
         spec["service_account"] = service_account
+    if persistent_resource_id:
+        check_str("persistent_resource_id", persistent_resource_id)
+        spec["persistent_resource_id"] = persistent_resource_id
+    if tensorboard:
+        spec["tensorboard"] = tensorboard
     if has_aiplatform():  # without the library the spec is still built and checked
         validate(spec)
     else:
@@ -164,54 +244,106 @@ def custom_job_spec(
     return spec
 
 
-def _setup_command(requirements: Sequence[str], package_uri: str | None) -> list[str]:
-    """Prebuilt images lack labkit and papermill: install them, then exec the real command."""
+def setup_command(steps: Sequence[str]) -> list[str]:
+    """A command that runs the shell `steps` (set-up), then execs the container's args."""
+    return ["bash", "-c", " && ".join([*steps, 'exec "$@"']), SETUP_MARKER]
+
+
+def _install_step(requirements: Sequence[str], package_uri: str | None) -> str:
+    """Prebuilt images lack labkit and papermill: install them first."""
     pkgs = [gcs_fuse_path(package_uri)] if package_uri else []
     pkgs += list(requirements)
-    script = "pip install --quiet " + " ".join(shlex.quote(p) for p in pkgs) + ' && exec "$@"'
-    return ["bash", "-c", script, SETUP_MARKER]
+    return "pip install --quiet " + " ".join(shlex.quote(p) for p in pkgs)
 
 
 def labkit_container(framework: str, *, output_uri: str, image_uri: str | None = None,
-                     package_uri: str | None = None, requirements: Sequence[str] = ()) -> dict[str, Any]:
+                     package_uri: str | None = None, requirements: Sequence[str] = (),
+                     nccl_env: bool = False) -> dict[str, Any]:
     """``{"image_uri", "command"}`` of a container that can run ``python -m labkit...``.
 
     By default labkit's own image (`labkit.vertex.images.default_image`), which has labkit and
     its framework. On a Vertex prebuilt image, or when `package_uri` is given, the command first
     pip-installs labkit from `package_uri` (default ``<output_uri>/inputs/labkit.tar.gz``, which
     `submit` uploads) and `requirements`. A prebuilt image whose framework is older than labkit
-    needs, or past its end of availability, is refused (`images.check_image`)."""
+    needs, or past its end of availability, is refused (`images.check_image`). `nccl_env`: first
+    source Google's NCCL set-up (`NCCL_ENV_SCRIPT`, for multi-node jobs on RDMA machines)."""
     if framework not in ("torch", "tf"):
         raise ParameterError("framework", framework, "must be one of ['tf', 'torch']")
     image = image_uri or default_image(framework)
     check_image(image)
-    if prebuilt(image) is None and package_uri is None:
-        return {"image_uri": image, "command": []}
-    package_uri = package_uri or _join(output_uri, "inputs", "labkit.tar.gz")
-    return {"image_uri": image, "command": _setup_command(requirements, package_uri)}
+    steps = [f"source {NCCL_ENV_SCRIPT}"] if nccl_env else []
+    if prebuilt(image) is not None or package_uri is not None:
+        package_uri = package_uri or _join(output_uri, "inputs", "labkit.tar.gz")
+        steps.append(_install_step(requirements, package_uri))
+    return {"image_uri": image, "command": setup_command(steps) if steps else []}
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What a job runs on and when, shared by the job builders: Spot or DWS flex-start, a
+    timeout, a persistent resource, a reservation, labels, TensorBoard and its service account."""
+
+    spot: bool = False
+    flex_start: bool = False
+    max_wait_s: int | None = None
+    timeout_s: int | None = None
+    persistent_resource_id: str | None = None
+    reservation: str | None = None
+    labels: Mapping[str, str] | None = None
+    tensorboard: str | None = None
+    service_account: str | None = None
+
+    def job_options(self) -> dict[str, Any]:
+        return {"spot": self.spot, "flex_start": self.flex_start, "max_wait_s": self.max_wait_s,
+                "timeout_s": self.timeout_s, "persistent_resource_id": self.persistent_resource_id,
+                "tensorboard": self.tensorboard, "service_account": self.service_account,
+                "labels": self.labels}
 
 
 def _pools_for(
     args: list[str], *, output_uri: str, machine_type: str, accelerator_type: str | None,
     accelerator_count: int, replica_count: int, image_uri: str | None, framework: str,
     env: Mapping[str, str] | None, requirements: Sequence[str], package_uri: str | None, boot_disk_size_gb: int,
-    reduction_server_count: int, reduction_server_machine_type: str,
+    reduction_server_count: int | str, reduction_server_machine_type: str, tpu_topology: str | None,
+    reservation: str | None,
 ) -> tuple[PoolConfig, PoolConfig | None, PoolConfig | None]:
     check_int("replica_count", replica_count, minimum=1)
-    check_int("reduction_server_count", reduction_server_count, minimum=0)
+    if reduction_server_count != "auto":
+        check_int("reduction_server_count", reduction_server_count, minimum=0)
+    image = image_uri or default_image(framework)
+    arch = image_arch(image)
+    if machine_arch(machine_type) != "amd64" and arch not in (None, machine_arch(machine_type)):
+        raise ParameterError("machine_type", machine_type,
+                             f"runs on {machine_arch(machine_type)} (Arm) CPUs, and image {image} is "
+                             f"built for {arch}; build an arm64 image and pass it as image_uri "
+                             f"({A4X_ON_ARM})")
+    if needs_reservation(machine_type, accelerator_type) and reservation is None:
+        raise ParameterError("reservation", reservation,
+                             f"is required on {machine_type}: GB200 capacity is obtained only through "
+                             f"shared reservations ({cite(CONFIGURE_COMPUTE)}; {RESERVATIONS_PAGE})")
+    nccl_env = replica_count > 1 and needs_nccl_env_script(machine_type)
     container = labkit_container(framework, output_uri=output_uri, image_uri=image_uri,
-                                 package_uri=package_uri, requirements=requirements)
+                                 package_uri=package_uri, requirements=requirements, nccl_env=nccl_env)
     pool = {"machine_type": machine_type, "accelerator_type": accelerator_type,
             "accelerator_count": accelerator_count, **container, "args": args,
-            "env": dict(env or {}), "boot_disk_size_gb": boot_disk_size_gb}
+            "env": dict(env or {}), "boot_disk_size_gb": boot_disk_size_gb,
+            "tpu_topology": tpu_topology, "reservation": reservation}
     primary = PoolConfig(replica_count=1, **pool)
     workers = PoolConfig(replica_count=replica_count - 1, **pool) if replica_count > 1 else None
-    reducers = (reduction_server_pool(reduction_server_count, reduction_server_machine_type)
-                if reduction_server_count else None)
-    if reducers and not workers:
-        raise ParameterError("reduction_server_count", reduction_server_count,
-                             "needs replica_count >= 2: a Reduction Server serves several nodes")
+    reducers = None
+    if reduction_server_count:
+        if not workers:
+            raise ParameterError("reduction_server_count", reduction_server_count,
+                                 "needs replica_count >= 2: a Reduction Server serves several nodes")
+        count = check_reducers(reduction_server_count, replica_count, machine_type, accelerator_type,
+                               reduction_server_machine_type, accelerator_count)
+        reducers = reduction_server_pool(count, reduction_server_machine_type)
     return primary, workers, reducers
+
+
+def _gpu_device(accelerator_type: str | None, accelerator_count: int) -> bool:
+    """Whether the job asks for GPUs, and so passes ``--device cuda``."""
+    return _is_gpu(accelerator_type) and accelerator_count > 0
 
 
 def notebook_job(
@@ -225,7 +357,7 @@ def notebook_job(
     replica_count: int = 1,
     spot: bool = False,
     image_uri: str | None = None,
-    reduction_server_count: int = 0,
+    reduction_server_count: int | str = 0,
     reduction_server_machine_type: str = REDUCTION_SERVER_MACHINE_TYPE,
     framework: str = "torch",
     env: Mapping[str, str] | None = None,
@@ -234,37 +366,66 @@ def notebook_job(
     boot_disk_size_gb: int = 100,
     timeout_s: int | None = None,
     restart_job_on_worker_restart: bool | None = None,
-) -> dict[str, Any]:
+    cell_timeout_s: int | None = DEFAULT_CELL_TIMEOUT_S,
+    tpu_topology: str | None = None,
+    flex_start: bool = False,
+    max_wait_s: int | None = None,
+    persistent_resource_id: str | None = None,
+    reservation: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    tensorboard: str | None = None,
+    service_account: str | None = None,
+) -> JobSpec:
     """CustomJobSpec that runs `notebook` with papermill and `parameters` in a container and
-    writes the executed notebook under ``<output_uri>/notebooks/``.
+    writes the executed notebook, its kernel log (``<name>.log``) and the files it makes
+    (``artifacts/``) under ``<output_uri>/notebooks/``, so nothing stays on the VM's disk.
 
     `notebook` is a ``gs://`` URI, or a local path that `submit` uploads to
-    ``<output_uri>/inputs/<name>`` first. The container is labkit's image for `framework`
-    (`image_uri=None`; it has labkit, papermill and the framework) or `image_uri`; on a Vertex
-    prebuilt image, or with `package_uri`, it first pip-installs `requirements` and labkit from
-    `package_uri` (default ``<output_uri>/inputs/labkit.tar.gz``, also uploaded by `submit`)
-    (see `labkit_container`). Buckets are read and written through the ``/gcs/`` mount.
+    ``<output_uri>/inputs/<name>`` first. A local notebook's `parameters` are checked against
+    its parameters cell before anything is built, as `labkit run` checks them (names, types,
+    and the values of shared parameters such as ``scale``); of a notebook not readable here
+    (``gs://``) only the shared parameters can be checked. `cell_timeout_s` bounds each cell (None: no limit).
+    The container is labkit's image for `framework` (`image_uri=None`; it has labkit, papermill
+    and the framework) or `image_uri`; on a Vertex prebuilt image, or with `package_uri`, it
+    first pip-installs `requirements` and labkit from `package_uri` (see `labkit_container`).
+    Buckets are read and written through the ``/gcs/`` mount. The capacity options are
+    `custom_job_spec`'s; `reservation` and `tpu_topology` go to the training pools.
     """
     check_str("notebook", notebook)
-    check_str("output_uri", output_uri)
+    check_output_uri(output_uri)
     params = dict(parameters or {})
     try:
         params_json = json.dumps(params, sort_keys=True)
     except TypeError as e:
         raise ParameterError("parameters", params, f"must be JSON values ({e})") from e
+    if not notebook.startswith("gs://") and Path(notebook).is_file():
+        check_parameters(notebook, params)
+    else:  # not readable here (a gs:// notebook, or one `submit` will look for): what all share
+        for name, value in params.items():
+            check_shared_domain(name, value, PurePosixPath(notebook).name)
+    check_int("cell_timeout_s", cell_timeout_s, minimum=1, allow_none=True)
     source = notebook if notebook.startswith("gs://") else _join(output_uri, "inputs", PurePosixPath(notebook).name)
+    out_dir = _join(output_uri, "notebooks")
+    stem = PurePosixPath(notebook).stem
     args = ["python", "-m", "labkit.vertex.entry", "notebook", gcs_fuse_path(source),
-            gcs_fuse_path(_join(output_uri, "notebooks")), "--parameters", params_json]
+            gcs_fuse_path(out_dir), "--parameters", params_json,
+            "--artifacts", gcs_fuse_path(_join(out_dir, "artifacts", stem)),
+            "--cell-timeout", str(cell_timeout_s or 0)]
+    if _gpu_device(accelerator_type, accelerator_count):
+        args += ["--device", "cuda"]
     pools = _pools_for(args, output_uri=output_uri, machine_type=machine_type,
                        accelerator_type=accelerator_type,
                        accelerator_count=accelerator_count, replica_count=replica_count,
                        image_uri=image_uri, framework=framework, env=env, requirements=requirements,
                        package_uri=package_uri, boot_disk_size_gb=boot_disk_size_gb,
                        reduction_server_count=reduction_server_count,
-                       reduction_server_machine_type=reduction_server_machine_type)
+                       reduction_server_machine_type=reduction_server_machine_type,
+                       tpu_topology=tpu_topology, reservation=reservation)
     restart = replica_count > 1 if restart_job_on_worker_restart is None else restart_job_on_worker_restart
-    return custom_job_spec(*pools, output_uri=output_uri, spot=spot,
-                           restart_job_on_worker_restart=restart, timeout_s=timeout_s)
+    capacity = Capacity(spot, flex_start, max_wait_s, timeout_s, persistent_resource_id, reservation,
+                        {"labkit-job": "notebook", **dict(labels or {})}, tensorboard, service_account)
+    return custom_job_spec(*pools, output_uri=output_uri, restart_job_on_worker_restart=restart,
+                           **capacity.job_options())
 
 
 def train_config(config: Any) -> TrainConfig:
@@ -287,7 +448,7 @@ def training_job(
     replica_count: int = 1,
     spot: bool = False,
     image_uri: str | None = None,
-    reduction_server_count: int = 0,
+    reduction_server_count: int | str = 0,
     reduction_server_machine_type: str = REDUCTION_SERVER_MACHINE_TYPE,
     env: Mapping[str, str] | None = None,
     package_uri: str | None = None,
@@ -297,7 +458,15 @@ def training_job(
     restart_job_on_worker_restart: bool | None = None,
     processes_per_node: int | None = None,
     command: Sequence[str] | None = None,
-) -> dict[str, Any]:
+    tpu_topology: str | None = None,
+    flex_start: bool = False,
+    max_wait_s: int | None = None,
+    persistent_resource_id: str | None = None,
+    reservation: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    tensorboard: str | None = None,
+    service_account: str | None = None,
+) -> JobSpec:
     """CustomJobSpec running ``python -m labkit train`` on every training replica.
 
     `command`: another program that takes the `labkit train` flags after its own (a tuning
@@ -305,25 +474,31 @@ def training_job(
     locations, and `processes_per_node` is its business.
 
     With several GPUs per node (torch), each node runs `processes_per_node` processes (default:
-    `accelerator_count`) through torchrun, so the global rank is RANK x gpus + local rank.
+    `accelerator_count`) through torchrun, so the global rank is RANK x gpus + local rank. A job
+    with GPUs trains with ``--device cuda`` (``device="cpu"`` with GPUs is refused).
 
     Unless `config` names them, checkpoints go to ``<output_uri>/checkpoints`` (what Vertex
-    also exports as AIP_CHECKPOINT_DIR), TensorBoard logs to ``<output_uri>/logs``
-    (AIP_TENSORBOARD_LOG_DIR) and metrics to ``<output_uri>/metrics.json``, all through the
-    ``/gcs/`` mount, so no gcsfs or TensorFlow file system is needed in the image. The container
-    is chosen as in `notebook_job` (`labkit_container`). Multi-replica jobs restart as a whole
-    when one replica fails (DDP and MultiWorkerMirrored cannot lose a member), unless told
-    otherwise.
+    also exports as AIP_CHECKPOINT_DIR) and metrics to ``<output_uri>/metrics.json``, through
+    the ``/gcs/`` mount; TensorBoard logs go where Vertex points AIP_TENSORBOARD_LOG_DIR (the
+    engines read it at start), which is what Vertex AI TensorBoard (`tensorboard`) uploads.
+    The container is chosen as in `notebook_job` (`labkit_container`). Multi-replica jobs
+    restart as a whole when one replica fails (DDP and MultiWorkerMirrored cannot lose a
+    member), unless told otherwise. The capacity options are `custom_job_spec`'s.
     """
+    check_output_uri(output_uri)
     cfg = train_config(config)
-    updates = {}
+    updates: dict[str, Any] = {}
     if command is None:
         if cfg.checkpoint_dir is None:
             updates["checkpoint_dir"] = gcs_fuse_path(_join(output_uri, "checkpoints"))
-        if cfg.tensorboard_dir is None:
-            updates["tensorboard_dir"] = gcs_fuse_path(_join(output_uri, "logs"))
         if cfg.metrics_out is None:
             updates["metrics_out"] = gcs_fuse_path(_join(output_uri, "metrics.json"))
+    if _gpu_device(accelerator_type, accelerator_count):
+        if cfg.device == "cpu":
+            raise ParameterError("device", cfg.device, f"must be 'cuda' or 'auto' in a job that asks for "
+                                 f"{accelerator_count} x {accelerator_type} (it would pay for GPUs it "
+                                 "does not use)")
+        updates["device"] = "cuda"
     cfg = replace(cfg, **updates)
     if processes_per_node is None:
         processes_per_node = accelerator_count if cfg.framework == "torch" and accelerator_count > 1 else 1
@@ -342,10 +517,14 @@ def training_job(
                        requirements=requirements, package_uri=package_uri,
                        boot_disk_size_gb=boot_disk_size_gb,
                        reduction_server_count=reduction_server_count,
-                       reduction_server_machine_type=reduction_server_machine_type)
+                       reduction_server_machine_type=reduction_server_machine_type,
+                       tpu_topology=tpu_topology, reservation=reservation)
     restart = replica_count > 1 if restart_job_on_worker_restart is None else restart_job_on_worker_restart
-    return custom_job_spec(*pools, output_uri=output_uri, spot=spot,
-                           restart_job_on_worker_restart=restart, timeout_s=timeout_s)
+    kind = "tuning-trial" if command is not None else "training"
+    capacity = Capacity(spot, flex_start, max_wait_s, timeout_s, persistent_resource_id, reservation,
+                        {"labkit-job": kind, **dict(labels or {})}, tensorboard, service_account)
+    return custom_job_spec(*pools, output_uri=output_uri, restart_job_on_worker_restart=restart,
+                           **capacity.job_options())
 
 
 # ---------------------------------------------------------------- validation
@@ -372,24 +551,21 @@ def first_mismatch(ours: Any, theirs: Any, path: str) -> str | None:
     return None if str(ours) == str(theirs) else path  # int64 fields come back as strings
 
 
-def _get(obj: Mapping[str, Any], snake: str) -> Any:
-    """A field under its proto name or its REST (camelCase) name."""
-    head, *rest = snake.split("_")
-    camel = head + "".join(w.title() for w in rest)
-    return obj.get(snake, obj.get(camel))
+_get = field_of
 
 
 def check_spec(spec: Mapping[str, Any]) -> None:
     """Framework-free checks of a CustomJobSpec dict (proto or REST names), each error naming
     the field: a primary pool with exactly one replica, no used pool with fewer than one
-    replica (Vertex's default replica_count is 0), machine/accelerator pairings and boot disks
-    from `labkit.vertex.machines`, and no prebuilt image too old for labkit."""
+    replica (Vertex's default replica_count is 0), machines, accelerators, TPU topologies and
+    boot disks from `labkit.vertex.machines`, a TPU job in one pool of one replica, the
+    scheduling and capacity rules of `labkit.vertex.scheduling`, a ``gs://`` base output
+    directory, and no prebuilt image too old for labkit."""
     pools = _get(spec, "worker_pool_specs")
     if not isinstance(pools, list) or not pools or not pools[0]:
         raise ValueError("spec.worker_pool_specs[0]: the primary pool is required")
-    for i, pool in enumerate(pools):
-        if not pool:
-            continue  # a skipped pool keeps the positions of the others
+    used = [(i, pool) for i, pool in enumerate(pools) if pool]
+    for i, pool in used:
         where = f"worker_pool_specs[{i}]."
         count = _get(pool, "replica_count")
         try:
@@ -408,13 +584,23 @@ def check_spec(spec: Mapping[str, Any]) -> None:
             accelerator = _get(machine, "accelerator_type")
             accelerator = None if accelerator in (None, "", "ACCELERATOR_TYPE_UNSPECIFIED") else accelerator
             check_machine(machine_type, accelerator, int(_get(machine, "accelerator_count") or 0),
-                          where + "machine_spec.")
-            disk = _get(_get(pool, "disk_spec") or {}, "boot_disk_type")
-            if disk:
-                check_boot_disk(machine_type, disk, where + "disk_spec.")
+                          where + "machine_spec.", tpu_topology=_get(machine, "tpu_topology") or None)
+            if is_tpu(machine_type) and (len(used) > 1 or count != 1):
+                raise ParameterError(where + "machine_spec.machine_type", machine_type,
+                                     "is a TPU VM: a TPU job uses a single worker pool of one replica "
+                                     f"({cite(CONFIGURE_COMPUTE)})")
+            disk = _get(pool, "disk_spec") or {}
+            size = _get(disk, "boot_disk_size_gb")
+            check_boot_disk(machine_type, _get(disk, "boot_disk_type") or boot_disk_type(machine_type),
+                            where + "disk_spec.", None if size in (None, "", 0, "0") else int(size))
         image = _get(_get(pool, "container_spec") or {}, "image_uri")
         if image:
             check_image(image)
+    base = (_get(spec, "base_output_directory") or {})
+    prefix = _get(base, "output_uri_prefix") if base else None
+    if prefix:
+        check_output_uri(prefix, "base_output_directory.output_uri_prefix")
+    check_scheduling(spec, pools)
 
 
 def validate(spec: Mapping[str, Any]):

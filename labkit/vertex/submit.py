@@ -2,9 +2,12 @@
 
 `preflight()` lists what is missing to submit (credentials, project, region, bucket, the
 google-cloud-aiplatform library). `dry_run(spec)` validates the spec and returns the REST JSON
-with the estimated cost per hour. `submit(spec, ...)` uploads local inputs (the notebook and a
-source archive of labkit) to the bucket and creates the CustomJob; without a configured cloud
-it raises `VertexNotConfigured` listing what is missing.
+with the estimated cost per hour. `submit(spec, ...)` refuses a placeholder project, checks with
+the credentials that every container image of the job exists in Artifact Registry
+(`labkit.vertex.registry`: a missing image would fail only after the machines were
+provisioned), uploads local inputs (the notebook and a source archive of labkit) to the bucket
+and creates the CustomJob with the job's labels; without a configured cloud it raises
+`VertexNotConfigured` listing what is missing.
 
 `submit` talks to the JobService over its REST transport, through `job_service_client`, with
 the endpoint and credentials it is given (default: ``REGION-aiplatform.googleapis.com`` and the
@@ -25,7 +28,10 @@ from typing import Any
 
 from labkit.core import gcp
 from labkit.core.frameworks import has_aiplatform, missing_reason
+from labkit.vertex.fields import field_of
 from labkit.vertex.pricing import CostEstimate, estimate_cost
+from labkit.vertex.registry import check_not_placeholder, require_images
+from labkit.vertex.scheduling import check_labels
 from labkit.vertex.specs import to_rest_json, validate
 from labkit.vertex.tuning import validate_tuning_job
 
@@ -162,10 +168,17 @@ def _job_spec(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     return spec["trial_job_spec"] if is_tuning_job(spec) else spec
 
 
+def job_images(spec: Mapping[str, Any]) -> list[str]:
+    """The container images a job's pools run (a tuning job's trial job's)."""
+    pools = field_of(_job_spec(spec), "worker_pool_specs") or []
+    return [img for p in pools if p for img in [field_of(field_of(p, "container_spec") or {}, "image_uri")] if img]
+
+
 def submit(spec: Mapping[str, Any], *, display_name: str, notebook: str | None = None,
            env: Mapping[str, str] | None = None, project: str | None = None,
            region: str | None = None, bucket: str | None = None, endpoint: str | None = None,
-           credentials: Any = None, filesystem: Any = None):
+           credentials: Any = None, filesystem: Any = None, labels: Mapping[str, str] | None = None,
+           registry_endpoint: str | None = None):
     """Create the job on Vertex AI: a CustomJob for a CustomJobSpec dict (`custom_job_spec`,
     `notebook_job`, `training_job`), a HyperparameterTuningJob for a `tuning_job` dict. Returns
     the created resource (aiplatform_v1); follow it with `job_state`, `wait` and `cancel`.
@@ -191,6 +204,13 @@ def submit(spec: Mapping[str, Any], *, display_name: str, notebook: str | None =
     from google.cloud import aiplatform_v1
 
     ctx = check.context
+    images = job_images(spec)
+    # A local stand-in of the service has no registry of yours: only its project must be real.
+    check_not_placeholder(ctx.project, [] if loopback else images)
+    job_labels = check_labels(labels if labels is not None else
+                              spec.get("labels") if tuning else getattr(spec, "labels", None))
+    if notebook and not Path(notebook).is_file():
+        raise FileNotFoundError(f"notebook: no notebook at {notebook}")
     job_spec = _job_spec(spec)
     base = (job_spec.get("base_output_directory") or {}).get("output_uri_prefix", "").rstrip("/")
     uploads = {}
@@ -199,12 +219,20 @@ def submit(spec: Mapping[str, Any], *, display_name: str, notebook: str | None =
     if base and any(f"{base}/inputs/labkit.tar.gz".replace("gs://", "/gcs/") in str(p)
                     for p in job_spec.get("worker_pool_specs", [])):
         uploads[f"{base}/inputs/labkit.tar.gz"] = source_archive()
+    if uploads and filesystem is None and loopback:
+        raise ValueError(f"filesystem: submitting to the local endpoint {endpoint} "
+                         f"uploads {', '.join(uploads)}; pass a filesystem standing in "
+                         "for the bucket (e.g. a local folder)")
+    if credentials is None:
+        import google.auth
+
+        credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    # Before anything is uploaded or created: a missing image would fail only once the
+    # machines are provisioned (and billed).
+    require_images(images, credentials=credentials,
+                   endpoint=registry_endpoint or (endpoint if loopback else None))
     if uploads:
         if filesystem is None:
-            if loopback:
-                raise ValueError(f"filesystem: submitting to the local endpoint {endpoint} "
-                                 f"uploads {', '.join(uploads)}; pass a filesystem standing in "
-                                 "for the bucket (e.g. a local folder)")
             import fsspec
 
             filesystem = fsspec.filesystem("gs", project=ctx.project, token=credentials)
@@ -213,9 +241,11 @@ def submit(spec: Mapping[str, Any], *, display_name: str, notebook: str | None =
     client = job_service_client(region=ctx.region, endpoint=endpoint, credentials=credentials)
     parent = f"projects/{ctx.project}/locations/{ctx.region}"
     if tuning:
-        job = aiplatform_v1.HyperparameterTuningJob(**{**spec, "display_name": display_name})
+        job = aiplatform_v1.HyperparameterTuningJob(**{**spec, "display_name": display_name,
+                                                       "labels": job_labels})
         return client.create_hyperparameter_tuning_job(parent=parent, hyperparameter_tuning_job=job)
-    job = aiplatform_v1.CustomJob(display_name=display_name, job_spec=aiplatform_v1.CustomJobSpec(**spec))
+    job = aiplatform_v1.CustomJob(display_name=display_name, job_spec=aiplatform_v1.CustomJobSpec(**spec),
+                                  labels=job_labels)
     return client.create_custom_job(parent=parent, custom_job=job)
 
 

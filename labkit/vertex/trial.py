@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core.cluster import from_env
-from labkit.core.config import ParameterError
+from labkit.core.config import ParameterError, parse_int
 from labkit.core.gcs import aip_mount_paths
 from labkit.core.hypertune import METRICS, TUNING_METRIC_ENV, report_latest
 from labkit.core.train_config import TrainConfig, from_argv, to_argv
@@ -78,7 +78,7 @@ def report_new(metrics_out: str, metric: str) -> int | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labkit.vertex.trial", allow_abbrev=False)
     parser.add_argument("--tuning-metric", required=True, help="the StudySpec's metric_id")
-    parser.add_argument("--processes-per-node", type=int, default=1,
+    parser.add_argument("--processes-per-node", type=parse_int, default=1,
                         help="torch processes per node (torchrun), one per GPU")
     args, train_args = parser.parse_known_args(argv)
     try:

@@ -28,6 +28,7 @@ study would cost on Spot at the trial job's prices.
 from __future__ import annotations
 
 import copy
+import itertools
 import threading
 import time
 import typing
@@ -38,14 +39,21 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core.cluster import is_reduction_server_image
-from labkit.core.config import ParameterError, check_int, check_str
+from labkit.core.config import ParameterError, check_int
 from labkit.core.frameworks import has_aiplatform, require
 from labkit.core.hypertune import read_reports, reported_values
 from labkit.core.progress import progress
 from labkit.core.train_config import TrainConfig, flag
 from labkit.vertex.emulator import SUCCEEDED, container_dir, run_local
 from labkit.vertex.pricing import estimate_cost
-from labkit.vertex.specs import first_mismatch, train_config, training_job, validate
+from labkit.vertex.scheduling import check_labels
+from labkit.vertex.specs import (
+    check_output_uri,
+    first_mismatch,
+    train_config,
+    training_job,
+    validate,
+)
 from labkit.vertex.trial import check_metric
 
 GOALS = ("MINIMIZE", "MAXIMIZE")
@@ -139,6 +147,7 @@ def tuning_job(
     early_stopping: bool = True,
     max_failed_trial_count: int = 0,
     display_name: str = "labkit-tuning",
+    labels: Mapping[str, str] | None = None,
     **job_options: Any,
 ) -> dict[str, Any]:
     """A HyperparameterTuningJob dict (proto field names) whose trials train `config` with the
@@ -146,9 +155,11 @@ def tuning_job(
     records) toward `goal` ("minimize" or "maximize"). `algorithm`: None (Vertex's Bayesian
     optimisation), "GRID_SEARCH" or "RANDOM_SEARCH". `job_options` are `training_job`'s
     (machine_type, accelerator_type, accelerator_count, replica_count, spot, image_uri, ...)
-    and shape the trial job. Each trial's outputs go to ``<output_uri>/<trial id>/``."""
+    and shape the trial job (Spot or DWS flex-start, timeout, persistent resource, reservation,
+    TensorBoard included). `labels` go on the HyperparameterTuningJob. Each trial's outputs go
+    to ``<output_uri>/<trial id>/``."""
     cfg = train_config(config)
-    check_str("output_uri", output_uri)
+    check_output_uri(output_uri)
     check_metric(metric)
     goal_name = str(goal).upper()
     if goal_name not in GOALS:
@@ -184,7 +195,8 @@ def tuning_job(
                               **job_options)
     spec = {"display_name": display_name, "study_spec": study, "max_trial_count": max_trial_count,
             "parallel_trial_count": parallel_trial_count,
-            "max_failed_trial_count": max_failed_trial_count, "trial_job_spec": trial_spec}
+            "max_failed_trial_count": max_failed_trial_count, "trial_job_spec": dict(trial_spec),
+            "labels": check_labels({"labkit-job": "tuning", **dict(labels or {})})}
     if has_aiplatform():
         validate_tuning_job(spec)
     return spec
@@ -258,25 +270,28 @@ def _grid(p: Mapping[str, Any]) -> list[Any]:
     return list((p.get("discrete_value_spec") or p.get("categorical_value_spec"))["values"])
 
 
-def _flag_value(parameter_id: str, value: Any) -> str:
-    """How a value is written on the command line: as its `labkit train` flag parses it (an
-    integer flag gets ``32``, not ``32.0``); a flag labkit does not know gets the value as is."""
-    kind, _ = _field_kinds().get(parameter_id.replace("-", "_"), (type(value), None))
-    if kind is int:
-        return str(int(value))
-    if kind is float:
+def vertex_value(parameter: Mapping[str, Any], value: Any) -> str:
+    """A trial's value as the tuning service writes it on the command line: a DISCRETE value is
+    a double (``32.0``, which every integer flag of `labkit train` reads), an INTEGER one an
+    integer, a DOUBLE one a float, a CATEGORICAL one its string. The local study passes exactly
+    this, so a flag that cannot read the service's form fails here as it would on Vertex."""
+    if "discrete_value_spec" in parameter or "double_value_spec" in parameter:
         return repr(float(value))
+    if "integer_value_spec" in parameter:
+        return str(int(value))
     return str(value)
 
 
 def trial_spec(spec: Mapping[str, Any], trial_id: str, values: Mapping[str, Any]) -> dict[str, Any]:
     """The CustomJobSpec Vertex runs for one trial: outputs under ``<base>/<trial id>``, the
-    trial's values appended as ``--flag=value`` to every pool that runs the training code."""
+    trial's values appended as ``--flag=value`` (`vertex_value`) to every pool that runs the
+    training code."""
     job = copy.deepcopy(dict(spec["trial_job_spec"]))
     base = (job.get("base_output_directory") or {}).get("output_uri_prefix", "").rstrip("/")
     if base:
         job["base_output_directory"] = {"output_uri_prefix": f"{base}/{trial_id}"}
-    flags = [f"--{pid}={_flag_value(pid, v)}" for pid, v in values.items()]
+    by_id = {p["parameter_id"]: p for p in spec["study_spec"]["parameters"]}
+    flags = [f"--{pid}={vertex_value(by_id.get(pid, {}), v)}" for pid, v in values.items()]
     for pool in job["worker_pool_specs"]:
         container = pool.get("container_spec") if pool else None
         if container and not is_reduction_server_image(container.get("image_uri")):
@@ -291,12 +306,19 @@ def _metric_file(trial_dir: Path) -> Path:
     return container_dir(trial_dir, attempt, 0, 0) / "tmp" / "hypertune" / "output.metrics"
 
 
-def _sampler(algorithm: str | None, params: Sequence[Mapping[str, Any]], seed: int):
+def grid_points(params: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every combination of a grid search's values, in a fixed order (the first parameter
+    varies slowest)."""
+    ids = [p["parameter_id"] for p in params]
+    return [dict(zip(ids, combo, strict=True)) for combo in itertools.product(*(_grid(p) for p in params))]
+
+
+def _sampler(algorithm: str | None, seed: int):
     import optuna
 
-    if algorithm == "GRID_SEARCH":
-        return optuna.samplers.GridSampler({p["parameter_id"]: _grid(p) for p in params}, seed=seed)
-    if algorithm == "RANDOM_SEARCH":
+    # A grid is walked by enqueueing its points (`run_local_tuning`): Optuna's GridSampler
+    # stops the study from inside `tell`, which raises outside an objective function.
+    if algorithm in ("GRID_SEARCH", "RANDOM_SEARCH"):
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
 
@@ -332,7 +354,13 @@ def run_local_tuning(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
         direction="maximize" if metric_spec["goal"] == "MAXIMIZE" else "minimize",
-        sampler=_sampler(study_spec.get("algorithm"), params, seed), pruner=pruner)
+        sampler=_sampler(study_spec.get("algorithm"), seed), pruner=pruner)
+    trials = int(spec["max_trial_count"])
+    if study_spec.get("algorithm") == "GRID_SEARCH":
+        points = grid_points(params)[:trials]
+        for point in points:
+            study.enqueue_trial(point)
+        trials = len(points)
     lock = threading.Lock()  # one ask/tell at a time across the trial threads
     max_failed = int(spec.get("max_failed_trial_count") or 0)
     failures = [0]
@@ -360,27 +388,31 @@ def run_local_tuning(
             return stopped[0]
 
         started = time.monotonic()
-        job = run_local(trial_spec(spec, trial_id, trial.params), trial_dir, gcs_root=workdir / "gcs",
-                        trial=trial_id, timeout_s=trial_timeout_s, env=env, stop_when=stop_when,
-                        show_progress=False)
-        stop_when()  # the reports written in the last moments
-        measurements = reported_values(read_reports(_metric_file(trial_dir)), tag)
-        value = measurements[-1][1] if measurements else None
+        value, measurements, error = None, [], ""
+        try:
+            job = run_local(trial_spec(spec, trial_id, trial.params), trial_dir, gcs_root=workdir / "gcs",
+                            trial=trial_id, timeout_s=trial_timeout_s, env=env, stop_when=stop_when,
+                            show_progress=False)
+            stop_when()  # the reports written in the last moments
+            measurements = reported_values(read_reports(_metric_file(trial_dir)), tag)
+            value = measurements[-1][1] if measurements else None
+            succeeded, error = job.state == SUCCEEDED, job.error
+        except (OSError, ValueError, RuntimeError) as e:  # the trial could not run here at all
+            succeeded, error = False, f"{type(e).__name__}: {e}"
         if stopped[0]:
             state, tell = "STOPPED", {"state": optuna.trial.TrialState.PRUNED}
-        elif job.state == SUCCEEDED and value is not None:
+        elif succeeded and value is not None:
             state, tell = "SUCCEEDED", {"values": value}
         else:
             state, tell = "FAILED", {"state": optuna.trial.TrialState.FAIL}
         with lock:
             study.tell(trial, **tell)
             failures[0] += state == "FAILED"
-        error = "" if state != "FAILED" else (job.error or "no value of the metric was reported")
+        error = "" if state != "FAILED" else (error or f"no value of {tag!r} was reported")
         parameters = {pid.replace("-", "_"): v for pid, v in trial.params.items()}
         records[trial.number] = TrialRecord(trial_id, parameters, value, state,
                                             time.monotonic() - started, measurements, trial_dir, error)
 
-    trials = int(spec["max_trial_count"])
     with ThreadPoolExecutor(max_workers=int(spec["parallel_trial_count"])) as pool, \
             progress(trials, "local study", unit="trial") as bar:
         for future in [pool.submit(one_trial, i) for i in range(trials)]:
