@@ -158,7 +158,8 @@ if has_torch:
 
 # %%
 has_tf = frameworks.has_tf()
-tf_rows = precision.run_ladder(ladder_cfg, "tf") if has_tf else []
+tf_cfg = ladder_cfg if plan["tf_scale"] == scale else precision.PrecisionLadderConfig(model=model, scale="smoke", repeats=repeats)
+tf_rows = precision.run_ladder(tf_cfg, "tf") if has_tf else []
 if has_tf:
     print(table(tf_rows, precision.COLUMNS["tf"]))
 else:

@@ -58,7 +58,10 @@ def test_batch_must_split_evenly():
 def test_accumulation_equals_large_batch(tmp_path):
     engine.fit(replace(BASE, checkpoint_dir=str(tmp_path / "big")))
     engine.fit(replace(BASE, grad_accum=4, checkpoint_dir=str(tmp_path / "acc")))
-    _assert_close(_final_params(tmp_path / "big"), _final_params(tmp_path / "acc"), atol=1e-5)
+    # The gradients agree to float rounding (next test, 1e-6); over 4 AdamW steps of lr 1e-3, a
+    # weight whose gradient is near zero turns a rounding difference into an update difference
+    # of a fair fraction of lr (Adam divides by sqrt(v)), so the weights get lr / 10.
+    _assert_close(_final_params(tmp_path / "big"), _final_params(tmp_path / "acc"), atol=1e-4)
 
 
 def test_accumulated_gradients_match_exactly_in_one_step():

@@ -344,7 +344,7 @@ def test_the_emulator_runs_a_gpu_job_on_the_cpu_here_and_says_so(tmp_path):
                                                     "--device", "cuda"], **L4)
     job = run_local(vertex.custom_job_spec(pool, output_uri=OUT), tmp_path, show_progress=False)
     assert job.succeeded and "device cpu" in job.final().log()
-    assert any("--device cuda" in e and "no CUDA GPU" in e for e in job.events)
+    assert any("--device cuda" in e and "no GPU is visible here" in e for e in job.events)
 
 
 def test_a_notebook_job_with_gpus_stops_at_once_without_cuda(tmp_path, capsys):

@@ -82,6 +82,7 @@ class Machine:
     cpu_cores: int
     probe_tflops: dict[str, float] = field(default_factory=dict)
     unusable: str | None = None  # a GPU is present that torch cannot use (said in the plan)
+    here: bool = False  # this machine (detected), not one described for a table
 
     @property
     def has_gpu(self) -> bool:
@@ -101,7 +102,7 @@ class Machine:
         usable = list(info.gpus) if devices.cuda_available() else []
         facts = gpu_table.for_gpu(usable[0]) if usable else None
         probed = _probe_gpu(facts.fastest_format()) if (usable and probe) else {}
-        return cls(len(usable), facts, info.cpu_count, probed, devices.unusable_gpus())
+        return cls(len(usable), facts, info.cpu_count, probed, devices.unusable_gpus(), here=True)
 
     @classmethod
     def planned(cls, key: str | None, *, gpus: int = 1, cpu_cores: int = 8) -> Machine:
@@ -231,9 +232,11 @@ class Plan:
         if self.trimmed:
             lines.append(f"trimmed to fit time_budget_s={self.budget_s:g}: "
                          + ", ".join(f"{k} {_show(a)} → {_show(b)}" for k, (a, b) in self.trimmed.items()))
-        lines.append(f"expected: about {_duration(self.expected_s)} here "
-                     f"(forecast from the GPU table, {'a probe of this GPU, ' if self.machine.probe_tflops else ''}"
-                     f"and labkit's H100 rates; good to tens of percent)")
+        basis = ("the GPU table, " + ("a probe of this GPU, " if self.machine.probe_tflops else "")
+                 + "labkit's H100 rates and CPU step times" if self.machine.has_gpu
+                 else "the CPU step times of the course's smoke models")
+        lines.append(f"expected: about {_duration(self.expected_s)} here (forecast from {basis}; "
+                     f"good to tens of percent)")
         return "\n".join(lines)
 
     def record(self) -> dict[str, Any]:
@@ -332,6 +335,20 @@ def _fit(draft: _Draft, sizes: dict[str, Any], budget: float) -> tuple[dict, dic
     return sizes, trimmed, dropped
 
 
+@functools.lru_cache(maxsize=1)
+def tf_sees_gpu() -> bool | None:
+    """Whether TensorFlow can use a GPU here (None: TensorFlow is not installed). A plain
+    `pip install tensorflow` on a GPU machine trains on the CPU: its CUDA libraries come with
+    `tensorflow[and-cuda]`."""
+    from labkit.core import frameworks
+
+    if not frameworks.has_tf():
+        return None
+    from labkit.tf import runtime
+
+    return runtime.sees_gpu()
+
+
 # ---------------------------------------------------------------- placement of multi-process demos
 
 
@@ -414,14 +431,19 @@ def _plan_04(scale: str, machine: Machine, *, model: str = "resnet", repeats: in
     notes: list[str] = []
     if not full:
         sizes = {"batch_size": 16, "steps": 5, "include_compile": bool(include_compile),
-                 "recipe_batch": 16, "recipe_steps": 8, "recipe_precision": "bf16", "formats": ["fp32", "tf32", "bf16", "fp16"]}
+                 "recipe_batch": 16, "recipe_steps": 8, "recipe_precision": "bf16",
+                 "formats": ["fp32", "tf32", "bf16", "fp16"], "tf_scale": "smoke"}
         return _Draft(sizes, lambda s: 50.0)
     if not machine.has_gpu:  # full sizes asked for on a CPU: the GPU models, briefly
         sizes = {"batch_size": 8, "steps": 3, "include_compile": bool(include_compile),
                  "recipe_batch": 8, "recipe_steps": 3, "recipe_precision": "bf16",
-                 "formats": ["fp32", "tf32", "bf16", "fp16"]}
+                 "formats": ["fp32", "tf32", "bf16", "fp16"], "tf_scale": "full"}
         return _Draft(sizes, lambda s: 600.0, notes=["no GPU: the full-size models on the CPU take many minutes"])
     gpu = machine.gpu
+    tf_on_cpu = machine.here and tf_sees_gpu() is False
+    if tf_on_cpu:
+        notes.append("TensorFlow is installed without its CUDA libraries and sees no GPU, so its ladder "
+                     "runs on the CPU at the smoke sizes (pip install 'labkit[tf-gpu]' for its GPU build)")
     formats = [f for f in ("fp32", "tf32", "bf16", "fp16") if gpu.supports(f)]
     for f in ("tf32", "bf16"):
         if not gpu.supports(f):
@@ -430,7 +452,8 @@ def _plan_04(scale: str, machine: Machine, *, model: str = "resnet", repeats: in
     fast = gpu.fastest_format()
     sizes = {"batch_size": batch, "steps": 20, "include_compile": True if include_compile is None else include_compile,
              "recipe_batch": fitting_batch(machine, model, fast, largest=128), "recipe_steps": 50,
-             "recipe_precision": fast, "formats": formats}
+             "recipe_precision": fast, "formats": formats,
+             "tf_scale": "smoke" if tf_on_cpu else "full"}
     if batch < BATCH_CHOICES[model][0]:
         notes.append(f"batch {batch}: the largest that fits {gpu.memory_gib:.0f} GiB in fp32 with headroom "
                      f"(the reference ladder used {BATCH_CHOICES[model][0]})")
@@ -449,7 +472,7 @@ def _plan_04(scale: str, machine: Machine, *, model: str = "resnet", repeats: in
         compiles = compile_seconds(model, (repeats + 1) if s["include_compile"] else 0)
         recipe = 2 * (PROCESS_START_S + gpu_train_seconds(machine, model, fast, s["recipe_batch"], s["recipe_steps"]))
         return ladder + compiles + recipe + 25.0  # + overflow demo, alignment, mistakes
-    return _Draft(sizes, estimate, (Elastic("steps", 8), Elastic("recipe_steps", 10)),
+    return _Draft(sizes, estimate, (Elastic("steps", 6), Elastic("recipe_steps", 6)),
                   optional=(("include_compile", "the torch.compile rung"),), skipped=skipped, notes=notes)
 
 
@@ -549,7 +572,7 @@ def _plan_09(scale: str, machine: Machine, *, model: str = "resnet", include_com
                                    compiled=bool(s["include_compile"]), runs=2 * repeats)
         compiles = (len(compiled_levers) * runs + repeats) if s["include_compile"] else 0
         return total + compile_seconds(model, compiles) + 10.0
-    return _Draft(sizes, estimate, (Elastic("steps", 10),),
+    return _Draft(sizes, estimate, (Elastic("steps", 6),),
                   optional=(("include_compile", "the torch.compile levers"),))
 
 

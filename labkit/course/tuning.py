@@ -79,8 +79,11 @@ def submit_or_preview(spec: Mapping[str, Any], display_name: str) -> str:
     JobService (`labkit.vertex.fake_service.FakeVertex`) and say what it received. Returns one
     line either way."""
     from labkit import vertex
+    from labkit.core import frameworks
     from labkit.vertex.fake_service import FakeVertex
 
+    if not frameworks.has_aiplatform():  # neither submitted nor sent: the client is what sends it
+        return frameworks.missing_reason("google.cloud.aiplatform").replace("its column", "the submission")
     if vertex.preflight().ready:
         return f"submitted: {vertex.submit(spec, display_name=display_name).name}"
     with FakeVertex() as fake:

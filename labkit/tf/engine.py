@@ -94,9 +94,18 @@ def fit(config: TrainConfig, *, on_step: StepCallback | None = None,
 
 def _fit_custom(config: TrainConfig, plan, device: str, on_step: StepCallback | None,
                 data_dir: str | None) -> MetricsLog:
+    import tensorflow as tf
+
     lease = state.claim(config, plan.is_chief)  # outputs writable, the checkpoint folder ours alone
     try:
         return _fit_claimed(config, plan, device, on_step, data_dir, lease)
+    except tf.errors.ResourceExhaustedError:
+        gpus = [tf.config.experimental.get_device_details(g).get("device_name", g.name)
+                for g in tf.config.get_visible_devices("GPU")]
+        raise ParameterError("batch_size", config.batch_size,
+                             f"does not fit in the memory of {', '.join(gpus) or 'this device'} with model "
+                             f"{config.model!r} at scale {config.scale!r}, precision {config.precision}: use a "
+                             f"smaller batch_size, grad_accum or bf16") from None
     finally:
         if lease is not None:
             lease.release()

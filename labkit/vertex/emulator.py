@@ -479,19 +479,19 @@ class _EmulatedJob:
 
     def _run_cuda_jobs_here(self) -> None:
         """Pools that ask for CUDA (``--device cuda``, as every job with GPUs does) run on the
-        CPU where this machine has no CUDA GPU; the events say so."""
+        CPU where this machine has no GPU for each emulated node (`replica_placement`: none at
+        all, or fewer GPUs than nodes); the events say so."""
         asking = [i for i, argv in self.argvs.items() if _device_flag(argv) == "cuda"]
         if not asking:
             return
-        from labkit.core import devices
-
-        if devices.detect().has_gpu:
+        where = replica_placement(self.spec)
+        if where.on_gpu:
             return
         for i in asking:
             argv = self.argvs[i]
             argv[argv.index("--device") + 1] = "cpu"
-            self.events.append(f"workerpool{i} asks for --device cuda; this machine has no CUDA GPU, "
-                               "so it runs with --device cpu here")
+            self.events.append(f"workerpool{i} asks for --device cuda; {where.reason}, so it runs with "
+                               "--device cpu here")
 
     def run(self) -> LocalJob:
         attempt = 0
