@@ -41,10 +41,11 @@ def local_replica_envs(nproc: int, *, threads: int | None = 1, port: int | None 
 
 
 def launch_replicas(argv: Sequence[str] | Callable[[int], Sequence[str]], nproc: int, *,
-                    threads: int | None = 1, timeout_s: float = 600.0,
+                    threads: int | None = 1, timeout_s: float | None = None,
                     ok_codes: tuple[int, ...] = (0,), what: str = "DDP replica") -> GroupResult:
     """Run `argv` (a command, or a function of the rank giving each replica's) as `nproc` local
-    replicas and wait for all; a replica that fails takes the others down. Raises
+    replicas and wait for all (no time limit unless `timeout_s` is given: then the replicas get
+    SIGTERM, checkpoint and stop); a replica that fails takes the others down. Raises
     `labkit.core.launcher.LaunchError` (a RuntimeError) naming the rank ("<what> rank R of N")
     with its output when one fails or the run times out."""
     check_int("nproc", nproc, minimum=1)
@@ -54,10 +55,11 @@ def launch_replicas(argv: Sequence[str] | Callable[[int], Sequence[str]], nproc:
 
 
 def run_local(config: TrainConfig, nproc: int = 2, *, threads_per_process: int | None = 1,
-              timeout_s: float = 600.0) -> MetricsLog:
+              timeout_s: float | None = None) -> MetricsLog:
     """Run `config` as an `nproc`-replica DDP job on this machine and return rank 0's metrics.
-    Raises `Preempted` when the replicas exited 143 (checkpointed), RuntimeError naming the rank
-    and showing its output when a replica failed."""
+    Raises `Preempted` when the replicas exited 143 (checkpointed: SIGTERM or Ctrl-C to this
+    process, or `timeout_s` reached), RuntimeError naming the rank and showing its output when
+    a replica failed."""
     check_int("nproc", nproc, minimum=1)
     if config.metrics_out is None:
         tmp = tempfile.mkdtemp(prefix="labkit-ddp-")
