@@ -92,7 +92,7 @@ def _coordinate(config: TrainConfig, plan, device: str, on_step: StepCallback | 
                           "resumed_from_step": start - 1 if start else None,
                           "resume_changes": resume.record() or None})
     saver = state.Saver(config.checkpoint_dir, model, optimizer, replicas=1,
-                        fingerprint=resume.fingerprint, lease=lease,
+                        fingerprint=resume.fingerprint, lease=lease, keep=config.keep_checkpoints,
                         position=lambda s: step_position(s, layout.global_batch, len(x_all), origin)) \
         if config.checkpoint_dir else None
     reporter = Reporter(config, throughput(config, model_cfg, precision, device, 1), log,
@@ -102,7 +102,7 @@ def _coordinate(config: TrainConfig, plan, device: str, on_step: StepCallback | 
         write_final_metrics(log, config, plan, model)
         if stopped is not None:
             guard.chain()
-            raise Preempted(stopped)
+            raise Preempted(stopped, guard.reason)
     return log
 
 
