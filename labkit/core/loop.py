@@ -284,7 +284,7 @@ class _Driver:
         if stop:
             self.write_metrics(final=True)
             self.guard.chain()
-            raise Preempted(step)
+            raise Preempted(step, self.guard.reason)
         if save:
             self.write_metrics()
 

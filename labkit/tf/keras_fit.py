@@ -116,7 +116,7 @@ def fit_keras(config: TrainConfig, *, on_step: StepCallback | None = None,
         except _Interrupted:
             write_final_metrics(log, config, plan, model)
             guard.chain()
-            raise Preempted(steps_cb.last_step) from None
+            raise Preempted(steps_cb.last_step, guard.reason) from None
     write_final_metrics(log, config, plan, model)
     return log
 
