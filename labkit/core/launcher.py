@@ -22,7 +22,8 @@ FSDP comparison, the all-reduce benchmark and the replicas of the Vertex emulato
   stopped the same way (SIGTERM, SIGKILL `stop_grace_s` later). The `GroupResult` holds each
   exit code and output; `check()` raises `LaunchError` showing the failing process's output tail.
 
-`child_env` is the environment a labkit child process starts from.
+`child_env` is the environment a labkit child process starts from; `check_process_count` is
+the rule for how many local processes a run may start.
 """
 
 from __future__ import annotations
@@ -43,9 +44,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.core.cluster import CLUSTER_VARIABLES
-from labkit.core.config import check_float, check_int
+from labkit.core.config import ParameterError, check_float, check_int
+from labkit.core.devices import usable_cpu_count
 
 _LABKIT_ROOT = str(Path(__file__).resolve().parents[2])
+# More local processes than this per usable core is refused: they would only take turns (and
+# each holds a framework's memory), which no lesson or benchmark needs.
+MAX_PROCESSES_PER_CORE = 4
 _LINE_END = re.compile(rb"[\r\n]")  # tqdm redraws with \r: each redraw is a line
 
 
@@ -77,6 +82,21 @@ def child_env(overrides: Mapping[str, str] | None = None, *,
     env["PYTHONPATH"] = os.pathsep.join([_LABKIT_ROOT, *paths])
     env.update(overrides or {})
     return env
+
+
+def check_process_count(name: str, count: int, cores: int | None = None) -> str | None:
+    """Refuse a count of local processes below 1 or above `MAX_PROCESSES_PER_CORE` per usable
+    core (ParameterError naming `name`); return a warning when there are more processes than
+    cores (they share them: slower, not faster), else None."""
+    check_int(name, count, minimum=1)
+    cores = usable_cpu_count() if cores is None else cores
+    if count > MAX_PROCESSES_PER_CORE * cores:
+        raise ParameterError(name, count, f"is more than {MAX_PROCESSES_PER_CORE} processes per usable "
+                             f"CPU core ({cores} here): they would only take turns on the cores")
+    if count > cores:
+        return (f"{count} processes on {cores} usable CPU cores: they take turns on the cores "
+                f"(slower per step, not faster)")
+    return None
 
 
 @dataclass(frozen=True)

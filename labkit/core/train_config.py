@@ -25,6 +25,7 @@ from labkit.core.config import (
     check_choice,
     check_float,
     check_int,
+    check_path,
 )
 from labkit.core.fingerprint import CHANGEABLE, parse_allowed
 from labkit.core.gcs import aip_mount_paths
@@ -47,11 +48,14 @@ PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM, what a process killed by SIGTERM rep
 
 
 class Preempted(Exception):
-    """Raised by an engine after it checkpointed in response to SIGTERM (or `preempt_at`)."""
+    """Raised by an engine after it checkpointed in response to SIGTERM (or `preempt_at`), or
+    to Ctrl-C (`reason` then says so)."""
 
-    def __init__(self, step: int):
+    def __init__(self, step: int, reason: str = "SIGTERM"):
         self.step = step
-        super().__init__(f"preempted during step {step}; state checkpointed")
+        self.reason = reason
+        what = "preempted" if reason == "SIGTERM" else f"stopped by {reason}"
+        super().__init__(f"{what} during step {step}; state checkpointed")
 
 
 def finished_replicas_log(metrics_out: str, exit_codes: list[int]):
@@ -120,6 +124,10 @@ class TrainConfig:
                                       "resumes from the newest committed step (defaults to "
                                       "$AIP_CHECKPOINT_DIR on Vertex AI)")
     checkpoint_every: int = _opt(0, "checkpoint every K steps (0: only at the end and on SIGTERM)")
+    # Old steps are deleted once a newer one is committed, so a long run cannot fill the disk;
+    # more than one is kept so a resume can fall back past a step that turns out corrupt.
+    keep_checkpoints: int = _opt(3, "keep the newest K committed checkpoints, delete older ones (0: "
+                                 "keep all)")
     metrics_out: str | None = _opt(None, "per-step metrics JSON file written by rank 0")
     tensorboard_dir: str | None = _opt(None, "TensorBoard event files, rank 0 (defaults to "
                                        "$AIP_TENSORBOARD_LOG_DIR on Vertex AI)")
@@ -184,6 +192,10 @@ class TrainConfig:
         check_bool("pin_memory", self.pin_memory)
         check_float("input_latency_ms", self.input_latency_ms, minimum=0.0)
         check_int("checkpoint_every", self.checkpoint_every, minimum=0)
+        check_int("keep_checkpoints", self.keep_checkpoints, minimum=0)
+        for name in ("checkpoint_dir", "tensorboard_dir"):
+            check_path(name, getattr(self, name))
+        check_path("metrics_out", self.metrics_out, file=True)
         check_int("preempt_at", self.preempt_at, minimum=0, allow_none=True)
         if self.preempt_at is not None and self.preempt_at >= self.steps:
             raise ParameterError("preempt_at", self.preempt_at,
