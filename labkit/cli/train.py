@@ -102,7 +102,9 @@ def _train_command(args) -> int:
         _say(f"nothing to train: the run was already complete ({done} steps checkpointed in "
              f"{config.checkpoint_dir}{beyond}){kept}")
         return 0
-    _say(f"{summary.get('num_steps', 0)} steps, final loss {summary.get('final_loss')}")
+    resumed = log.run.get("resumed_from_step")
+    after = f" (resumed after step {resumed})" if resumed is not None else ""
+    _say(f"{summary.get('num_steps', 0)} steps{after}, final loss {summary.get('final_loss')}")
     return 0
 
 
