@@ -5,6 +5,13 @@ kernel (an unknown name or a value of the wrong type fails at once, naming the p
 that the executed notebook and its kernel log can be written, then executes it and returns the
 key figures it recorded. `labkit run NOTEBOOK -p name value` is the command-line form.
 
+A value's kind comes from the parameter's default. For a default of None it comes from the
+parameter's annotation (`steps: Optional[int] = None`), else from the same name's default in
+the other course notebooks beside it (a name means one thing across the course: `steps` is an
+integer everywhere), else the value must at least be a single value, not a list or a dict.
+`scale`, the course-wide size switch, takes only the values `labkit.core.config.resolve_scale`
+knows.
+
 The kernel: every course notebook names the Jupyter kernel `KERNEL_NAME` ("labkit", shown as
 "Python (labkit)"), which `make setup` registers in the course's environment (`python -m
 ipykernel install --sys-prefix --name labkit --display-name "Python (labkit)"`; `--user` on
@@ -33,7 +40,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from labkit.core.config import ParameterError
+from labkit.core.config import SCALES, ParameterError
 from labkit.core.outputs import check_file
 from labkit.core.progress import in_kernel
 from labkit.course.report import KeyFigure, figures_in_notebook
@@ -46,6 +53,9 @@ KERNEL_LOG_ENV = "LABKIT_KERNEL_LOG"
 # "notebook": leave file descriptor 2 alone (C/C++ library output shows in the cells).
 KERNEL_STDERR_ENV = "LABKIT_KERNEL_STDERR"
 STDERR_TAG = "allow-stderr"
+# Parameters every course notebook declares with one meaning, and the values they take.
+COURSE_CHOICES: dict[str, tuple[Any, ...]] = {"scale": SCALES}
+_ANNOTATED = {"int": 0, "float": 0.0, "str": "", "bool": False}  # papermill's type name -> an example
 
 
 class KernelNotFound(FileNotFoundError):
@@ -189,6 +199,11 @@ def parse_value(text: str) -> Any:
 def notebook_parameters(path: str | os.PathLike) -> dict[str, Any]:
     """Names and defaults of the notebook's `parameters` cell (empty if it has none). Raises
     ParameterError naming the file when it is not a notebook."""
+    return {name: default for name, (default, _) in _inspect(path).items()}
+
+
+def _inspect(path: str | os.PathLike) -> dict[str, tuple[Any, str]]:
+    """Each parameter's default and papermill's name for its annotated type ("None" if none)."""
     import papermill
     from nbformat.reader import NotJSONError
 
@@ -202,9 +217,10 @@ def notebook_parameters(path: str | os.PathLike) -> dict[str, Any]:
     for name, info in params.items():
         default = info.get("default")
         try:
-            out[name] = ast.literal_eval(default) if default is not None else None
+            value = ast.literal_eval(default) if default is not None else None
         except (ValueError, SyntaxError):
-            out[name] = default
+            value = default
+        out[name] = (value, str(info.get("inferred_type_name") or "None"))
     return out
 
 
@@ -212,34 +228,83 @@ def check_parameters(path: str | os.PathLike, parameters: dict[str, Any],
                      declared: dict[str, Any] | None = None) -> None:
     """Refuse names the notebook does not declare, and values whose type contradicts the default
     (a string or 1.5 where the default is an int, say), before a kernel is started. `declared`:
-    the notebook's parameters when already read."""
+    the notebook's parameters when already read. See the module's note for defaults of None."""
+    annotations = {name: kind for name, (_, kind) in _inspect(path).items()} if parameters else {}
     declared = notebook_parameters(path) if declared is None else declared
     notebook = Path(path).name
     for name, value in parameters.items():
         if name not in declared:
             known = ", ".join(sorted(declared)) or "none"
             raise ParameterError(name, value, f"is not a parameter of {notebook} (it has: {known})")
-        problem = type_problem(declared[name], value)
+        choices = COURSE_CHOICES.get(name)
+        if choices is not None and value not in choices:
+            raise ParameterError(name, value, f"of {notebook} must be one of "
+                                 + ", ".join(map(repr, choices)))
+        default, like = declared[name], None
+        if default is None:
+            default = _example_of(annotations.get(name, "None"))
+            like = f"its annotation {annotations.get(name)}"
+            if default is None:
+                default = _course_default(Path(path), name)
+                like = f"{name!r} in the other course notebooks"
+        problem = type_problem(default, value, like if default is not None else None)
+        if problem is None and default is None and isinstance(value, (list, tuple, dict, set)):
+            problem = ("must be a single value (a number, a string, True/False or None) like its "
+                       "default None")
         if problem:
             raise ParameterError(name, value, f"of {notebook} {problem}")
 
 
-def type_problem(default: Any, value: Any) -> str | None:
+def _example_of(annotation: str) -> Any:
+    """A value of the kind papermill names ("int", "Optional[float]"), None if not a plain kind."""
+    kind = annotation.strip()
+    if kind.startswith("Optional[") and kind.endswith("]"):
+        kind = kind[len("Optional["):-1].strip()
+    return _ANNOTATED.get(kind)
+
+
+def _course_default(path: Path, name: str) -> Any:
+    """The default another course notebook beside `path` gives `name` (None when none gives
+    one, or they disagree on its kind)."""
+    kinds = {}
+    for other in course_notebooks(path.parent):
+        if other.resolve() == path.resolve():
+            continue
+        try:
+            default = notebook_parameters(other).get(name)
+        except ParameterError:
+            continue
+        if default is not None:
+            kinds.setdefault(_kind(default), default)
+    return next(iter(kinds.values())) if len(kinds) == 1 else None
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number" if isinstance(value, float) else "int"
+    return type(value).__name__
+
+
+def type_problem(default: Any, value: Any, like: str | None = None) -> str | None:
     """Why `value` cannot replace a parameter whose default is `default` (None: it can). The
     kind of the default decides: a bool takes True/False, an int an integer (not a bool, not
-    1.5), a float any number, a string a string; None and containers take anything."""
+    1.5), a float any number, a string a string; None and containers take anything. `like`
+    says where the kind came from (default: "its default <default>")."""
     if default is None or value is None:
         return None
+    like = like or f"its default {default!r}"
     if isinstance(default, bool):
-        return None if isinstance(value, bool) else f"must be True or False like its default {default!r}"
+        return None if isinstance(value, bool) else f"must be True or False like {like}"
     if isinstance(default, int):
         ok = isinstance(value, int) and not isinstance(value, bool)
-        return None if ok else f"must be an integer like its default {default!r}"
+        return None if ok else f"must be an integer like {like}"
     if isinstance(default, float):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return None if ok else f"must be a number like its default {default!r}"
+        return None if ok else f"must be a number like {like}"
     if isinstance(default, str) and not isinstance(value, str):
-        return f"must be a string like its default {default!r}"
+        return f"must be a string like {like}"
     return None
 
 
@@ -303,6 +368,7 @@ def run_notebook(
         check_file("output", log)
     start = time.perf_counter()
     error = ""
+    existed = {path: path.exists() for path in (output, log) if path is not None}
     try:
         with _stderr_to(log), _environ({KERNEL_LOG_ENV: str(log.resolve())} if log else {}):
             papermill.execute_notebook(
@@ -312,9 +378,23 @@ def run_notebook(
             )
     except papermill.PapermillExecutionError as e:
         error = f"cell {e.cell_index}: {e.ename}: {e.evalue}"
+    except OSError as e:  # writing the executed notebook failed (a full disk): say where and why
+        for path, was_there in existed.items():
+            if not was_there or _empty(path):  # what this run left is no notebook
+                with contextlib.suppress(OSError):
+                    path.unlink()
+        where = e.filename or output
+        raise OSError(f"cannot write {where}: {e.strerror or e}") from e
     seconds = time.perf_counter() - start
     figures = figures_in_notebook(nbformat.read(output, as_version=4)) if output.exists() else []
     return NotebookRun(notebook, output, parameters, seconds, not error, error, figures, log)
+
+
+def _empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0
+    except OSError:
+        return False
 
 
 @contextlib.contextmanager
