@@ -36,6 +36,7 @@ parameter-server loop (steps run in windows) and the Keras `model.fit` loop (cal
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -285,7 +286,17 @@ class _Driver:
         if save or stop or step + 1 == self.config.steps:
             self.drain()
         if save and self.save is not None:
-            self.save(step, self.policy.waits_after(step, stop))
+            try:
+                self.save(step, self.policy.waits_after(step, stop))
+            except OSError as e:
+                if not stop:
+                    raise
+                # The process is about to exit: say that this stop has no checkpoint, and keep
+                # the metrics of the steps that ran (a rerun resumes from the previous one).
+                with contextlib.suppress(OSError):
+                    self.write_metrics(final=True)
+                raise type(e)(f"stopped by {self.guard.reason} during step {step}, but its "
+                              f"checkpoint failed: {e}") from e
         if stop:
             self.write_metrics(final=True)
             self.guard.chain()
