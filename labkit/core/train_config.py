@@ -58,15 +58,25 @@ class Preempted(Exception):
         super().__init__(f"{what} during step {step}; state checkpointed")
 
 
-def finished_replicas_log(metrics_out: str, exit_codes: list[int]):
+def finished_replicas_log(metrics_out: str, exit_codes: list[int], reason: str = "SIGTERM"):
     """Rank 0's MetricsLog after every replica of a local multi-process run has exited 0 or 143;
-    raises `Preempted` at the last recorded step when they checkpointed and exited 143."""
+    raises `Preempted` (for `reason`) at the last recorded step when they checkpointed and
+    exited 143."""
     from labkit.core.metrics import MetricsLog
 
     log = MetricsLog.read(metrics_out)
     if PREEMPTED_EXIT_CODE in exit_codes:
-        raise Preempted(log.steps[-1]["step"] if log.steps else -1)
+        raise Preempted(log.steps[-1]["step"] if log.steps else -1, reason)
     return log
+
+
+def stop_reason(signum: int | None, timed_out: bool = False, timeout_s: float | None = None) -> str:
+    """How a launcher's stop reads in messages: the signal it passed on, or its timeout."""
+    import signal
+
+    if timed_out:
+        return f"--timeout {timeout_s:g}s"
+    return "Ctrl-C (SIGINT)" if signum == signal.SIGINT else "SIGTERM"
 
 
 def _opt(default: Any, help: str, choices: tuple[Any, ...] | None = None) -> Any:

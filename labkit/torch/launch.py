@@ -20,6 +20,7 @@ from labkit.core.train_config import (
     PREEMPTED_EXIT_CODE,
     TrainConfig,
     finished_replicas_log,
+    stop_reason,
     to_argv,
 )
 
@@ -64,7 +65,11 @@ def run_local(config: TrainConfig, nproc: int = 2, *, threads_per_process: int |
     if config.metrics_out is None:
         tmp = tempfile.mkdtemp(prefix="labkit-ddp-")
         config = replace(config, metrics_out=str(Path(tmp) / "metrics.json"))
-    result = launch_replicas([sys.executable, "-m", "labkit", "train", *to_argv(config)], nproc,
-                             threads=threads_per_process, timeout_s=timeout_s,
-                             ok_codes=(0, PREEMPTED_EXIT_CODE))
-    return finished_replicas_log(config.metrics_out, result.returncodes)
+    specs = [ProcessSpec(f"rank {rank}", [sys.executable, "-m", "labkit", "train", *to_argv(config)], env)
+             for rank, env in enumerate(local_replica_envs(nproc, threads=threads_per_process))]
+    result = run_group(specs, GroupConfig(timeout_s=timeout_s, ok_codes=(0, PREEMPTED_EXIT_CODE)))
+    # Past the timeout, replicas that all checkpointed (exit 143) stopped cleanly: resumable.
+    if not (result.timed_out and all(c == PREEMPTED_EXIT_CODE for c in result.returncodes)):
+        result.check("DDP replica")
+    return finished_replicas_log(config.metrics_out, result.returncodes,
+                                 stop_reason(result.signal, result.timed_out, timeout_s))
