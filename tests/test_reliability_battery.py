@@ -864,19 +864,21 @@ def probe_nproc_negative():
 
 @probe("labkit train --nproc-per-node (more than 4 per usable core)", "exit 2 naming --nproc-per-node and the cores")
 def probe_nproc_far_above_cores():
+    from labkit.core import launcher
     from labkit.core.devices import usable_cpu_count
-    from labkit.core.launcher import MAX_PROCESSES_PER_CORE
 
-    n = MAX_PROCESSES_PER_CORE * usable_cpu_count() + 1
+    n = getattr(launcher, "MAX_PROCESSES_PER_CORE", 4) * usable_cpu_count() + 1
     return cli_error(labkit("train", *TRAIN, "--steps", "2", "--nproc-per-node", str(n)),
                      "--nproc-per-node", "core")
 
 
 @probe("check_process_count('nproc_per_node', 3, cores=2)", "a warning: the processes share the cores")
 def probe_nproc_above_cores_warns():
-    from labkit.core.launcher import check_process_count
+    from labkit.core import launcher
 
-    said = check_process_count("nproc_per_node", 3, cores=2)
+    if not hasattr(launcher, "check_process_count"):
+        return Outcome("silent", "no rule for the number of local processes: 3 start on 2 cores without a word")
+    said = launcher.check_process_count("nproc_per_node", 3, cores=2)
     return behaviour(bool(said) and "2 usable CPU cores" in said, said or "no warning")
 
 
@@ -894,18 +896,18 @@ def probe_launch_tf_bad_train_flag():
 
 @probe("labkit train --checkpoint-dir ''", "exit 2 naming checkpoint_dir")
 def probe_checkpoint_dir_empty(tmp_path):
-    return cli_error(labkit("train", *TRAIN, "--steps", "2", "--checkpoint-dir", ""), "checkpoint_dir")
+    return cli_error(labkit("train", *TRAIN, "--steps", "2", "--checkpoint-dir", ""), "'checkpoint_dir'")
 
 
 @probe("labkit train --metrics-out ''", "exit 2 naming metrics_out")
 def probe_metrics_out_empty(tmp_path):
-    return cli_error(labkit("train", *TRAIN, "--steps", "2", "--metrics-out", ""), "metrics_out")
+    return cli_error(labkit("train", *TRAIN, "--steps", "2", "--metrics-out", ""), "'metrics_out'")
 
 
 @probe("labkit train --metrics-out out/ (a trailing slash)", "exit 2 naming metrics_out: a folder, no file 'out'")
 def probe_metrics_out_trailing_slash(tmp_path):
     r = labkit("train", *TRAIN, "--steps", "2", "--metrics-out", f"{tmp_path}/out/")
-    outcome = cli_error(r, "metrics_out", "folder")
+    outcome = cli_error(r, "'metrics_out'", "folder")
     if outcome.verdict == "clear" and (tmp_path / "out").exists():
         return Outcome("silent", outcome.actual + " (but wrote out)")
     return outcome
@@ -943,19 +945,34 @@ def probe_master_port_out_of_range():
     return library_error(lambda: from_env(env), "MASTER_PORT", "65535")
 
 
+@contextlib.contextmanager
+def _nothing_left_under_gcs():
+    """Yields a list that receives what a row wrote under /gcs (removed again at once)."""
+    existed = os.path.exists("/gcs")
+    left: list[str] = []
+    try:
+        yield left
+    finally:
+        bucket = Path("/gcs/labkit-battery-bucket")
+        if bucket.exists():
+            left.append(str(bucket))
+            shutil.rmtree(bucket, ignore_errors=True)
+        if not existed and os.path.isdir("/gcs"):
+            left.append("/gcs")
+            with contextlib.suppress(OSError):
+                os.rmdir("/gcs")
+
+
 @probe("labkit train --checkpoint-dir /gcs/BUCKET/ck (no Cloud Storage mount here)",
        "exit 2 naming checkpoint_dir: /gcs is not mounted; nothing written under /gcs")
 def probe_gcs_path_without_mount(tmp_path, monkeypatch):
     if os.path.ismount("/gcs"):
         pytest.skip("this machine has a mount at /gcs")
     monkeypatch.delenv("LABKIT_LOCAL_GCS", raising=False)
-    existed = os.path.exists("/gcs/labkit-battery-bucket")
-    r = labkit("train", *TRAIN, "--steps", "2", "--checkpoint-dir", "/gcs/labkit-battery-bucket/ck")
-    outcome = cli_error(r, "checkpoint_dir", "mount")
-    if os.path.exists("/gcs/labkit-battery-bucket") and not existed:
-        shutil.rmtree("/gcs/labkit-battery-bucket", ignore_errors=True)
-        return Outcome("silent", outcome.actual + " (and wrote under /gcs)")
-    return outcome
+    with _nothing_left_under_gcs() as left:
+        r = labkit("train", *TRAIN, "--steps", "2", "--checkpoint-dir", "/gcs/labkit-battery-bucket/ck")
+    outcome = cli_error(r, "'checkpoint_dir'", "mount")
+    return Outcome("silent", f"{outcome.actual} (and wrote {left})") if left else outcome
 
 
 @probe("AIP_CHECKPOINT_DIR=gs://b/ck (read by the run through /gcs, not mounted here)",
@@ -965,8 +982,10 @@ def probe_aip_checkpoint_dir_without_mount(tmp_path, monkeypatch):
         pytest.skip("this machine has a mount at /gcs")
     monkeypatch.delenv("LABKIT_LOCAL_GCS", raising=False)
     monkeypatch.setenv("AIP_CHECKPOINT_DIR", "gs://labkit-battery-bucket/run/checkpoints/")
-    r = labkit("train", *TRAIN, "--steps", "2")
-    return cli_error(r, "AIP_CHECKPOINT_DIR", "mount")
+    with _nothing_left_under_gcs() as left:
+        r = labkit("train", *TRAIN, "--steps", "2")
+    outcome = cli_error(r, "(?-i:AIP_CHECKPOINT_DIR)", "mount")
+    return Outcome("silent", f"{outcome.actual} (and wrote {left})") if left else outcome
 
 
 @probe("AIP_CHECKPOINT_DIR=gs://b/ck whose folder cannot be written", "exit 2 naming AIP_CHECKPOINT_DIR")
@@ -974,7 +993,7 @@ def probe_aip_checkpoint_dir_unwritable(read_only, monkeypatch):
     monkeypatch.setenv("LABKIT_LOCAL_GCS", str(read_only))  # the buckets' stand-in folder
     monkeypatch.setenv("AIP_CHECKPOINT_DIR", "gs://b/run/checkpoints/")
     r = labkit("train", *TRAIN, "--steps", "2")
-    return cli_error(r, "AIP_CHECKPOINT_DIR", "writ")
+    return cli_error(r, "(?-i:AIP_CHECKPOINT_DIR)", "writ")
 
 
 @probe("labkit train --checkpoint-dir gs://b/ck with Cloud Storage unreachable",
@@ -985,7 +1004,7 @@ def probe_unreachable_gs_checkpoint_dir(monkeypatch):
     start = time.monotonic()
     r = labkit("train", *TRAIN, "--steps", "2", "--checkpoint-dir", "gs://labkit-battery-bucket/ck")
     took = time.monotonic() - start
-    outcome = cli_error(r, "checkpoint_dir", "reach")
+    outcome = cli_error(r, "'checkpoint_dir'", "reach")
     if outcome.verdict == "clear" and took > 15:
         return Outcome("ugly", outcome.actual + f" (after {took:.0f}s)")
     return outcome
@@ -998,14 +1017,14 @@ def probe_checkpoint_dir_s3():
     if importlib.util.find_spec("s3fs"):
         pytest.skip("s3fs is installed here")
     return cli_error(labkit("train", *TRAIN, "--steps", "2", "--checkpoint-dir", "s3://b/ck"),
-                     "checkpoint_dir", "s3")
+                     "'checkpoint_dir'", "s3")
 
 
 @probe("labkit train --checkpoint-dir DANGLING_SYMLINK", "exit 2 naming the link and its missing target")
 def probe_checkpoint_dir_dangling_link(tmp_path):
     (tmp_path / "ck").symlink_to(tmp_path / "gone")
     r = labkit("train", *TRAIN, "--steps", "2", "--checkpoint-dir", tmp_path / "ck")
-    return cli_error(r, "checkpoint_dir", "symbolic link", "does not exist", forbidden=("File exists",))
+    return cli_error(r, "'checkpoint_dir'", "symbolic link", "does not exist", forbidden=("File exists",))
 
 
 # train: checkpoints and metrics across a resume
