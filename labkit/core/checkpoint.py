@@ -331,10 +331,8 @@ class BackgroundWrite:
             self._thread = None
         if self._error is not None:
             error, self._error = self._error, None
-            if isinstance(error, CheckpointWriteError):  # already names the file and the cause
-                raise error
-            raise CheckpointWriteError(f"writing a checkpoint to {self.directory} failed: "
-                                       f"{_reason(error)}") from error
+            cause = str(error) if isinstance(error, CheckpointWriteError) else _reason(error)
+            raise CheckpointWriteError(f"writing a checkpoint to {self.directory} failed: {cause}") from error
 
 
 def prune(directory: str, keep: int) -> list[int]:
