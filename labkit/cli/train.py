@@ -82,7 +82,7 @@ def _train_command(args) -> int:
         else:
             log = run_training(config)
     except Preempted as e:
-        _say(f"{e}; run the same command again to resume")
+        _say(f"{e}; run the same command again to resume" if e.saved else str(e))
         return PREEMPTED_EXIT_CODE
     except FloatingPointError as e:  # the loss diverged: the metrics file shows the steps up to it
         _say(f"{e}: the run diverged; a lower --lr (this run: {config.lr:g}) or --grad-clip "

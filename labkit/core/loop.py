@@ -300,7 +300,7 @@ class _Driver:
         if stop:
             self.write_metrics(final=True)
             self.guard.chain()
-            raise Preempted(step, self.guard.reason)
+            raise Preempted(step, self.guard.reason, saved=self.save is not None)
         if save:
             self.write_metrics()
 

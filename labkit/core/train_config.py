@@ -51,11 +51,13 @@ class Preempted(Exception):
     """Raised by an engine after it checkpointed in response to SIGTERM (or `preempt_at`), or
     to Ctrl-C (`reason` then says so)."""
 
-    def __init__(self, step: int, reason: str = "SIGTERM"):
+    def __init__(self, step: int, reason: str = "SIGTERM", saved: bool = True):
         self.step = step
         self.reason = reason
+        self.saved = saved
         what = "preempted" if reason == "SIGTERM" else f"stopped by {reason}"
-        super().__init__(f"{what} during step {step}; state checkpointed")
+        state = "state checkpointed" if saved else "nothing saved (no checkpoint_dir)"
+        super().__init__(f"{what} during step {step}; {state}")
 
 
 def finished_replicas_log(metrics_out: str, exit_codes: list[int], reason: str = "SIGTERM"):

@@ -118,7 +118,7 @@ def fit_keras(config: TrainConfig, *, on_step: StepCallback | None = None,
         except _Interrupted:
             write_final_metrics(log, config, plan, model)
             guard.chain()
-            raise Preempted(steps_cb.last_step, guard.reason) from None
+            raise Preempted(steps_cb.last_step, guard.reason, saved=backup_dir is not None) from None
     write_final_metrics(log, config, plan, model)
     return log
 

@@ -104,7 +104,7 @@ def _coordinate(config: TrainConfig, plan, device: str, on_step: StepCallback | 
         write_final_metrics(log, config, plan, model)
         if stopped is not None:
             guard.chain()
-            raise Preempted(stopped, guard.reason)
+            raise Preempted(stopped, guard.reason, saved=saver is not None)
     return log
 
 
