@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from labkit.core import devices, gcp
+from labkit.core import devices, gcp, gcs
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = REPO / "notebooks"
@@ -25,6 +25,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(no_gpu)
         if "cloud" in item.keywords and not cloud_ready:
             item.add_marker(no_cloud)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_folder_under_gcs():
+    """A test must never write under /gcs on a machine without a Cloud Storage mount there: the
+    files would stay on that machine's disk (labkit refuses such paths; the emulator maps them
+    to a folder of its own)."""
+    mount = Path(gcs.GCS_MOUNT)
+    before = set(mount.iterdir()) if mount.is_dir() else set()
+    yield
+    after = set(mount.iterdir()) if mount.is_dir() else set()
+    if after - before and not os.path.ismount(mount):
+        pytest.fail(f"the tests left {sorted(map(str, after - before))} under {mount}", pytrace=False)
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import crc32c
@@ -80,6 +81,43 @@ def test_prune_keeps_newest(tmp_path):
     for step in (1, 2, 3, 4):
         checkpoint.save(d, step, {"s": bytes([step])}, keep=2)
     assert checkpoint.committed_steps(d) == [3, 4]
+
+
+def test_commit_with_keep_also_clears_saves_cut_off_before_the_newest(tmp_path):
+    d = str(tmp_path)
+    checkpoint.save(d, 1, {"s": b"1"})
+    checkpoint.write_blob(d, 2, "s", b"never committed")  # a save a crash cut off
+    checkpoint.save(d, 3, {"s": b"3"}, keep=5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000001", "step-00000003"]
+
+
+@pytest.mark.parametrize(("edit", "problem"), [
+    (lambda m: m.update(files=list(m["files"])), "'files' must map file names to entries, not be a list"),
+    (lambda m: m["files"].update(s={}), "the entry of 's' has no valid 'size'"),
+    (lambda m: m["files"]["s"].pop("crc32c"), "the entry of 's' has no 'crc32c' checksum"),
+    (lambda m: m.update(meta=[]), "'meta' must be an object"),
+])
+def test_a_malformed_marker_reads_as_a_corrupt_step(tmp_path, edit, problem):
+    d = str(tmp_path)
+    folder = checkpoint.save(d, 3, {"s": b"state"})
+    marker = json.loads(Path(folder, "COMMITTED").read_text())
+    edit(marker)
+    Path(folder, "COMMITTED").write_text(json.dumps(marker))
+    with pytest.raises(checkpoint.CheckpointError, match="malformed commit marker: " + re.escape(problem)):
+        checkpoint.read_marker(d, 3)
+    with pytest.warns(checkpoint.CheckpointWarning, match="no earlier committed step is left: the run starts from step 0"):
+        assert checkpoint.load(d) is None
+
+
+def test_a_failed_write_names_the_file_and_leaves_nothing_half_written(tmp_path):
+    def writer(f) -> None:
+        f.write(b"partial")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(checkpoint.CheckpointWriteError,
+                       match=r"cannot write checkpoint file .*step-00000005/s: No space left on device"):
+        checkpoint.write_blob(str(tmp_path), 5, "s", writer)
+    assert not (tmp_path / "step-00000005" / "s").exists()
 
 
 def test_fsspec_memory_filesystem_url():

@@ -51,3 +51,14 @@ def test_resolve_scale_auto_follows_the_hardware(monkeypatch):
 def test_by_scale():
     assert config.by_scale("smoke", smoke=1, full=2) == 1
     assert config.by_scale("full", smoke=1, full=2) == 2
+
+
+@pytest.mark.parametrize(("value", "file", "problem"), [
+    ("", False, "must be a path"), ("  ", True, "must be a path"), (3, False, "must be a path"),
+    ("out/", True, "ends with a separator"), (None, True, None), ("out/", False, None), ("m.json", True, None)])
+def test_check_path_refuses_empty_paths_and_folder_names_for_files(value, file, problem):
+    if problem is None:
+        assert config.check_path("metrics_out", value, file=file) == value
+    else:
+        with pytest.raises(config.ParameterError, match=f"'metrics_out' {problem}"):
+            config.check_path("metrics_out", value, file=file)

@@ -1,13 +1,18 @@
 """labkit's one process launcher, on real (tiny) Python subprocesses: output capture, a failure
-taking the group down, timeouts, servers stopped when the work is done, signals with a grace
-period, and the environment a labkit child starts from."""
+taking the group down, no time limit unless asked (then SIGTERM before SIGKILL), servers stopped
+when the work is done, signals with a grace period, SIGTERM and Ctrl-C passed on to the group,
+processes that die with their launcher, and the environment a labkit child starts from."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -69,14 +74,84 @@ def test_ok_codes_are_not_failures():
     assert result.ok and result.returncodes == [143, 0]
 
 
-def test_timeout_kills_everything_still_running():
-    result = run_group([py("quick", "pass"), py("slow", SLEEPER)], GroupConfig(timeout_s=0.5))
-    assert result.timed_out and result.failed is None and result.returncodes == [0, -9]
-    assert result.results[1].ended_by == "killed"
+def test_no_time_limit_unless_one_is_asked_for():
+    assert GroupConfig().timeout_s is None  # training runs for hours
+
+
+def test_past_the_timeout_everything_gets_sigterm_then_sigkill_after_the_grace():
+    result = run_group([py("quick", "pass"), py("slow", SLEEPER), py("stubborn", STUBBORN)],
+                       GroupConfig(timeout_s=1.0, timeout_grace_s=0.5))
+    assert result.timed_out and result.failed is None
+    assert result.returncodes == [0, -15, -9]  # SIGTERM first (labkit replicas checkpoint on it)
+    assert [r.ended_by for r in result.results] == ["exit", "killed", "killed"]
     with pytest.raises(LaunchTimeout) as err:
         result.check("worker")
-    assert isinstance(err.value, TimeoutError) and "worker slow of 2 was still running" in str(err.value)
+    assert isinstance(err.value, TimeoutError) and "worker slow of 3 was still running" in str(err.value)
     assert "sleeping" in str(err.value)
+    assert "\n" not in err.value.summary and "timed out after 1s" in err.value.summary
+
+
+def test_a_failure_has_a_one_line_summary_quoting_its_last_line():
+    result = run_group([py("rank 0", "import sys; print('labkit train: bad setting'); sys.exit(2)")])
+    with pytest.raises(LaunchError) as err:
+        result.check("DDP replica")
+    assert err.value.summary == "DDP replica rank 0 of 1 failed with exit code 2: labkit train: bad setting"
+    assert err.value.returncode == 2
+
+
+# Handles SIGTERM as a labkit replica does: exit 143 once "checkpointed"; touches argv[1] when ready.
+POLITE = ("import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(143)); "
+          "open(sys.argv[1], 'w').close(); time.sleep(60)")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_sigterm_and_ctrl_c_to_the_launcher_reach_every_process(tmp_path, sig):
+    """The launcher runs in a process of its own here, so the signal hits it, not pytest."""
+    script = textwrap.dedent(f"""
+        import sys
+        from labkit.core.launcher import GroupConfig, ProcessSpec, run_group
+        spec = lambda name: ProcessSpec(name, [sys.executable, "-c", {POLITE!r}, {str(tmp_path)!r} + "/" + name])
+        result = run_group([spec("a"), spec("b")], GroupConfig(ok_codes=(0, 143)))
+        print("codes", result.returncodes, "signal", result.signal, flush=True)
+    """)
+    launcher = subprocess.Popen([sys.executable, "-c", script], env=child_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (tmp_path / "a").exists() and (tmp_path / "b").exists(), 60)
+        launcher.send_signal(sig)
+        out, _ = launcher.communicate(timeout=60)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 0 and f"codes [143, 143] signal {int(sig)}" in out, out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="parent-death signals are Linux's")
+def test_processes_die_with_their_launcher_even_after_sigkill():
+    script = textwrap.dedent(f"""
+        import sys
+        from labkit.core.launcher import ProcessSpec, run_group
+        run_group([ProcessSpec(n, [sys.executable, "-c", {SLEEPER!r}]) for n in ("a", "b")])
+    """)
+    launcher = subprocess.Popen([sys.executable, "-c", script], env=child_env())
+    try:
+        wait_for(lambda: len(_children(launcher.pid)) == 2)
+        children = _children(launcher.pid)
+    finally:
+        launcher.kill()
+        launcher.wait()
+    wait_for(lambda: not any(_alive(c) for c in children))
+
+
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is `pid` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
 
 
 def test_servers_are_stopped_once_the_primary_has_finished(tmp_path):
@@ -180,6 +255,7 @@ def test_child_env_drops_an_enclosing_jobs_cluster_and_finds_labkit():
     (lambda: GroupConfig(timeout_s=-1), "timeout_s"),
     (lambda: GroupConfig(ok_codes=[0]), "ok_codes"),
     (lambda: GroupConfig(stop_grace_s="5"), "stop_grace_s"),
+    (lambda: GroupConfig(timeout_grace_s=-1), "timeout_grace_s"),
 ])
 def test_bad_specs_and_configs_name_the_field(make, field):
     with pytest.raises(ValueError, match=field):

@@ -40,3 +40,24 @@ def test_append_returns_the_row_it_wrote_with_unset_fields_left_out():
     row = log.append(StepMetrics(step=0, loss=1.0, lr=0.1, extra={"grad_norm": 2.0}))
     assert row is log.steps[0]
     assert row == {"step": 0, "loss": 1.0, "lr": 0.1, "skipped": False, "grad_norm": 2.0}
+
+
+def test_a_resumed_log_continues_the_earlier_file_without_repeating_steps(tmp_path):
+    earlier = MetricsLog()
+    for step in range(8):  # the attempt ran 8 steps; its checkpoint holds 6
+        earlier.append(StepMetrics(step, float(step)))
+    earlier.write(tmp_path / "m.json")
+    resumed = MetricsLog()
+    assert resumed.continue_from(tmp_path / "m.json", 6) == 6
+    resumed.append(StepMetrics(6, 60.0))
+    assert [s["step"] for s in resumed.steps] == [0, 1, 2, 3, 4, 5, 6] and resumed.steps[-1]["loss"] == 60.0
+    assert MetricsLog().continue_from(tmp_path / "none.json", 6) == 0
+    (tmp_path / "notes.json").write_text("not metrics")
+    assert MetricsLog().continue_from(tmp_path / "notes.json", 6) == 0
+
+
+def test_a_write_that_fails_leaves_no_temporary_file(tmp_path):
+    log = MetricsLog(run={"bad": object()})  # not JSON: the write fails half way
+    with pytest.raises(TypeError):
+        log.write(tmp_path / "m.json")
+    assert list(tmp_path.iterdir()) == []

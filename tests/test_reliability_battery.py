@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -666,6 +667,583 @@ def probe_data_gzip_without_compression(tmp_path):
     renamed = tmp_path / "renamed.tfrecord"  # a name that does not say it is compressed
     renamed.write_bytes(_shards(tmp_path / "d")[0].read_bytes())
     return cli_report(labkit("data", "verify", renamed), "renamed.tfrecord", "(?-i:GZIP)")
+
+
+# ---------------------------------------------------------------- issue 25: reliability under real use
+
+def _cli_env(**extra: str) -> dict[str, str]:
+    """The environment of a `labkit` subprocess: this checkout's labkit first on PYTHONPATH."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env.update(extra)
+    return env
+
+
+def _committed(ck: Path) -> list[int]:
+    return sorted(int(p.parent.name.split("-")[1]) for p in ck.glob("step-*/COMMITTED"))
+
+
+def _one_line(text: str) -> Outcome:
+    """A subprocess's output judged as `cli_error` judges an in-process call's."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    if "Traceback (most recent call last)" in text:
+        return Outcome("ugly", f"traceback: {lines[-1] if lines else ''}")
+    if len(lines) != 1:
+        return Outcome("ugly", " / ".join(lines[-3:]))
+    return Outcome("clear", lines[0])
+
+
+# processes: the launcher, Ctrl-C, leases
+
+@probe("labkit train --nproc-per-node 2 (no --timeout): the launcher's wall-clock limit",
+       "none: GroupConfig, run_local and launch-tf default to no limit")
+def probe_no_fixed_launch_timeout():
+    import inspect
+
+    from labkit.core.launcher import GroupConfig
+    from labkit.tf.launch import LaunchConfig
+    from labkit.torch.launch import launch_replicas, run_local
+
+    limits = {"GroupConfig": GroupConfig().timeout_s, "LaunchConfig": LaunchConfig().timeout_s,
+              "torch run_local": inspect.signature(run_local).parameters["timeout_s"].default,
+              "launch_replicas": inspect.signature(launch_replicas).parameters["timeout_s"].default}
+    fixed = {k: v for k, v in limits.items() if v is not None}
+    return behaviour(not fixed, f"fixed limits: {fixed}" if fixed else "no fixed limit anywhere")
+
+
+@probe("labkit train --nproc-per-node 2 --timeout 30 --steps 100000",
+       "the replicas checkpoint and stop; exit 143, one line naming --timeout", pytest.mark.slow)
+def probe_timeout_flag_checkpoints(tmp_path):
+    ck = tmp_path / "ck"
+    # 30 s: the replicas must be training (past start-up) when the limit comes.
+    r = subprocess.run([sys.executable, "-m", "labkit", "train", *TRAIN, "--steps", "100000",
+                        "--input-latency-ms", "30", "--nproc-per-node", "2", "--timeout", "30",
+                        "--checkpoint-dir", str(ck)], env=_cli_env(), cwd=tmp_path,
+                       capture_output=True, text=True, timeout=240)
+    outcome = _one_line(r.stdout + r.stderr)
+    if outcome.verdict != "clear":
+        return outcome
+    ok = r.returncode == 143 and "--timeout" in outcome.actual and bool(_committed(ck))
+    return behaviour(ok, f"exit {r.returncode}: {outcome.actual}; committed {_committed(ck)}")
+
+
+def _start_ddp(ck: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "labkit", "train", *TRAIN, "--steps", "100000",
+                             "--input-latency-ms", "30", "--nproc-per-node", "2", "--checkpoint-dir",
+                             str(ck), "--checkpoint-every", "5", *extra], cwd=REPO, env=_cli_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is `pid` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """`pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+@probe("SIGKILL the launcher of a 2-process run, then rerun",
+       "both replicas stop within 30 s; the rerun resumes (no lease held)", pytest.mark.slow)
+def probe_replicas_die_with_their_launcher(tmp_path):
+    if not sys.platform.startswith("linux"):
+        pytest.skip("parent-death signals are Linux's")
+    ck = tmp_path / "ck"
+    launcher = _start_ddp(ck)
+    try:
+        _first_commit(ck, launcher)
+        replicas = _children(launcher.pid)
+    finally:
+        launcher.kill()
+        launcher.wait()
+    deadline = time.monotonic() + 30
+    while any(_running(p) for p in replicas) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    alive = [p for p in replicas if _running(p)]
+    for p in alive:
+        os.kill(p, 9)
+    if alive or len(replicas) != 2:
+        return Outcome("silent", f"replicas {replicas}: {alive} still training 30 s after the launcher died")
+    from labkit.core.lease import check_free
+
+    try:
+        check_free(str(ck))  # what a rerun checks first
+    except OSError as e:
+        return Outcome("silent", f"replicas stopped, but a rerun is refused: {e}")
+    return behaviour(True, f"replicas {replicas} stopped; committed {_committed(ck)}; the folder is free")
+
+
+@probe("labkit train (Ctrl-C during training)",
+       "checkpoint, exit 143, one line saying Ctrl-C, no traceback", pytest.mark.slow)
+def probe_ctrl_c_checkpoints(tmp_path):
+    ck = tmp_path / "ck"
+    proc = subprocess.Popen([sys.executable, "-m", "labkit", "train", *TRAIN, "--steps", "100000",
+                             "--input-latency-ms", "30", "--checkpoint-dir", str(ck), "--checkpoint-every", "2"],
+                            cwd=REPO, env=_cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        first = _first_commit(ck, proc)  # training, past start-up
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    outcome = _one_line(out)
+    if outcome.verdict != "clear":
+        return outcome
+    ok = proc.returncode == 143 and "Ctrl-C" in out and _committed(ck)[-1] > first
+    return behaviour(ok, f"exit {proc.returncode}: {outcome.actual}; committed {_committed(ck)}")
+
+
+@probe("a lease whose holder has exited but is not reaped yet (a zombie)",
+       "taken over with a warning, as for a process that is gone")
+def probe_zombie_lease_is_stale(tmp_path):
+    from labkit.core.lease import Lease, LeaseWarning
+
+    folder = tmp_path / "ck"
+    # The child takes the lease and exits without releasing it; unwaited, it stays a zombie.
+    child = subprocess.Popen([sys.executable, "-c", "import os, sys; from labkit.core.lease import Lease; "
+                              "Lease(sys.argv[1]).acquire(); print('held', flush=True); os._exit(0)", str(folder)],
+                             env=_cli_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "held"
+        deadline = time.monotonic() + 30
+        while _running(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                Lease(str(folder)).acquire().release()
+            except OSError as e:
+                return Outcome("silent", f"{type(e).__name__}: {e}")
+    finally:
+        child.wait()
+    said = [str(w.message) for w in caught if issubclass(w.category, LeaseWarning)]
+    return behaviour(bool(said), said[0] if said else "taken over without a word")
+
+
+@probe("a second run on a folder held by a live process on this host",
+       "LeaseHeld naming the pid; no heartbeat rule quoted (the process can be asked)")
+def probe_same_host_lease_message(tmp_path):
+    from labkit.core.lease import check_free
+
+    folder = str(tmp_path / "ck")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import sys, time; from labkit.core.lease import Lease; "
+                                "Lease(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(60)", folder],
+                               env=_cli_env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert sleeper.stdout.readline().strip() == "held"
+        outcome = library_error(lambda: check_free(folder), rf"\b{sleeper.pid}\b", "exited")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    if outcome.verdict == "clear" and re.search(r"heartbeat is \d+s old", outcome.actual):
+        return Outcome("ugly", outcome.actual)
+    return outcome
+
+
+@probe("labkit train --nproc-per-node 0", "exit 2 naming --nproc-per-node")
+def probe_nproc_zero():
+    return cli_error(labkit("train", *TRAIN, "--steps", "2", "--nproc-per-node", "0"), "--nproc-per-node", ">= 1")
+
+
+@probe("labkit train --nproc-per-node -2", "exit 2 naming --nproc-per-node")
+def probe_nproc_negative():
+    return cli_error(labkit("train", *TRAIN, "--steps", "2", "--nproc-per-node", "-2"), "--nproc-per-node")
+
+
+@probe("labkit train --nproc-per-node (more than 4 per usable core)", "exit 2 naming --nproc-per-node and the cores")
+def probe_nproc_far_above_cores():
+    from labkit.core import launcher
+    from labkit.core.devices import usable_cpu_count
+
+    n = getattr(launcher, "MAX_PROCESSES_PER_CORE", 4) * usable_cpu_count() + 1
+    return cli_error(labkit("train", *TRAIN, "--steps", "2", "--nproc-per-node", str(n)),
+                     "--nproc-per-node", "core")
+
+
+@probe("check_process_count('nproc_per_node', 3, cores=2)", "a warning: the processes share the cores")
+def probe_nproc_above_cores_warns():
+    from labkit.core import launcher
+
+    if not hasattr(launcher, "check_process_count"):
+        return Outcome("silent", "no rule for the number of local processes: 3 start on 2 cores without a word")
+    said = launcher.check_process_count("nproc_per_node", 3, cores=2)
+    return behaviour(bool(said) and "2 usable CPU cores" in said, said or "no warning")
+
+
+@probe("labkit launch-tf --workers 0", "exit 2 naming --workers (not num_workers)")
+def probe_launch_tf_zero_workers():
+    return cli_error(labkit("launch-tf", "--workers", "0"), "--workers", forbidden=("num_workers",))
+
+
+@probe("labkit launch-tf -- --batch-size 0", "exit 2, the error printed once (not once per worker)")
+def probe_launch_tf_bad_train_flag():
+    return cli_error(labkit("launch-tf", "--workers", "2", "--", "--batch-size", "0"), "batch_size")
+
+
+# train: flags and environments
+
+@probe("labkit train --checkpoint-dir ''", "exit 2 naming checkpoint_dir")
+def probe_checkpoint_dir_empty(tmp_path):
+    return cli_error(labkit("train", *TRAIN, "--steps", "2", "--checkpoint-dir", ""), "'checkpoint_dir'")
+
+
+@probe("labkit train --metrics-out ''", "exit 2 naming metrics_out")
+def probe_metrics_out_empty(tmp_path):
+    return cli_error(labkit("train", *TRAIN, "--steps", "2", "--metrics-out", ""), "'metrics_out'")
+
+
+@probe("labkit train --metrics-out out/ (a trailing slash)", "exit 2 naming metrics_out: a folder, no file 'out'")
+def probe_metrics_out_trailing_slash(tmp_path):
+    r = labkit("train", *TRAIN, "--steps", "2", "--metrics-out", f"{tmp_path}/out/")
+    outcome = cli_error(r, "'metrics_out'", "folder")
+    if outcome.verdict == "clear" and (tmp_path / "out").exists():
+        return Outcome("silent", outcome.actual + " (but wrote out)")
+    return outcome
+
+
+@probe("labkit train --lr -inf", "exit 2 naming lr: not a finite number (not argparse's 'expected one argument')")
+def probe_lr_minus_inf():
+    return cli_error(labkit("train", *TRAIN, "--steps", "2", "--lr", "-inf"), r"\blr\b", "finite")
+
+
+@probe("labkit train --lr 1e30 (torch)", "exit 2, one line: the loss diverged, naming --lr")
+def probe_lr_diverges_torch(tmp_path):
+    r = labkit("train", *TRAIN, "--steps", "3", "--lr", "1e30", "--metrics-out", tmp_path / "m.json")
+    return cli_error(r, "diverged", "--lr")
+
+
+@probe("labkit train --framework tf --lr 1e30", "exit 2, one line: the loss diverged, naming --lr", pytest.mark.slow)
+def probe_lr_diverges_tf(tmp_path):
+    pytest.importorskip("tensorflow")
+    r = subprocess.run([sys.executable, "-m", "labkit", "train", *TRAIN, "--framework", "tf", "--steps", "3",
+                        "--lr", "1e30"], env=_cli_env(TF_CPP_MIN_LOG_LEVEL="3"), cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    lines = [line for line in r.stdout.splitlines() if line.strip()]
+    if "Traceback" in r.stdout + r.stderr:
+        return Outcome("ugly", "traceback: " + (r.stdout + r.stderr).strip().splitlines()[-1])
+    ok = r.returncode == 2 and len(lines) == 1 and "diverged" in lines[0] and "--lr" in lines[0]
+    return Outcome("clear" if ok else "ugly", f"exit {r.returncode}: {' / '.join(lines[-2:])}")
+
+
+@probe("MASTER_PORT=70000 (WORLD_SIZE=2, RANK=0)", "ValueError naming MASTER_PORT and the port range")
+def probe_master_port_out_of_range():
+    from labkit.core.cluster import from_env
+
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "70000", "WORLD_SIZE": "2", "RANK": "0"}
+    return library_error(lambda: from_env(env), "MASTER_PORT", "65535")
+
+
+@contextlib.contextmanager
+def _nothing_left_under_gcs():
+    """Yields a list that receives what a row wrote under /gcs (removed again at once)."""
+    existed = os.path.exists("/gcs")
+    left: list[str] = []
+    try:
+        yield left
+    finally:
+        bucket = Path("/gcs/labkit-battery-bucket")
+        if bucket.exists():
+            left.append(str(bucket))
+            shutil.rmtree(bucket, ignore_errors=True)
+        if not existed and os.path.isdir("/gcs"):
+            left.append("/gcs")
+            with contextlib.suppress(OSError):
+                os.rmdir("/gcs")
+
+
+@probe("labkit train --checkpoint-dir /gcs/BUCKET/ck (no Cloud Storage mount here)",
+       "exit 2 naming checkpoint_dir: /gcs is not mounted; nothing written under /gcs")
+def probe_gcs_path_without_mount(tmp_path, monkeypatch):
+    if os.path.ismount("/gcs"):
+        pytest.skip("this machine has a mount at /gcs")
+    monkeypatch.delenv("LABKIT_LOCAL_GCS", raising=False)
+    with _nothing_left_under_gcs() as left:
+        r = labkit("train", *TRAIN, "--steps", "2", "--checkpoint-dir", "/gcs/labkit-battery-bucket/ck")
+    outcome = cli_error(r, "'checkpoint_dir'", "mount")
+    return Outcome("silent", f"{outcome.actual} (and wrote {left})") if left else outcome
+
+
+@probe("AIP_CHECKPOINT_DIR=gs://b/ck (read by the run through /gcs, not mounted here)",
+       "exit 2 naming AIP_CHECKPOINT_DIR: /gcs is not mounted")
+def probe_aip_checkpoint_dir_without_mount(tmp_path, monkeypatch):
+    if os.path.ismount("/gcs"):
+        pytest.skip("this machine has a mount at /gcs")
+    monkeypatch.delenv("LABKIT_LOCAL_GCS", raising=False)
+    monkeypatch.setenv("AIP_CHECKPOINT_DIR", "gs://labkit-battery-bucket/run/checkpoints/")
+    with _nothing_left_under_gcs() as left:
+        r = labkit("train", *TRAIN, "--steps", "2")
+    outcome = cli_error(r, "(?-i:AIP_CHECKPOINT_DIR)", "mount")
+    return Outcome("silent", f"{outcome.actual} (and wrote {left})") if left else outcome
+
+
+@probe("AIP_CHECKPOINT_DIR=gs://b/ck whose folder cannot be written", "exit 2 naming AIP_CHECKPOINT_DIR")
+def probe_aip_checkpoint_dir_unwritable(read_only, monkeypatch):
+    monkeypatch.setenv("LABKIT_LOCAL_GCS", str(read_only))  # the buckets' stand-in folder
+    monkeypatch.setenv("AIP_CHECKPOINT_DIR", "gs://b/run/checkpoints/")
+    r = labkit("train", *TRAIN, "--steps", "2")
+    return cli_error(r, "(?-i:AIP_CHECKPOINT_DIR)", "writ")
+
+
+@probe("labkit train --checkpoint-dir gs://b/ck with Cloud Storage unreachable",
+       "exit 2 within 15 s naming checkpoint_dir and the endpoint, no retry pages")
+def probe_unreachable_gs_checkpoint_dir(monkeypatch):
+    monkeypatch.delenv("LABKIT_LOCAL_GCS", raising=False)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")  # nothing listens there
+    start = time.monotonic()
+    r = labkit("train", *TRAIN, "--steps", "2", "--checkpoint-dir", "gs://labkit-battery-bucket/ck")
+    took = time.monotonic() - start
+    outcome = cli_error(r, "'checkpoint_dir'", "reach")
+    if outcome.verdict == "clear" and took > 15:
+        return Outcome("ugly", outcome.actual + f" (after {took:.0f}s)")
+    return outcome
+
+
+@probe("labkit train --checkpoint-dir s3://b/ck (s3fs not installed)", "exit 2 naming checkpoint_dir and s3")
+def probe_checkpoint_dir_s3():
+    import importlib.util
+
+    if importlib.util.find_spec("s3fs"):
+        pytest.skip("s3fs is installed here")
+    return cli_error(labkit("train", *TRAIN, "--steps", "2", "--checkpoint-dir", "s3://b/ck"),
+                     "'checkpoint_dir'", "s3")
+
+
+@probe("labkit train --checkpoint-dir DANGLING_SYMLINK", "exit 2 naming the link and its missing target")
+def probe_checkpoint_dir_dangling_link(tmp_path):
+    (tmp_path / "ck").symlink_to(tmp_path / "gone")
+    r = labkit("train", *TRAIN, "--steps", "2", "--checkpoint-dir", tmp_path / "ck")
+    return cli_error(r, "'checkpoint_dir'", "symbolic link", "does not exist", forbidden=("File exists",))
+
+
+# train: checkpoints and metrics across a resume
+
+@probe("--preempt-at 5 --metrics-out m.json, then the same command again",
+       "m.json holds steps 0..11, each once")
+def probe_resumed_metrics_hold_every_step(tmp_path):
+    argv = ("train", *TRAIN, "--steps", "12", "--checkpoint-dir", tmp_path / "ck", "--metrics-out",
+            tmp_path / "m.json", "--preempt-at", "5")
+    first, second = labkit(*argv), labkit(*argv)
+    if first.code != 143:
+        return behaviour(False, "", error=first)
+    steps = [s["step"] for s in json.loads((tmp_path / "m.json").read_text())["steps"]]
+    return behaviour(steps == list(range(12)), f"steps in m.json: {steps}", error=second)
+
+
+@probe("a 12-step run with --checkpoint-every 1", "the newest 3 checkpoints kept (--keep-checkpoints default)")
+def probe_old_checkpoints_pruned(tmp_path):
+    r = labkit("train", *TRAIN, "--steps", "12", "--checkpoint-every", "1", "--checkpoint-dir", tmp_path / "ck")
+    folders = sorted(p.name for p in (tmp_path / "ck").glob("step-*"))
+    return behaviour(folders == ["step-00000009", "step-00000010", "step-00000011"], f"left: {folders}", error=r)
+
+
+@probe("rerun a finished 3-step run with --steps 2", "exit 0, says 3 steps are checkpointed (not 2)")
+def probe_rerun_with_fewer_steps(tmp_path, trained):
+    run = copy_run(trained, tmp_path)
+    r = labkit("train", *TRAIN, "--steps", "2", "--checkpoint-dir", run / "ck")
+    said = r.out.strip().splitlines()[-1] if r.out.strip() else ""
+    return behaviour(r.code == 0 and "3 steps checkpointed" in said, said, error=r)
+
+
+def _resume_warnings(ck: Path, steps: int = 4) -> tuple[Result, list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = labkit("train", *TRAIN, "--steps", str(steps), "--checkpoint-dir", ck)
+    return r, [str(w.message) for w in caught if "checkpoint" in str(w.message)]
+
+
+def _edit_marker(ck: Path, edit: Callable[[dict], None]) -> None:
+    marker = next(ck.glob("step-*/COMMITTED"))
+    data = json.loads(marker.read_text())
+    edit(data)
+    marker.write_text(json.dumps(data))
+
+
+@probe("resume a folder whose only commit marker has `files` as a list",
+       "a warning naming the marker as malformed; training starts from step 0 and says so")
+def probe_marker_files_a_list(tmp_path, trained):
+    run = copy_run(trained, tmp_path)
+    _edit_marker(run / "ck", lambda m: m.update(files=list(m["files"])))
+    r, said = _resume_warnings(run / "ck")
+    ok = r.code == 0 and any("malformed" in s and "step 0" in s for s in said)
+    return behaviour(ok, said[0] if said else f"exit {r.code}, no warning", error=r)
+
+
+@probe("resume a folder whose marker has an entry {}", "a warning naming the entry and its missing size")
+def probe_marker_entry_empty(tmp_path, trained):
+    run = copy_run(trained, tmp_path)
+    _edit_marker(run / "ck", lambda m: m["files"].update({"model.pt": {}}))
+    r, said = _resume_warnings(run / "ck")
+    ok = r.code == 0 and any("'model.pt'" in s and "size" in s and "malformed" in s for s in said)
+    return behaviour(ok, said[0] if said else f"exit {r.code}, no warning", error=r)
+
+
+@probe("resume a folder whose only committed step is corrupt",
+       "the warning says no earlier step is left and the run starts from step 0")
+def probe_fallback_with_nothing_to_fall_back_to(tmp_path, trained):
+    run = copy_run(trained, tmp_path)
+    blob = next((run / "ck").glob("step-*/model.pt"))
+    blob.write_bytes(b"x" + blob.read_bytes()[1:])
+    r, said = _resume_warnings(run / "ck")
+    ok = r.code == 0 and any("step 0" in s and "falling back to the previous" not in s for s in said)
+    return behaviour(ok, said[0] if said else f"exit {r.code}, no warning", error=r)
+
+
+# a full disk (a 2 MiB tmpfs in a mount namespace of its own)
+
+def _on_full_disk(size: str, script: str, listing: str = "/mnt") -> subprocess.CompletedProcess:
+    """Run `script` (sh) with a fresh tmpfs of `size` at /mnt (in a user and mount namespace of
+    its own, so nothing outside sees it); skips where such namespaces are not allowed."""
+    probe = subprocess.run(["unshare", "-Urm", "sh", "-c", "mount -t tmpfs -o size=64k none /mnt"],
+                           capture_output=True)
+    if shutil.which("unshare") is None or probe.returncode != 0:
+        pytest.skip("no unprivileged user and mount namespaces here (unshare -Urm)")
+    return subprocess.run(["unshare", "-Urm", "sh", "-c", f"mount -t tmpfs -o size={size} none /mnt && cd /mnt && "
+                           f"{script}; echo \"exit=$?\"; ls -a {listing}"], env=_cli_env(), capture_output=True,
+                          text=True, timeout=300)
+
+
+def _full_disk_outcome(r: subprocess.CompletedProcess, *needles: str, left_out: tuple[str, ...] = ()) -> Outcome:
+    out = r.stdout.split("exit=")[0]
+    code = r.stdout.split("exit=")[1].split()[0] if "exit=" in r.stdout else "?"
+    listing = r.stdout.split("exit=")[1].split()[1:] if "exit=" in r.stdout else []
+    outcome = _one_line(out + r.stderr)
+    if outcome.verdict != "clear":
+        return outcome
+    good = code == "2" and all(re.search(n, outcome.actual, re.I) for n in needles)
+    left = [name for name in listing if any(re.search(p, name) for p in left_out)]
+    if good and left:
+        return Outcome("ugly", outcome.actual + f" (left {left})")
+    return Outcome("clear" if good else "ugly", f"exit {code}: {outcome.actual}")
+
+
+TRAIN_ARGS = " ".join(TRAIN)
+
+
+@probe("labkit train, checkpoints to a full disk (2 MiB)",
+       "exit 2, one line naming the checkpoint file and 'No space left on device'", pytest.mark.slow)
+def probe_full_disk_checkpoint():
+    r = _on_full_disk("2m", f"{sys.executable} -m labkit train {TRAIN_ARGS} --steps 40 --checkpoint-every 1 "
+                            "--keep-checkpoints 0 --checkpoint-dir /mnt/ck")
+    return _full_disk_outcome(r, "/mnt/ck/step-", "No space left on device")
+
+
+@probe("labkit train --preempt-at 3, the preemption's checkpoint on a full disk",
+       "exit 2, one line: stopped by SIGTERM, its checkpoint failed (file, 'No space left')", pytest.mark.slow)
+def probe_full_disk_preemption_save():
+    r = _on_full_disk("200k", f"{sys.executable} -m labkit train {TRAIN_ARGS} --steps 10 --preempt-at 3 "
+                              "--checkpoint-dir /mnt/ck")
+    return _full_disk_outcome(r, "SIGTERM", "checkpoint failed", "/mnt/ck/", "No space left on device")
+
+
+@probe("MetricsLog.write on a full disk", "OSError naming the file and 'No space left on device'; no .tmp left",
+       pytest.mark.slow)
+def probe_full_disk_metrics(tmp_path):
+    script = tmp_path / "write_metrics.py"
+    script.write_text(
+        "import sys\n"
+        "from labkit.core.metrics import MetricsLog, StepMetrics\n"
+        "open('/mnt/pad', 'wb').write(bytes(60000))\n"
+        "log = MetricsLog()\n"
+        "for i in range(200):\n"
+        "    log.append(StepMetrics(i, 1.0))\n"
+        "try:\n"
+        "    log.write('/mnt/m.json')\n"
+        "except OSError as e:\n"
+        "    print(f'labkit: {e}')\n"
+        "    sys.exit(2)\n")
+    r = _on_full_disk("64k", f"{sys.executable} {script}")
+    return _full_disk_outcome(r, "/mnt/m.json", "No space left", left_out=(r"\.tmp$", r"^m\.json$"))
+
+
+@probe("labkit data write onto a full disk", "exit 2 naming the shard file and 'No space left'; no shards left",
+       pytest.mark.slow, pytest.mark.data)
+def probe_full_disk_data_write():
+    r = _on_full_disk("64k", f"{sys.executable} -m labkit data write images /mnt/d --num-samples 256 "
+                             "--image-size 16 --records-per-shard 32 2>/dev/null", listing="/mnt/d")
+    return _full_disk_outcome(r, r"/mnt/d/data-\d+", "No space left", left_out=(r"^data-",))
+
+
+@probe("labkit run hello.ipynb -o FULL_DISK/o.ipynb", "exit 2 naming o.ipynb and 'No space left'; no empty notebook",
+       pytest.mark.slow)
+def probe_full_disk_notebook_output():
+    r = _on_full_disk("16k", f"head -c 15500 /dev/zero > /mnt/pad && {sys.executable} -m labkit run {hello()} "
+                             "-o /mnt/o.ipynb")
+    return _full_disk_outcome(r, "/mnt/o.ipynb", "No space left", left_out=(r"^o\.ipynb$",))
+
+
+# labkit data: shard contents pinned by the manifest
+
+@probe("labkit data verify DIR, a shard replaced by the same-named shard of a set with another seed",
+       "non-zero exit; a line naming the shard: its contents are not the ones written", pytest.mark.data)
+def probe_data_verify_other_seed(tmp_path):
+    _write_shards(tmp_path / "d")
+    _write_shards(tmp_path / "other", "--seed", "1")
+    shard = _shards(tmp_path / "d")[2]
+    shard.write_bytes((tmp_path / "other" / shard.name).read_bytes())
+    return cli_report(labkit("data", "verify", tmp_path / "d"), re.escape(shard.name), "contents|sha")
+
+
+@probe("labkit data verify DIR, a shard copied over its neighbour (records 0-15 twice, 16-31 gone)",
+       "non-zero exit; a line naming the shard and the samples out of place", pytest.mark.data)
+def probe_data_verify_copied_neighbour(tmp_path):
+    _write_shards(tmp_path / "d")
+    first, second = _shards(tmp_path / "d")[:2]
+    second.write_bytes(first.read_bytes())
+    return cli_report(labkit("data", "verify", tmp_path / "d"), re.escape(second.name), "sample")
+
+
+@probe("labkit data write gs://b/d with Cloud Storage unreachable", "exit 2 within 15 s naming the folder",
+       pytest.mark.data)
+def probe_data_write_unreachable_gs(monkeypatch):
+    monkeypatch.delenv("LABKIT_LOCAL_GCS", raising=False)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", "http://127.0.0.1:9")
+    start = time.monotonic()
+    outcome = cli_error(_write_shards("gs://labkit-battery-bucket/d"), "gs://labkit-battery-bucket/d", "reach")
+    if outcome.verdict == "clear" and time.monotonic() - start > 15:
+        return Outcome("ugly", outcome.actual + " (slow)")
+    return outcome
+
+
+# notebooks
+
+@probe("labkit course -p scale huge", "exit 2 naming 'scale' and its values, before any kernel starts")
+def probe_course_scale_huge(tmp_path, course_dir):
+    r = labkit("course", "--notebooks", course_dir, "-o", tmp_path / "out", "-p", "scale", "huge")
+    outcome = cli_error(r, "'scale'", "smoke")
+    ran = list((tmp_path / "out").glob("*.ipynb"))
+    if outcome.verdict == "clear" and ran:
+        return Outcome("silent", f"{outcome.actual}, but ran {[p.name for p in ran]} first")
+    return outcome
+
+
+@probe("labkit run 01.ipynb -p steps '[10, 20]' (steps = None there, an int in 00)",
+       "exit 2 naming 'steps': an integer, before a kernel starts")
+def probe_run_none_default_takes_the_course_kind(tmp_path):
+    d = tmp_path / "notebooks"
+    d.mkdir()
+    _notebook(d / "00_first.ipynb", "steps = 0")
+    nb = _notebook(d / "01_second.ipynb", "steps = None\nflag = None")
+    r = labkit("run", nb, "-p", "steps", "[10, 20]", "-o", tmp_path / "o.ipynb")
+    return cli_error(r, "'steps'", "integer")
+
+
+@probe("labkit run NB -p flag '[1]' (flag = None, declared nowhere else)", "exit 2 naming 'flag': a single value")
+def probe_run_none_default_refuses_a_list(tmp_path):
+    nb = _notebook(tmp_path / "nb.ipynb", "flag = None")
+    r = labkit("run", nb, "-p", "flag", "[1]", "-o", tmp_path / "o.ipynb")
+    return cli_error(r, "'flag'", "single value")
 
 
 # Vertex AI jobs and studies (fixed on the vertex branch)

@@ -88,9 +88,10 @@ def test_preempted_run_resumes_with_the_uninterrupted_losses(tmp_path, reference
     meta = checkpoint.load(ckpt).meta
     assert (meta["world_size"], meta["framework"], meta["fingerprint"]["batch_size"]) == (1, "tf", 32)
     resumed = _fit_here(tmp_path, checkpoint_dir=ckpt, checkpoint_every=3)
-    assert [s["step"] for s in resumed["steps"]] == [5, 6, 7]
+    # The metrics file holds every step once: 0-4 from the first attempt, 5-7 resumed.
+    assert [s["step"] for s in resumed["steps"]] == list(range(8))
     assert resumed["run"]["resumed_from_step"] == 4
-    assert [s["loss"] for s in resumed["steps"]] == [s["loss"] for s in reference["steps"][5:]]
+    assert [s["loss"] for s in resumed["steps"]] == [s["loss"] for s in reference["steps"]]
     assert resumed["run"]["final_weights"] == reference["run"]["final_weights"]
 
 
@@ -102,8 +103,9 @@ def test_a_corrupt_checkpoint_falls_back_to_the_previous_committed_step(tmp_path
     blob.write_bytes(blob.read_bytes()[:100])
     with pytest.warns(checkpoint.CheckpointWarning, match=r"step 4.*optimizer\.npz.*truncated"):
         resumed = _fit_here(tmp_path, checkpoint_dir=str(ckpt))
-    assert [s["step"] for s in resumed["steps"]] == [4, 5, 6, 7]
-    assert [s["loss"] for s in resumed["steps"]] == [s["loss"] for s in reference["steps"][4:]]
+    # Resumed from step 3: the first attempt's step 4 is trained again, not listed twice.
+    assert [s["step"] for s in resumed["steps"]] == list(range(8))
+    assert [s["loss"] for s in resumed["steps"]] == [s["loss"] for s in reference["steps"]]
 
 
 @pytest.mark.slow
@@ -114,7 +116,7 @@ def test_a_batch_size_change_is_refused_unless_allowed_then_continues_by_samples
         _fit_here(tmp_path, steps=5, batch_size=32, num_samples=64, checkpoint_dir=ckpt)
     resumed = _fit_here(tmp_path, steps=4, batch_size=32, num_samples=64, checkpoint_dir=ckpt,
                         allow_resume_change="batch_size")
-    assert [s["step"] for s in resumed["steps"]] == [3] and resumed["run"]["resume_changes"] == {
+    assert [s["step"] for s in resumed["steps"]] == [0, 1, 2, 3] and resumed["run"]["resume_changes"] == {
         "batch_size": [16, 32]}
     # 3 x 16 samples, then one step of 32 would pass the epoch's 64: the next step starts epoch 1
     saved = json.loads(checkpoint.load(ckpt).files["train.json"])["data_position"]
@@ -150,10 +152,10 @@ def test_sigterm_then_resume_continues_with_the_next_step(tmp_path, reference):
     r = _train("--steps", "8", "--checkpoint-dir", str(ckpt), "--metrics-out", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
     resumed = load_metrics(out)
-    assert [s["step"] for s in resumed["steps"]] == list(range(stopped + 1, 8))
+    assert [s["step"] for s in resumed["steps"]] == list(range(8))  # the earlier steps kept
     assert resumed["run"]["resumed_from_step"] == stopped
     expected = [s["loss"] for s in reference["steps"][stopped + 1:]]
-    assert [s["loss"] for s in resumed["steps"]] == pytest.approx(expected, rel=1e-5)
+    assert [s["loss"] for s in resumed["steps"][stopped + 1:]] == pytest.approx(expected, rel=1e-5)
 
 
 @pytest.mark.slow
@@ -172,9 +174,10 @@ def test_keras_backup_and_restore_finishes_the_planned_epochs(tmp_path, referenc
     assert r.returncode == 0, r.stdout + r.stderr
     resumed = load_metrics(out)
     assert resumed["run"]["resumed_from_epoch"] == 2
-    assert [s["step"] for s in resumed["steps"]] == [4, 5, 6, 7]  # epochs 2 and 3
+    # Epochs 0 and 1 from the first attempt (its step 5 is trained again), then epochs 2 and 3.
+    assert [s["step"] for s in resumed["steps"]] == list(range(8))
     # Same model, data and optimizer as the custom loop: the same per-step losses.
-    assert [s["loss"] for s in resumed["steps"]] == \
+    assert [s["loss"] for s in resumed["steps"][4:]] == \
         pytest.approx([s["loss"] for s in reference["steps"][4:]], rel=1e-4)
     assert not (ckpt / "backup").exists()  # BackupAndRestore removes it after a finished fit
 

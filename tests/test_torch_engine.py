@@ -188,8 +188,10 @@ def test_reading_the_loss_one_step_late_changes_nothing(tmp_path):
 
 
 def test_background_checkpoint_writes_every_step_and_reports_failures(tmp_path):
-    engine.fit(replace(BASE, steps=5, checkpoint_every=1, checkpoint_dir=str(tmp_path / "ck")))
+    engine.fit(replace(BASE, steps=5, checkpoint_every=1, keep_checkpoints=0, checkpoint_dir=str(tmp_path / "ck")))
     assert checkpoint.committed_steps(str(tmp_path / "ck")) == [0, 1, 2, 3, 4]
+    engine.fit(replace(BASE, steps=9, checkpoint_every=1, keep_checkpoints=2, checkpoint_dir=str(tmp_path / "ck")))
+    assert checkpoint.committed_steps(str(tmp_path / "ck")) == [7, 8]  # the older ones deleted
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the checkpoint folder should go")
     c = engine.build(BASE, DistInfo(), torch.device("cpu"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 from labkit import __version__
@@ -22,8 +23,23 @@ _COMMANDS = (
 )
 
 
+# What argparse takes for a negative number (a value, not a flag): its own rule knows only
+# `-5` and `-.5`, so `--lr -inf` or `--lr -1e-3` read as an unknown flag and gave "expected one
+# argument" instead of the value's own error. No labkit flag looks like a number.
+_NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, taking `-inf`, `-nan` and `-1e-3` as values of the flag before them
+    (subcommand parsers are made of the same class)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_NUMBER
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="labkit", description="Measured, tested building blocks for fast and cheap training on Vertex AI.")
     parser.add_argument("--version", action="version", version=f"labkit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -38,7 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
-    code = int(args.handler(args) or 0)
+    try:
+        code = int(args.handler(args) or 0)
+    except KeyboardInterrupt:  # Ctrl-C outside a training loop (which checkpoints and stops itself)
+        print(f"labkit {args.command}: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
     replica = sys.modules.get("labkit.torch.distributed")  # loaded only where torch trained
     if replica is not None:
         replica.exit_if_replica(code)

@@ -4,7 +4,8 @@
     labkit data write tokens gs://bucket/tokens --num-samples 512 --block-size 128 --compression GZIP
     labkit data write images OUT_DIR --overwrite     # replace the shard set already there, whole
     labkit data verify OUT_DIR                       # every record's CRCs, and the shards against
-                                                     # data-manifest.json: missing, extra, short
+                                                     # data-manifest.json: missing, extra, short,
+                                                     # records out of place, contents replaced
     labkit data verify 'OUT_DIR/data-*.tfrecord'     # these files' CRCs (and counts, if listed)
 
 Exit codes: 0 done / all good; 1 (verify) problems found, one per line; 2 bad input, one line.

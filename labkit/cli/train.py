@@ -1,15 +1,23 @@
 """`labkit train` (one run, or local DDP replicas) and `labkit launch-tf` (MultiWorkerMirrored
-workers on loopback). The flags of `labkit train` are generated from `TrainConfig`."""
+workers on loopback). The flags of `labkit train` are generated from `TrainConfig`.
+
+Every failure a user can cause or meet prints one line naming the flag, path or variable and
+the cause, and exits 2; a run stopped by SIGTERM, Ctrl-C or `--timeout` checkpoints first and
+exits 143 (run the same command again to resume)."""
 
 from __future__ import annotations
 
 import argparse
+import re
+import sys
 
 from labkit.core.config import ParameterError, parse_int
+from labkit.core.launcher import LaunchError, check_process_count
 from labkit.core.train_config import (
     PREEMPTED_EXIT_CODE,
     Preempted,
     add_arguments,
+    from_argv,
     from_namespace,
 )
 
@@ -18,13 +26,33 @@ def add_train_command(subparsers) -> None:
     p = subparsers.add_parser(
         "train", help="train a model (torch or tf) and write per-step metrics",
         description="Train a model on deterministic synthetic data. Exit code 143 means the run "
-                    "was preempted (SIGTERM or --preempt-at) after checkpointing: run the same "
-                    "command again to resume.")
+                    "was stopped (SIGTERM, Ctrl-C, --preempt-at or --timeout) after "
+                    "checkpointing: run the same command again to resume.")
     add_arguments(p)
     p.add_argument("--nproc-per-node", type=parse_int, default=1,
                    help="start this many local processes (gloo on loopback; torch only): DDP "
                         "replicas, or the ranks of the --parallel mode")
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="with --nproc-per-node > 1: stop the replicas after this many seconds "
+                        "(they checkpoint first; default: no limit)")
     p.set_defaults(handler=_train_command)
+
+
+def _say(message: str) -> None:
+    print(f"labkit train: {message}")
+
+
+# Flags of the commands themselves (not TrainConfig fields): their errors name the flag.
+_OWN_FLAGS = {"nproc_per_node": "--nproc-per-node", "timeout": "--timeout", "num_workers": "--workers",
+              "num_ps": "--ps", "timeout_s": "--timeout"}
+
+
+def _message(e: BaseException) -> str:
+    """An error's message, naming a command's own setting as the flag the user typed."""
+    text = str(e)
+    for name in sorted(_OWN_FLAGS, key=len, reverse=True):
+        text = re.sub(rf"(parameter '{name}'|(?<![\w-]){name}(?!\w))", _OWN_FLAGS[name], text)
+    return text
 
 
 def _train_command(args) -> int:
@@ -33,34 +61,54 @@ def _train_command(args) -> int:
 
     try:
         config = from_namespace(args)
-    except ParameterError as e:
-        print(f"labkit train: {e}")
-        return 2
-    nproc = args.nproc_per_node
-    try:
-        where = describe_device(config, max(1, nproc))  # `--device cuda` without a GPU stops here
-        if config.device == "auto" and not from_env().is_distributed:
-            print(f"labkit train: {where}", flush=True)
+        nproc = args.nproc_per_node
+        crowded = check_process_count("nproc_per_node", nproc)
+        if args.timeout is not None and (args.timeout <= 0 or args.timeout != args.timeout):
+            raise ParameterError("timeout", args.timeout, "must be a positive number of seconds")
+        if args.timeout is not None and nproc == 1:
+            raise ParameterError("timeout", args.timeout, "applies to --nproc-per-node > 1 (the "
+                                 "launcher stops its replicas); a single process runs until done")
         if nproc > 1:
             if config.framework != "torch":
                 raise ParameterError("nproc_per_node", nproc, "is supported for --framework torch only")
             config.check_world_size(nproc)
-            log = run_replicas(config, nproc)
+        where = describe_device(config, nproc)  # `--device cuda` without a GPU stops here
+    except ParameterError as e:
+        _say(_message(e))
+        return 2
+    if config.device == "auto" and not from_env().is_distributed:
+        _say(where)
+    if crowded:
+        print(f"labkit train: warning: --nproc-per-node {nproc}: {crowded}", file=sys.stderr)
+    try:
+        if nproc > 1:
+            log = run_replicas(config, nproc, timeout_s=args.timeout)
         else:
             log = run_training(config)
     except Preempted as e:
-        print(f"labkit train: {e}; run the same command again to resume")
+        _say(f"{e}; run the same command again to resume" if e.saved else str(e))
         return PREEMPTED_EXIT_CODE
-    except (ValueError, OSError) as e:  # a setting or an output this run cannot use (found on start-up)
-        print(f"labkit train: {e}")
+    except FloatingPointError as e:  # the loss diverged: the metrics file shows the steps up to it
+        _say(f"{e}: the run diverged; a lower --lr (this run: {config.lr:g}) or --grad-clip "
+             f"usually helps")
+        return 2
+    except LaunchError as e:  # a replica failed: its own one-line error says why
+        _say(e.summary or str(e).splitlines()[0])
+        return 2
+    except (ValueError, OSError) as e:  # a setting or an output this run cannot use
+        _say(str(e))
         return 2
     summary = log.to_dict()["summary"]
     if log.run.get("already_complete"):
         kept = f"; {config.metrics_out} kept as it was" if config.metrics_out else ""
-        print(f"labkit train: nothing to train: the run was already complete ({config.steps} steps "
-              f"checkpointed in {config.checkpoint_dir}){kept}")
+        done = log.run.get("checkpointed_steps", config.steps)
+        beyond = f", more than --steps {config.steps}" if done > config.steps else ""
+        _say(f"nothing to train: the run was already complete ({done} steps checkpointed in "
+             f"{config.checkpoint_dir}{beyond}){kept}")
         return 0
-    print(f"labkit train: {summary.get('num_steps', 0)} steps, final loss {summary.get('final_loss')}")
+    resumed = log.run.get("resumed_from_step")
+    after = f" (resumed after step {resumed})" if resumed is not None else ""
+    _say(f"{summary.get('num_steps', 0)} steps{after}, final loss {summary.get('final_loss')}")
     return 0
 
 
@@ -68,12 +116,13 @@ def add_launch_tf_command(subparsers) -> None:
     p = subparsers.add_parser(
         "launch-tf", help="run `labkit train --framework tf` as N MultiWorkerMirrored workers "
                           "on loopback (TF_CONFIG per worker)")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--ps", type=int, default=0,
+    p.add_argument("--workers", type=parse_int, default=2)
+    p.add_argument("--ps", type=parse_int, default=0,
                    help="parameter servers (ParameterServerStrategy; the chief coordinates)")
     p.add_argument("--vertex-names", action="store_true",
                    help="name the primary replica 'master' as Vertex does")
-    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                   help="stop the workers after this many seconds (default: no limit)")
     p.add_argument("train_args", nargs=argparse.REMAINDER, help="flags for labkit train")
     p.set_defaults(handler=_launch_tf_command)
 
@@ -82,9 +131,16 @@ def _launch_tf_command(args) -> int:
     from labkit.tf.launch import LaunchConfig, launch
 
     train_args = [a for a in args.train_args if a != "--"]
-    results = launch(LaunchConfig(num_workers=args.workers, train_args=tuple(train_args),
-                                  num_ps=args.ps,
-                                  vertex_names=args.vertex_names, timeout_s=args.timeout))
+    try:
+        config = LaunchConfig(num_workers=args.workers, train_args=tuple(train_args), num_ps=args.ps,
+                              vertex_names=args.vertex_names, timeout_s=args.timeout)
+        check_process_count("num_workers", config.num_workers + config.num_ps)
+        # The workers' flags are checked here, once, not by every worker printing the same error.
+        from_argv(["--framework", "tf", *train_args])
+    except (ValueError, argparse.ArgumentError) as e:
+        print(f"labkit launch-tf: {_message(e) if not isinstance(e, ParameterError) or e.name in _OWN_FLAGS else e}")
+        return 2
+    results = launch(config)
     for r in results:
         print(f"--- {r.task} exit {r.returncode}")
         print(r.output.strip()[-2000:])

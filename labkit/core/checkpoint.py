@@ -9,10 +9,16 @@ under a directory URL (a local path, `gs://bucket/run`, or a `/gcs/bucket/run` m
 
 A step counts only once its marker exists: no rename is relied on (folder renames are not atomic
 on Cloud Storage or its `/gcs` mount). Loading verifies every blob against the sizes and
-checksums in the marker; a truncated or corrupt blob makes `load` warn, naming the file, and fall
-back to the previous committed step; `restore` does the same for a blob that verifies but does
-not decode. `BackgroundWrite` runs one save at a time in a thread, so training waits only for
-the host copy of its state.
+checksums in the marker (and the marker's own shape); a truncated or corrupt blob, or a
+malformed marker, makes `load` warn, naming the file, and fall back to the previous committed
+step (saying so when there is none, and the run starts from step 0); `restore` does the same for
+a blob that verifies but does not decode. `BackgroundWrite` runs one save at a time in a
+thread, so training waits only for the host copy of its state.
+
+A write that fails (a full disk, a bucket that refuses it) raises `CheckpointWriteError` naming
+the file and the storage's own reason ("No space left on device"), and removes the half-written
+blob. `commit(..., keep=K)` then deletes all but the newest K committed steps, so a long run
+does not fill its disk.
 
 The checksum is CRC-32C, the one Cloud Storage uses to check objects end to end: it catches
 truncation and corruption (not tampering) several times faster than sha256 (see the checkpoint
@@ -77,30 +83,65 @@ def write_blob(directory: str, step: int, name: str, data: bytes | BlobWriter) -
     """Write one blob of a step that is not committed yet; returns its marker entry. Several
     processes (DDP ranks) may each write their own blobs before one of them commits. `data` is
     the blob's bytes, or a function that writes them to the file it is given (a serialiser
-    streaming into the file: no copy of the whole blob in memory first)."""
+    streaming into the file: no copy of the whole blob in memory first). Raises
+    CheckpointWriteError naming the file when the storage refuses the write."""
     fs, root = _fs(directory)
     folder = f"{root}/{step_dir_name(step)}"
-    fs.makedirs(folder, exist_ok=True)
-    with fs.open(f"{folder}/{name}", "wb") as f:
-        if not callable(data):
-            f.write(data)
-            return {"size": len(data), "crc32c": _crc32c(data)}
-        out = _Checksummed(f)
-        data(out)
-        out.flush()
-    return {"size": out.size, "crc32c": f"{out.crc:08x}"}
+    path = f"{folder}/{name}"
+    out = None
+    try:
+        fs.makedirs(folder, exist_ok=True)
+        with fs.open(path, "wb") as f:
+            if not callable(data):
+                f.write(data)
+                entry = {"size": len(data), "crc32c": _crc32c(data)}
+            else:
+                out = _Checksummed(f)
+                data(out)
+                out.flush()
+                entry = {"size": out.size, "crc32c": f"{out.crc:08x}"}
+    except Exception as e:
+        # A serialiser that meets a failing write reports its own error ("unexpected pos"):
+        # the storage's error, kept by the file wrapper, is the one that says what happened.
+        cause = out.error if out is not None and out.error is not None else e
+        _discard(fs, path)
+        raise CheckpointWriteError(f"cannot write checkpoint file {path}: {_reason(cause)}") from cause
+    return entry
+
+
+def _reason(error: BaseException) -> str:
+    """An error's cause in words: an OSError's strerror ("No space left on device"), else its text."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+def _discard(fs, path: str) -> None:
+    """Remove a half-written file (it would only take space), ignoring a failure to."""
+    try:
+        if fs.exists(path):
+            fs.rm(path)
+    except OSError:
+        pass
 
 
 class _Checksummed:
-    """A writable file that keeps the size and CRC-32C of what was written through it."""
+    """A writable file that keeps the size and CRC-32C of what was written through it, and the
+    error its first failed write raised."""
 
     def __init__(self, f: IO[bytes]):
         self._f, self.size, self.crc = f, 0, 0
+        self.error: BaseException | None = None
 
     def write(self, data) -> int:
+        try:
+            written = self._f.write(data)
+        except BaseException as e:
+            self.error = self.error or e
+            raise
         self.crc = crc32c.crc32c(data, self.crc)
         self.size += memoryview(data).nbytes
-        return self._f.write(data)
+        return written
 
     def flush(self) -> None:
         self._f.flush()
@@ -118,13 +159,21 @@ def _matches(data: bytes, entry: dict[str, Any]) -> bool:
 
 
 def commit(directory: str, step: int, entries: dict[str, dict[str, Any]],
-           meta: dict[str, Any] | None = None) -> str:
-    """Write the marker for `step` (after all its blobs): from now on the step counts."""
+           meta: dict[str, Any] | None = None, *, keep: int | None = None) -> str:
+    """Write the marker for `step` (after all its blobs): from now on the step counts. With
+    `keep`, then delete all but the newest `keep` committed steps (`prune`)."""
     fs, root = _fs(directory)
     folder = f"{root}/{step_dir_name(step)}"
     marker = {"step": step, "files": entries, "meta": meta or {}}
-    with fs.open(f"{folder}/{MARKER}", "w") as f:
-        f.write(json.dumps(marker, indent=1))
+    path = f"{folder}/{MARKER}"
+    try:
+        with fs.open(path, "w") as f:
+            f.write(json.dumps(marker, indent=1))
+    except OSError as e:
+        _discard(fs, path)  # half a marker would read as a corrupt committed step
+        raise CheckpointWriteError(f"cannot write checkpoint file {path}: {_reason(e)}") from e
+    if keep:
+        prune(directory, keep)
     return folder
 
 
@@ -132,10 +181,7 @@ def save(directory: str, step: int, files: dict[str, bytes], meta: dict[str, Any
          *, keep: int | None = None) -> str:
     """Write `files` for `step`, then the marker; optionally keep only the newest `keep` steps."""
     entries = {name: write_blob(directory, step, name, data) for name, data in files.items()}
-    folder = commit(directory, step, entries, meta)
-    if keep:
-        prune(directory, keep)
-    return folder
+    return commit(directory, step, entries, meta, keep=keep)
 
 
 def committed_steps(directory: str) -> list[int]:
@@ -155,14 +201,40 @@ def committed_steps(directory: str) -> list[int]:
 
 def read_marker(directory: str, step: int) -> dict[str, Any]:
     """The commit marker of `step` ({step, files, meta}) without reading its blobs; raises
-    CheckpointError when it is unreadable."""
+    CheckpointError when it is unreadable or not shaped like one."""
     fs, root = _fs(directory)
     path = f"{root}/{step_dir_name(step)}/{MARKER}"
     try:
         with fs.open(path, "r") as f:
-            return json.loads(f.read())
-    except (OSError, json.JSONDecodeError) as e:
+            marker = json.loads(f.read())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise CheckpointError(f"{path}: unreadable commit marker ({e})") from e
+    problem = _marker_problem(marker)
+    if problem:
+        raise CheckpointError(f"{path}: malformed commit marker: {problem}")
+    return marker
+
+
+def _marker_problem(marker: Any) -> str | None:
+    """What makes `marker` not a commit marker (None: it is one): an object whose `files` maps
+    each blob name to {size, crc32c (or sha256)}, and whose `meta`, if any, is an object."""
+    if not isinstance(marker, dict):
+        return f"an object is expected, not a {type(marker).__name__}"
+    files = marker.get("files", {})
+    if not isinstance(files, dict):
+        return f"'files' must map file names to entries, not be a {type(files).__name__}"
+    for name, entry in files.items():
+        if not isinstance(entry, dict):
+            return f"the entry of {name!r} must be an object, not a {type(entry).__name__}"
+        size = entry.get("size")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            return f"the entry of {name!r} has no valid 'size' (got {size!r})"
+        digest = entry.get("crc32c", entry.get("sha256"))
+        if not isinstance(digest, str):
+            return f"the entry of {name!r} has no 'crc32c' checksum"
+    if not isinstance(marker.get("meta", {}), dict):
+        return f"'meta' must be an object, not a {type(marker['meta']).__name__}"
+    return None
 
 
 def read_step(directory: str, step: int) -> Checkpoint:
@@ -187,17 +259,25 @@ def read_step(directory: str, step: int) -> Checkpoint:
                       meta=marker.get("meta", {}))
 
 
+def _fallback(steps: list[int], i: int) -> str:
+    """What happens after the step at position `i` of `steps` (newest first) was ignored."""
+    if i + 1 < len(steps):
+        return f"falling back to the previous committed step, {steps[i + 1]}"
+    return "no earlier committed step is left: the run starts from step 0"
+
+
 def load(directory: str, step: int | None = None) -> Checkpoint | None:
     """The newest committed, intact step (or exactly `step`). A committed step whose blobs fail
     verification is skipped with a CheckpointWarning; None when nothing usable exists."""
     if step is not None:
         return read_step(directory, step)
-    for candidate in reversed(committed_steps(directory)):
+    steps = committed_steps(directory)[::-1]
+    for i, candidate in enumerate(steps):
         try:
             return read_step(directory, candidate)
         except CheckpointError as e:
-            warnings.warn(f"ignoring checkpoint step {candidate}: {e}; falling back to the "
-                          "previous committed step", CheckpointWarning, stacklevel=2)
+            warnings.warn(f"ignoring checkpoint step {candidate}: {e}; {_fallback(steps, i)}",
+                          CheckpointWarning, stacklevel=2)
     return None
 
 
@@ -208,12 +288,13 @@ def restore(directory: str, decode: Callable[[Checkpoint], T],
     deserialiser's errors), is skipped with a CheckpointWarning and the previous committed step
     is tried. `decode` should only read the blobs: the caller applies its result to live state,
     so a failed decode leaves nothing half restored."""
-    for step in reversed(committed_steps(directory)):
+    steps = committed_steps(directory)[::-1]
+    for i, step in enumerate(steps):
         try:
             return decode(read_step(directory, step))
         except (CheckpointError, *errors) as e:
-            warnings.warn(f"ignoring checkpoint step {step} in {directory}: {e}; falling back to "
-                          "the previous committed step", CheckpointWarning, stacklevel=2)
+            warnings.warn(f"ignoring checkpoint step {step} in {directory}: {e}; {_fallback(steps, i)}",
+                          CheckpointWarning, stacklevel=2)
     return None
 
 
@@ -250,16 +331,34 @@ class BackgroundWrite:
             self._thread = None
         if self._error is not None:
             error, self._error = self._error, None
-            raise CheckpointWriteError(f"writing a checkpoint to {self.directory} failed: {error}") from error
+            cause = str(error) if isinstance(error, CheckpointWriteError) else _reason(error)
+            raise CheckpointWriteError(f"writing a checkpoint to {self.directory} failed: {cause}") from error
 
 
 def prune(directory: str, keep: int) -> list[int]:
     """Delete all but the newest `keep` committed steps (marker first, so a half-deleted step
-    is never taken for a committed one). Returns the deleted steps."""
+    is never taken for a committed one), and the folders of saves older than the newest
+    committed step that never committed (cut off by a crash). Returns the deleted committed
+    steps. A step that cannot be deleted is left with a CheckpointWarning: training goes on."""
     fs, root = _fs(directory)
-    old = committed_steps(directory)[:-keep] if keep > 0 else []
-    for step in old:
+    committed = committed_steps(directory)
+    old = committed[:-keep] if keep > 0 else []
+    newest = committed[-1] if committed else None
+    abandoned = []
+    if newest is not None:
+        for entry in fs.ls(root, detail=False):
+            m = _STEP_DIR.match(entry.rstrip("/").rsplit("/", 1)[-1])
+            if m and int(m.group(1)) < newest and int(m.group(1)) not in committed:
+                abandoned.append(int(m.group(1)))
+    deleted = []
+    for step in [*old, *abandoned]:
         folder = f"{root}/{step_dir_name(step)}"
-        fs.rm(f"{folder}/{MARKER}")
-        fs.rm(folder, recursive=True)
-    return old
+        try:
+            if step in old:
+                fs.rm(f"{folder}/{MARKER}")
+                deleted.append(step)
+            fs.rm(folder, recursive=True)
+        except OSError as e:
+            warnings.warn(f"could not delete old checkpoint {folder}: {_reason(e)}", CheckpointWarning,
+                          stacklevel=2)
+    return deleted

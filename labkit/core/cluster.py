@@ -162,6 +162,15 @@ def _int(value: Any, name: str) -> int:
     return int(value)
 
 
+def _port(value: Any, name: str) -> int:
+    """A TCP port number, 1..65535 (a larger one fails much later, inside the framework's
+    rendezvous, with a message that does not say which variable held it)."""
+    port = _int(value, name)
+    if not 1 <= port <= 65535:
+        raise ValueError(f"{name} must be a TCP port, 1 to 65535 (got {port})")
+    return port
+
+
 def _addresses(value: Any, name: str) -> list[str]:
     # Vertex leaves skipped pools out; tolerate null / empty list too.
     if value is None:
@@ -175,7 +184,7 @@ def _host_port(address: str, name: str) -> tuple[str, int]:
     host, sep, port = address.rpartition(":")
     if not sep or not host:
         raise ValueError(f"{name}: address {address!r} is not 'host:port'")
-    return host, _int(port, f"{name} port")
+    return host, _port(port, f"{name} port")
 
 
 def _task(spec: dict[str, Any], var: str, cluster: dict[str, list[str]],
@@ -209,7 +218,7 @@ def _master(env: Mapping[str, str], chief_address: str, var: str) -> tuple[str, 
     # Vertex also sets MASTER_ADDR / MASTER_PORT for PyTorch; they win over the pool address.
     addr = env.get("MASTER_ADDR") or host
     if env.get("MASTER_PORT"):
-        port = _int(env["MASTER_PORT"], "MASTER_PORT")
+        port = _port(env["MASTER_PORT"], "MASTER_PORT")
     return addr, port
 
 
@@ -353,7 +362,7 @@ def _from_torch(env: Mapping[str, str]) -> ClusterInfo:
     if not 0 <= rank < world:
         raise ValueError(f"RANK {rank} is out of range for WORLD_SIZE {world}")
     addr = env.get("MASTER_ADDR") or "127.0.0.1"
-    port = _int(env.get("MASTER_PORT") or DEFAULT_MASTER_PORT, "MASTER_PORT")
+    port = _port(env.get("MASTER_PORT") or DEFAULT_MASTER_PORT, "MASTER_PORT")
     local_rank, local_world = _local(env)
     nodes, node = world, rank  # Vertex: one process per node, the variables count nodes
     if env.get("LOCAL_WORLD_SIZE"):  # torchrun: they count processes

@@ -100,6 +100,21 @@ def check_str(name: str, value: Any, *, allow_empty: bool = False) -> str:
     return value
 
 
+def check_path(name: str, value: Any, *, file: bool = False) -> str | None:
+    """An optional output path: None (no output), or a non-empty string; with `file`, not one
+    that ends in a separator (that names a folder: the file would be written as its name
+    without the slash, or fail after the run)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ParameterError(name, value, "must be a path (an empty one would mean no output at all; "
+                             "leave the setting out for that)")
+    if file and value.endswith(("/", "\\")):
+        raise ParameterError(name, value, "ends with a separator, so it names a folder; give a file "
+                             "path, e.g. " + value.rstrip("/\\") + "/metrics.json")
+    return value
+
+
 def resolve_scale(scale: str) -> Scale:
     """'auto' → 'full' when a GPU is visible, else the 'smoke' sizes CI uses on 2 CPU cores."""
     check_choice("scale", scale, SCALES)

@@ -13,6 +13,12 @@ container's disk, which is lost when the job restarts. Two ways reach the bucket
 `aip_mount_paths` is the one place that turns the ``AIP_*`` addresses into mount paths; the
 engines take their default checkpoint and TensorBoard folders from it.
 
+Two checks keep a run from losing its outputs, each a one-line reason (None when all is well):
+`unmounted` says when a ``/gcs/`` path is not on a Cloud Storage FUSE mount on this machine
+(the files would land on the local disk and vanish with it), and `unreachable` when Cloud
+Storage itself cannot be reached for a ``gs://`` address (one connection attempt, where gcsfs
+would retry for over a minute and then print pages of retries).
+
 The local emulator (`labkit.vertex.emulator`) sets ``LABKIT_LOCAL_GCS`` to a folder that stands
 in for Cloud Storage: bucket ``b`` is ``<folder>/b``, and the mount root is that folder, so
 `mount_path` maps ``gs://b/x`` to ``<folder>/b/x``. In its replicas `LocalGCSFileSystem` also
@@ -23,7 +29,9 @@ works locally and code that treats them as paths fails locally, as it would on V
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping
+from urllib.parse import urlparse
 
 GCS_MOUNT = "/gcs"
 # Names a local folder that stands in for Cloud Storage (set by the emulator in its replicas).
@@ -72,6 +80,51 @@ def aip_mount_paths(env: Mapping[str, str] | None = None) -> dict[str, str]:
     env = os.environ if env is None else env
     return {name: mount_path(value, env) for name, value in sorted(env.items())
             if name.startswith("AIP_") and value and (is_gcs_uri(value) or name in AIP_OUTPUT_VARIABLES)}
+
+
+def unmounted(path: str, env: Mapping[str, str] | None = None) -> str | None:
+    """Why `path`, under ``/gcs/``, would not reach Cloud Storage here (None: it is not under
+    ``/gcs/``, the emulator stands in for the mount, or a mount holds it). On Vertex, Cloud
+    Storage FUSE mounts ``/gcs`` (or each ``/gcs/<bucket>``); elsewhere the same path is a
+    plain local folder."""
+    env = os.environ if env is None else env
+    path = os.path.normpath(os.fspath(path))
+    if env.get(LOCAL_GCS_ENV) or not (path == GCS_MOUNT or path.startswith(GCS_MOUNT + "/")):
+        return None
+    here = path
+    while True:
+        if os.path.ismount(here) and here != "/":
+            return None
+        if here == GCS_MOUNT:
+            break
+        here = os.path.dirname(here)
+    return (f"{GCS_MOUNT} is not a Cloud Storage FUSE mount on this machine (it is on Vertex AI): "
+            f"the files would stay on this disk; use a gs:// address, or a local folder")
+
+
+def storage_endpoint(env: Mapping[str, str] | None = None) -> tuple[str, int]:
+    """(host, port) that gcsfs talks to: STORAGE_EMULATOR_HOST when set, else Google's."""
+    env = os.environ if env is None else env
+    emulator = env.get("STORAGE_EMULATOR_HOST")
+    if emulator:
+        url = urlparse(emulator if "://" in emulator else f"http://{emulator}")
+        return url.hostname or "localhost", url.port or (443 if url.scheme == "https" else 80)
+    return "storage.googleapis.com", 443
+
+
+def unreachable(uri: str, env: Mapping[str, str] | None = None, *, timeout_s: float = 10.0) -> str | None:
+    """Why Cloud Storage cannot be reached for `uri` (None: it is not a ``gs://`` address, the
+    emulator's folder stands in for it, or a connection opens). One attempt, `timeout_s` at most."""
+    env = os.environ if env is None else env
+    if not is_gcs_uri(uri) or env.get(LOCAL_GCS_ENV):
+        return None
+    host, port = storage_endpoint(env)
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as e:
+        reason = e.strerror or str(e) or type(e).__name__
+        return f"Cloud Storage cannot be reached from here ({host}:{port}: {reason})"
+    return None
 
 
 # ---------------------------------------------------------------- the emulator's stand-in buckets

@@ -7,44 +7,67 @@ FSDP comparison, the all-reduce benchmark and the replicas of the Vertex emulato
 * `ProcessSpec`: what to start (argv, environment, where its output goes, a per-line callback,
   whether it is a server).
 * `Process`: one started child, in a session of its own so that a stop or kill reaches every
-  process it started. A reader thread tees its output (stdout and stderr together) to its log
-  and hands each line to the callback. `send_signal` (optionally followed by SIGKILL of the
-  group after a grace period), `kill`, `stop`, `wait`, `output` / `tail`.
-* `run_group(specs, GroupConfig(...))`: start them all and wait for all with a timeout. A
-  process that fails (an exit code not in `ok_codes`) takes the others down at once, since
-  peers left waiting in a collective would hang; servers are stopped once every other process
-  has finished. The `GroupResult` holds each exit code and output; `check()` raises
-  `LaunchError` showing the failing process's output tail.
+  process it started, and (Linux) bound to this process's life: if the launcher dies, even by
+  SIGKILL, the child gets SIGTERM from the kernel (`prctl(PR_SET_PDEATHSIG)`), so replicas never
+  train on as orphans holding a checkpoint folder's lease. A reader thread tees its output
+  (stdout and stderr together) to its log and hands each line to the callback. `send_signal`
+  (optionally followed by SIGKILL of the group after a grace period), `kill`, `stop`, `wait`,
+  `output` / `tail`.
+* `run_group(specs, GroupConfig(...))`: start them all and wait for all, with no time limit
+  unless one is given (training runs for hours). A process that fails (an exit code not in
+  `ok_codes`) takes the others down at once, since peers left waiting in a collective would
+  hang; servers are stopped once every other process has finished. SIGTERM or SIGINT (Ctrl-C)
+  sent to the launcher is passed on to every process as SIGTERM, and the group is waited for,
+  so labkit replicas checkpoint and exit 143 as a lone run would; a group past its timeout is
+  stopped the same way (SIGTERM, SIGKILL `stop_grace_s` later). The `GroupResult` holds each
+  exit code and output; `check()` raises `LaunchError` showing the failing process's output tail.
 
-`child_env` is the environment a labkit child process starts from.
+`child_env` is the environment a labkit child process starts from; `check_process_count` is
+the rule for how many local processes a run may start.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
 import os
 import re
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from labkit.core.cluster import CLUSTER_VARIABLES
-from labkit.core.config import check_float, check_int
+from labkit.core.config import ParameterError, check_float, check_int
+from labkit.core.devices import usable_cpu_count
 
 _LABKIT_ROOT = str(Path(__file__).resolve().parents[2])
+# More local processes than this per usable core is refused: they would only take turns (and
+# each holds a framework's memory), which no lesson or benchmark needs.
+MAX_PROCESSES_PER_CORE = 4
 _LINE_END = re.compile(rb"[\r\n]")  # tqdm redraws with \r: each redraw is a line
 
 
 class LaunchError(RuntimeError):
-    """A process of a group failed (the message shows its output tail)."""
+    """A process of a group failed (the message shows its output tail). `summary` is the same
+    on one line: which process, its exit code and the last line it printed."""
+
+    summary: str = ""
+    returncode: int | None = None
 
 
 class LaunchTimeout(LaunchError, TimeoutError):
-    """A group ran past its timeout and was killed."""
+    """A group ran past its timeout and was stopped."""
+
+
+class LaunchInterrupted(LaunchError):
+    """The launcher was sent SIGTERM or SIGINT, passed it on, and a process did not end well."""
 
 
 def child_env(overrides: Mapping[str, str] | None = None, *,
@@ -59,6 +82,21 @@ def child_env(overrides: Mapping[str, str] | None = None, *,
     env["PYTHONPATH"] = os.pathsep.join([_LABKIT_ROOT, *paths])
     env.update(overrides or {})
     return env
+
+
+def check_process_count(name: str, count: int, cores: int | None = None) -> str | None:
+    """Refuse a count of local processes below 1 or above `MAX_PROCESSES_PER_CORE` per usable
+    core (ParameterError naming `name`); return a warning when there are more processes than
+    cores (they share them: slower, not faster), else None."""
+    check_int(name, count, minimum=1)
+    cores = usable_cpu_count() if cores is None else cores
+    if count > MAX_PROCESSES_PER_CORE * cores:
+        raise ParameterError(name, count, f"is more than {MAX_PROCESSES_PER_CORE} processes per usable "
+                             f"CPU core ({cores} here): they would only take turns on the cores")
+    if count > cores:
+        return (f"{count} processes on {cores} usable CPU cores: they take turns on the cores "
+                f"(slower per step, not faster)")
+    return None
 
 
 @dataclass(frozen=True)
@@ -88,6 +126,28 @@ class ProcessSpec:
                              f"strings (got {self.argv!r})")
 
 
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A `preexec_fn` that makes the child receive SIGTERM when this process dies (Linux
+    `prctl(PR_SET_PDEATHSIG)`), or None where that does not exist. Resolved here, in the
+    parent, so the forked child only makes the one call. The signal follows the death of the
+    thread that started the child: start and wait for a process from the same thread."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    pr_set_pdeathsig = 1
+
+    def bind() -> None:
+        prctl(pr_set_pdeathsig, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # the launcher died before the call: do not run as an orphan
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return bind
+
+
 def _signum(sig: int | str) -> int:
     if isinstance(sig, str):
         try:
@@ -115,7 +175,8 @@ class Process:
         try:
             self.popen = subprocess.Popen(list(spec.argv), env=None if spec.env is None else dict(spec.env),
                                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          cwd=spec.cwd, start_new_session=True)
+                                          cwd=spec.cwd, start_new_session=True,
+                                          preexec_fn=_parent_death_signal())
         except BaseException:
             self._log.close()
             raise
@@ -251,21 +312,27 @@ class Process:
 class GroupConfig:
     """How `run_group` waits for a group of processes.
 
-    `timeout_s`: for the whole group (None: no limit); past it every process is killed.
-    `ok_codes`: exit codes that are not failures (labkit's replicas exit 143 after a
-    checkpointed preemption). `stop_grace_s`: between SIGTERM and SIGKILL when servers are
-    stopped. `poll_s`: how often exits are checked. `tail_chars`: how much of the failing
-    process's output an error shows."""
+    `timeout_s`: for the whole group (None, the default: no limit); past it every process gets
+    SIGTERM (labkit replicas checkpoint) and SIGKILL `timeout_grace_s` later. `ok_codes`: exit
+    codes that are not failures (labkit's replicas exit 143 after a checkpointed preemption).
+    `stop_grace_s`: between SIGTERM and SIGKILL when servers are stopped. `forward_signals`:
+    SIGTERM and SIGINT sent to this process (main thread only) go to every process as SIGTERM
+    and the group is waited for. `poll_s`: how often exits are checked. `tail_chars`: how much
+    of the failing process's output an error shows."""
 
-    timeout_s: float | None = 600.0
+    timeout_s: float | None = None
     ok_codes: tuple[int, ...] = (0,)
     stop_grace_s: float = 5.0
+    # Long enough for replicas to write a checkpoint, as a Spot VM's 30 s notice is.
+    timeout_grace_s: float = 30.0
+    forward_signals: bool = True
     poll_s: float = 0.05
     tail_chars: int = 3000
 
     def __post_init__(self) -> None:
         check_float("timeout_s", self.timeout_s, minimum=0.0, allow_none=True)
         check_float("stop_grace_s", self.stop_grace_s, minimum=0.0)
+        check_float("timeout_grace_s", self.timeout_grace_s, minimum=0.0)
         check_float("poll_s", self.poll_s, minimum=0.001)
         check_int("tail_chars", self.tail_chars, minimum=0)
         if not isinstance(self.ok_codes, tuple) or not all(
@@ -297,6 +364,7 @@ class GroupResult:
     timeout_s: float | None = None
     tail_chars: int = 3000
     seconds: float = 0.0
+    signal: int | None = None  # SIGTERM or SIGINT this launcher received and passed on
 
     @property
     def ok(self) -> bool:
@@ -312,13 +380,31 @@ class GroupResult:
         if self.ok:
             return self
         n, codes = len(self.results), self.returncodes
+        if self.failed is not None and self.signal is not None:
+            name = signal.Signals(self.signal).name
+            error: LaunchError = LaunchInterrupted(f"stopped by {name}: {what} {self.failed.name} of {n} "
+                                                   f"exited {self.failed.returncode} (exit codes {codes})")
+            error.summary, error.returncode = str(error), self.failed.returncode
+            raise error
         if self.failed is not None:
             r = self.failed
-            raise LaunchError(f"{what} {r.name} of {n} failed (exit codes {codes}):\n"
-                              f"{r.output[-self.tail_chars:]}")
+            error = LaunchError(f"{what} {r.name} of {n} failed (exit codes {codes}):\n"
+                                             f"{r.output[-self.tail_chars:]}")
+            error.summary = f"{what} {r.name} of {n} failed with exit code {r.returncode}" + \
+                (f": {last_line(r.output)}" if last_line(r.output) else "")
+            error.returncode = r.returncode
+            raise error
         r = next((x for x in self.results if x.ended_by == "killed"), self.results[0])
-        raise LaunchTimeout(f"timed out after {self.timeout_s:g}s: {what} {r.name} of {n} was still "
-                            f"running (exit codes {codes}):\n{r.output[-self.tail_chars:]}")
+        error = LaunchTimeout(f"timed out after {self.timeout_s:g}s: {what} {r.name} of {n} was still "
+                              f"running (exit codes {codes}):\n{r.output[-self.tail_chars:]}")
+        error.summary = f"timed out after {self.timeout_s:g}s: {what} {r.name} of {n} was still running"
+        raise error
+
+
+def last_line(output: str) -> str:
+    """The last non-empty line a process printed (what a one-line error quotes)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
 
 
 def _stop_all(procs: list[Process], grace_s: float) -> None:
@@ -333,13 +419,44 @@ def _stop_all(procs: list[Process], grace_s: float) -> None:
             p.kill()
 
 
+class _Forwarded:
+    """SIGTERM and SIGINT received while a group runs: recorded (the loop passes them on as
+    SIGTERM), instead of ending the launcher and leaving the group without its checkpoint."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.pending = False
+
+    def __call__(self, signum, frame) -> None:
+        self.received, self.pending = signum, True
+
+
+@contextlib.contextmanager
+def _forwarding(enabled: bool) -> Iterator[_Forwarded]:
+    forwarded = _Forwarded()
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield forwarded
+        return
+    previous = {sig: signal.signal(sig, forwarded) for sig in _Forwarded.SIGNALS}
+    try:
+        yield forwarded
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run_group(specs: Sequence[ProcessSpec], config: GroupConfig = GroupConfig()) -> GroupResult:
     """Start every process of `specs` and wait until all have ended (see `GroupConfig`).
 
     A process that exits with a code outside `config.ok_codes` takes the others down at once
     (SIGKILL of their groups). Once every non-server has ended well, the servers are stopped.
-    Past `config.timeout_s` everything still running is killed. Nothing is left running when
-    this returns or raises (KeyboardInterrupt included)."""
+    SIGTERM or SIGINT sent to this process goes to every process as SIGTERM (the group is then
+    waited for: labkit replicas checkpoint and exit 143); a second one kills the group. Past
+    `config.timeout_s` everything still running gets SIGTERM, and SIGKILL
+    `config.timeout_grace_s` later. Nothing is left running when this returns or raises
+    (KeyboardInterrupt included), nor when this process dies (see `Process`)."""
     specs = list(specs)
     if not specs or all(s.server for s in specs):
         raise ValueError("specs: at least one process that is not a server is needed")
@@ -352,38 +469,56 @@ def run_group(specs: Sequence[ProcessSpec], config: GroupConfig = GroupConfig())
     ended_by: dict[str, str] = {}
     failed: Process | None = None
     timed_out = False
-    try:
+    stopping_since: float | None = None  # SIGTERM sent to the group (a signal, or the timeout)
+    with contextlib.ExitStack() as stack:
+        forwarded = stack.enter_context(_forwarding(config.forward_signals))
+        stack.callback(lambda: [p.close() for p in procs])
         for spec in specs:
             procs.append(Process(spec))
         while True:
+            if forwarded.pending:
+                forwarded.pending = False
+                if stopping_since is None:  # passed on, as a container runtime would
+                    stopping_since = time.monotonic()
+                    for p in procs:  # the process itself: its handler decides about its children
+                        p.send_signal(signal.SIGTERM)
+                else:  # asked twice: stop waiting for a checkpoint
+                    for p in procs:
+                        p.kill()
             codes = [p.poll() for p in procs]
-            failed = next((p for p, c in zip(procs, codes, strict=True)
-                           if c is not None and c not in config.ok_codes), None)
             running = [p for p, c in zip(procs, codes, strict=True) if c is None]
-            if failed is not None:
-                for p in running:
-                    ended_by[p.name] = "killed"
-                    p.kill()
-                break
+            if stopping_since is None:
+                failed = next((p for p, c in zip(procs, codes, strict=True)
+                               if c is not None and c not in config.ok_codes), None)
+                if failed is not None:
+                    for p in running:
+                        ended_by[p.name] = "killed"
+                        p.kill()
+                    break
             if not any(not p.spec.server for p in running):
                 for p in running:  # only servers are left: the work is done
                     ended_by[p.name] = "stopped"
                 _stop_all(running, config.stop_grace_s)
+                if stopping_since is not None and not timed_out:  # stopped by a signal
+                    failed = next((p for p, c in zip(procs, codes, strict=True)
+                                   if c is not None and c not in config.ok_codes), None)
                 break
-            if deadline is not None and time.monotonic() > deadline:
+            if deadline is not None and time.monotonic() > deadline and stopping_since is None:
                 timed_out = True
+                stopping_since = time.monotonic()
                 for p in running:
                     ended_by[p.name] = "killed"
+                    p.send_signal(signal.SIGTERM)  # labkit replicas checkpoint on SIGTERM
+            if stopping_since is not None and time.monotonic() - stopping_since > config.timeout_grace_s:
+                for p in running:
+                    ended_by.setdefault(p.name, "killed")
                     p.kill()
-                break
             time.sleep(config.poll_s)
         results = []
         for p in procs:
             code = p.wait()
             results.append(ProcessResult(p.name, code, p.output(), p.seconds, ended_by.get(p.name, "exit")))
-    finally:
-        for p in procs:
-            p.close()
     by_name = {r.name: r for r in results}
     return GroupResult(results, by_name[failed.name] if failed is not None else None, timed_out,
-                       config.timeout_s, config.tail_chars, time.monotonic() - start)
+                       config.timeout_s, config.tail_chars, time.monotonic() - start,
+                       forwarded.received)

@@ -8,8 +8,8 @@ and keeps it fresh from a background thread. A second run finds the lease and is
 `LeaseHeld`, which names the holder. A lease is stale, and taken over with a `LeaseWarning`,
 when its holder is gone:
 
-- same host, and the process is gone (no such pid, or a pid reused by a process that started
-  later than the holder);
+- same host, and the process is gone (no such pid, a zombie that has exited but not been
+  reaped yet, or a pid reused by a process that started later than the holder);
 - another host, and the heartbeat is older than `STALE_AFTER_S` (a holder renews it every
   `HEARTBEAT_S`; a process on another machine cannot be asked whether it lives).
 
@@ -104,28 +104,43 @@ def job_identity(env: Mapping[str, str] | None = None) -> str | None:
     return f"{job}/{trial}" if trial else job
 
 
-def process_start_time(pid: int) -> float | None:
-    """When process `pid` started (clock ticks since boot, Linux), None when unknown or gone;
-    tells a reused pid from the holder."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (Linux), None when unknown or gone."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
             stat = f.read()
     except OSError:
         return None
+    parts = stat.rsplit(")", 1)
+    return parts[1].split() if len(parts) == 2 else None
+
+
+def process_start_time(pid: int) -> float | None:
+    """When process `pid` started (clock ticks since boot, Linux), None when unknown or gone;
+    tells a reused pid from the holder."""
+    stat = _stat_fields(pid)
     try:
-        return float(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime
+        return float(stat[19]) if stat else None  # field 22, starttime
     except (IndexError, ValueError):
         return None
+
+
+def _exited(pid: int) -> bool:
+    """Process `pid` has ended but is not reaped yet (a zombie, state Z or X): it writes no more."""
+    stat = _stat_fields(pid)
+    return bool(stat) and stat[0] in ("Z", "X")
 
 
 def _alive(holder: Holder) -> bool:
     """The holder's process still runs (asked on its own host only)."""
     try:
-        os.kill(holder.pid, 0)
+        os.kill(holder.pid, 0)  # succeeds for a zombie too: /proc tells
     except ProcessLookupError:
         return False
     except PermissionError:
         pass  # someone else's process: it exists
+    if _exited(holder.pid):
+        return False
     started = process_start_time(holder.pid)
     return holder.pid_start is None or started is None or started == holder.pid_start
 
@@ -170,7 +185,7 @@ def check_free(directory: str, env: Mapping[str, str] | None = None, *,
     holder = read_holder(directory)
     if holder is not None and not _ours(holder, job_identity(env)) and \
             stale_reason(holder, stale_after_s=stale_after_s) is None:
-        raise _held(directory, holder)
+        raise _held(directory, holder, stale_after_s)
 
 
 def _ours(holder: Holder, job: str | None) -> bool:
@@ -178,11 +193,14 @@ def _ours(holder: Holder, job: str | None) -> bool:
         (job is not None and holder.job == job)
 
 
-def _held(directory: str, holder: Holder) -> LeaseHeld:
+def _held(directory: str, holder: Holder, stale_after_s: float = STALE_AFTER_S) -> LeaseHeld:
+    if holder.host == socket.gethostname():  # the process can be asked directly: no heartbeat rule
+        when = f"as soon as pid {holder.pid} has exited"
+    else:
+        when = f"once its heartbeat is {stale_after_s:.0f}s old"
     return LeaseHeld(f"checkpoint_dir {directory} is being written by another run: "
                      f"{holder.describe()}; wait for it to finish, or give another "
-                     f"--checkpoint-dir (a lease from a run that is gone is taken over "
-                     f"automatically once its heartbeat is {STALE_AFTER_S:.0f}s old)")
+                     f"--checkpoint-dir (the lease is taken over automatically {when})")
 
 
 class Lease:
@@ -220,7 +238,7 @@ class Lease:
             if current.job is not None and current.job == self.holder.job:
                 pass  # an earlier attempt of this job (a restart after preemption): ours to take
             elif reason is None:
-                raise _held(self.directory, current)
+                raise _held(self.directory, current, self.stale_after_s)
             else:
                 warnings.warn(f"checkpoint_dir {self.directory}: taking over the lease of "
                               f"{current.describe()}: {reason}", LeaseWarning, stacklevel=2)
@@ -232,7 +250,7 @@ class Lease:
             if landed is None:
                 raise LeaseHeld(f"checkpoint_dir {self.directory}: the lease could not be read "
                                 "back after writing it")
-            raise _held(self.directory, landed)
+            raise _held(self.directory, landed, self.stale_after_s)
         self.held = True
         self._thread = threading.Thread(target=self._beat, name="checkpoint-lease", daemon=True)
         self._thread.start()

@@ -18,9 +18,12 @@
   bar (main process; `labkit.core.progress`: a widget in JupyterLab, text when headless); a
   loss that is NaN or infinite raises FloatingPointError naming the step;
 - the metrics file, written by this process when `role.metrics_path` is set: at each
-  checkpoint, on a stop and at the end. A run resumed from the checkpoint of its last step has
-  nothing to train: it leaves the metrics file of the run that trained those steps as it is and
-  returns that log, marked `already_complete`.
+  checkpoint, on a stop and at the end. A resumed run keeps the earlier attempt's steps before
+  the resumed one from that file (`MetricsLog.continue_from`), so after a preemption and a
+  rerun of the same command the file holds every step once. A run resumed from the checkpoint
+  of its last step has nothing to train: it leaves the metrics file of the run that trained
+  those steps as it is and returns that log, marked `already_complete` (with
+  `checkpointed_steps`, which may exceed this run's `steps`).
 
 An engine supplies only what is framework-specific, as an `Engine` of plain callables. It
 restores its state before calling `run` (it needs the resume step to position its input) and
@@ -33,6 +36,7 @@ parameter-server loop (steps run in windows) and the Keras `model.fit` loop (cal
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -226,16 +230,18 @@ def write_metrics(log: MetricsLog, path: str | None, final_entries: dict[str, An
             hypertune.report_latest(log.to_dict(), metric)
 
 
-def already_complete(log: MetricsLog, path: str | None) -> MetricsLog:
+def already_complete(log: MetricsLog, path: str | None, checkpointed: int | None = None) -> MetricsLog:
     """The log of a run whose checkpoint holds its last step: the metrics file of the run that
     trained them, kept as it is (a fresh file would list no steps), or `log` when there is none;
-    either way marked `already_complete`."""
+    either way marked `already_complete`, with the `checkpointed_steps` when known."""
     if path and os.path.exists(path):
         try:
             log = MetricsLog.read(path)
         except (OSError, ValueError):
             pass  # not a metrics file after all: still not overwritten
     log.run["already_complete"] = True
+    if checkpointed is not None:
+        log.run["checkpointed_steps"] = checkpointed
     return log
 
 
@@ -280,11 +286,21 @@ class _Driver:
         if save or stop or step + 1 == self.config.steps:
             self.drain()
         if save and self.save is not None:
-            self.save(step, self.policy.waits_after(step, stop))
+            try:
+                self.save(step, self.policy.waits_after(step, stop))
+            except OSError as e:
+                if not stop:
+                    raise
+                # The process is about to exit: say that this stop has no checkpoint, and keep
+                # the metrics of the steps that ran (a rerun resumes from the previous one).
+                with contextlib.suppress(OSError):
+                    self.write_metrics(final=True)
+                raise type(e)(f"stopped by {self.guard.reason} during step {step}, but its "
+                              f"checkpoint failed: {e}") from e
         if stop:
             self.write_metrics(final=True)
             self.guard.chain()
-            raise Preempted(step)
+            raise Preempted(step, self.guard.reason, saved=self.save is not None)
         if save:
             self.write_metrics()
 
@@ -322,8 +338,9 @@ def run(config: TrainConfig, engine: Engine, log: MetricsLog, *, start: int = 0,
                          "stop flag before the next step")
     role = role or ProcessRole()
     if start >= config.steps:
-        return already_complete(log, role.metrics_path)
+        return already_complete(log, role.metrics_path, start)
     log.run["resumed_from_step"] = start - 1 if start else None
+    log.continue_from(role.metrics_path, start)
     throughput = throughput or Throughput(config.batch_size)
     try:
         with PreemptionGuard() as guard, Reporter(config, throughput, log, is_main=role.is_main,

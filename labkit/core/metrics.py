@@ -1,13 +1,15 @@
 """The per-step metrics schema shared by the PyTorch and TensorFlow engines.
 
 A metrics file is JSON: `{"run": {...}, "steps": [{"step": i, "loss": x, ...}, ...],
-"summary": {...}}`. `steps` lists only the steps the writing process ran (a resumed run's file
-starts at its first resumed step). Engines fill `StepMetrics`; notebooks and tests read the file
+"summary": {...}}`. A resumed run that writes to the same file keeps the steps the earlier run
+recorded before the resumed step (`MetricsLog.continue_from`), so the file holds every step of
+the run, each once. Engines fill `StepMetrics`; notebooks and tests read the file
 back with `load_metrics`, so both frameworks are compared through the same code.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -88,13 +90,42 @@ class MetricsLog:
     def to_dict(self) -> dict[str, Any]:
         return {"run": self.run, "steps": self.steps, "summary": summarize(self.steps)}
 
+    def continue_from(self, path: str | os.PathLike | None, start: int) -> int:
+        """Before a run resumed at step `start` appends its steps: take the steps below `start`
+        from the metrics file at `path` that an earlier attempt wrote (steps from `start` on
+        are trained again, so theirs are dropped). Returns how many were taken; none when there
+        is no such file or it is not a metrics file (it is then replaced, as before)."""
+        if not path or start <= 0 or not os.path.isfile(path):
+            return 0
+        try:
+            earlier = load_metrics(path)["steps"]
+        except (OSError, ValueError):
+            return 0
+        kept = [row for row in earlier if isinstance(row, dict) and isinstance(row.get("step"), int)
+                and row["step"] < start]
+        self.steps[:0] = kept
+        return len(kept)
+
     def write(self, path: str | os.PathLike) -> Path:
+        """Write the file atomically: a temporary file beside it, then a rename. A write that
+        fails (a full disk) removes the temporary file and raises an OSError naming `path`."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(), f, indent=1)
-        os.replace(tmp, path)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(self.to_dict(), f, indent=1)
+            os.replace(tmp, path)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            error = OSError(f"cannot write metrics file {path}: {e.strerror or e}")
+            error.errno = e.errno  # kept for code that tells a full disk from other failures
+            raise error from e
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+            raise
         return path
 
 

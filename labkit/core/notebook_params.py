@@ -6,6 +6,11 @@ the default, and a value outside the domain of a parameter every course notebook
 validates the same way when it runs (`scale` is one of `labkit.core.config.SCALES`, `device` one
 of `labkit.core.train_config.DEVICES`), so `-p scale huge` fails before a kernel starts, or a
 job is submitted, rather than in the notebook's first cell.
+
+A value's kind comes from the parameter's default. For a default of None it comes from the
+parameter's annotation (`steps: Optional[int] = None`), else from the same name's default in
+the other course notebooks beside it (a name means one thing across the course: `steps` is an
+integer everywhere), else the value must at least be a single value, not a list or a dict.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from labkit.core.config import SCALES, ParameterError
 
 # Parameters whose meaning is the same in every notebook that declares them: name -> allowed values.
 SHARED_DOMAINS: dict[str, tuple[Any, ...]] = {"scale": SCALES, "device": ("auto", "cpu", "cuda")}
+_ANNOTATED = {"int": 0, "float": 0.0, "str": "", "bool": False}  # papermill's type name -> an example
 
 
 def parse_value(text: str) -> Any:
@@ -36,6 +42,11 @@ def parse_value(text: str) -> Any:
 def notebook_parameters(path: str | os.PathLike) -> dict[str, Any]:
     """Names and defaults of the notebook's `parameters` cell (empty if it has none). Raises
     ParameterError naming the file when it is not a notebook."""
+    return {name: default for name, (default, _) in _inspect(path).items()}
+
+
+def _inspect(path: str | os.PathLike) -> dict[str, tuple[Any, str]]:
+    """Each parameter's default and papermill's name for its annotated type ("None" if none)."""
     import papermill
     from nbformat.reader import NotJSONError
 
@@ -49,27 +60,72 @@ def notebook_parameters(path: str | os.PathLike) -> dict[str, Any]:
     for name, info in params.items():
         default = info.get("default")
         try:
-            out[name] = ast.literal_eval(default) if default is not None else None
+            value = ast.literal_eval(default) if default is not None else None
         except (ValueError, SyntaxError):
-            out[name] = default
+            value = default
+        out[name] = (value, str(info.get("inferred_type_name") or "None"))
     return out
 
 
 def check_parameters(path: str | os.PathLike, parameters: dict[str, Any],
                      declared: dict[str, Any] | None = None) -> None:
-    """Refuse names the notebook does not declare, and values whose type contradicts the default
-    (a string or 1.5 where the default is an int, say), before a kernel is started. `declared`:
-    the notebook's parameters when already read."""
+    """Refuse names the notebook does not declare, values outside a shared parameter's domain,
+    and values whose kind contradicts the default (a string or 1.5 where the default is an int,
+    say), before a kernel is started or a job built. `declared`: the notebook's parameters when
+    already read. See the module's note for defaults of None."""
+    annotations = {name: kind for name, (_, kind) in _inspect(path).items()} if parameters else {}
     declared = notebook_parameters(path) if declared is None else declared
     notebook = Path(path).name
     for name, value in parameters.items():
         if name not in declared:
             known = ", ".join(sorted(declared)) or "none"
             raise ParameterError(name, value, f"is not a parameter of {notebook} (it has: {known})")
-        problem = type_problem(declared[name], value)
+        check_shared_domain(name, value, notebook)
+        default, like = declared[name], None
+        if default is None:
+            default = _example_of(annotations.get(name, "None"))
+            like = f"its annotation {annotations.get(name)}"
+            if default is None:
+                default = _course_default(Path(path), name)
+                like = f"{name!r} in the other course notebooks"
+        problem = type_problem(default, value, like if default is not None else None)
+        if problem is None and default is None and isinstance(value, (list, tuple, dict, set)):
+            problem = ("must be a single value (a number, a string, True/False or None) like its "
+                       "default None")
         if problem:
             raise ParameterError(name, value, f"of {notebook} {problem}")
-        check_shared_domain(name, value, notebook)
+
+
+def _example_of(annotation: str) -> Any:
+    """A value of the kind papermill names ("int", "Optional[float]"), None if not a plain kind."""
+    kind = annotation.strip()
+    if kind.startswith("Optional[") and kind.endswith("]"):
+        kind = kind[len("Optional["):-1].strip()
+    return _ANNOTATED.get(kind)
+
+
+def _course_default(path: Path, name: str) -> Any:
+    """The default another course notebook beside `path` (`NN_name.ipynb`) gives `name` (None
+    when none gives one, or they disagree on its kind)."""
+    kinds = {}
+    for other in sorted(path.parent.glob("[0-9][0-9]_*.ipynb")):
+        if other.resolve() == path.resolve():
+            continue
+        try:
+            default = notebook_parameters(other).get(name)
+        except ParameterError:
+            continue
+        if default is not None:
+            kinds.setdefault(_kind(default), default)
+    return next(iter(kinds.values())) if len(kinds) == 1 else None
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number" if isinstance(value, float) else "int"
+    return type(value).__name__
 
 
 def check_shared_domain(name: str, value: Any, notebook: str = "the notebook") -> None:
@@ -80,20 +136,22 @@ def check_shared_domain(name: str, value: Any, notebook: str = "the notebook") -
                              + ", ".join(map(repr, allowed)))
 
 
-def type_problem(default: Any, value: Any) -> str | None:
+def type_problem(default: Any, value: Any, like: str | None = None) -> str | None:
     """Why `value` cannot replace a parameter whose default is `default` (None: it can). The
     kind of the default decides: a bool takes True/False, an int an integer (not a bool, not
-    1.5), a float any number, a string a string; None and containers take anything."""
+    1.5), a float any number, a string a string; None and containers take anything. `like`
+    says where the kind came from (default: "its default <default>")."""
     if default is None or value is None:
         return None
+    like = like or f"its default {default!r}"
     if isinstance(default, bool):
-        return None if isinstance(value, bool) else f"must be True or False like its default {default!r}"
+        return None if isinstance(value, bool) else f"must be True or False like {like}"
     if isinstance(default, int):
         ok = isinstance(value, int) and not isinstance(value, bool)
-        return None if ok else f"must be an integer like its default {default!r}"
+        return None if ok else f"must be an integer like {like}"
     if isinstance(default, float):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return None if ok else f"must be a number like its default {default!r}"
+        return None if ok else f"must be a number like {like}"
     if isinstance(default, str) and not isinstance(value, str):
-        return f"must be a string like its default {default!r}"
+        return f"must be a string like {like}"
     return None

@@ -7,17 +7,25 @@ file can be created beside where the output goes, and raise `UnwritableOutput`, 
 setting, the path and the cause, on one line. Folders may be local, ``/gcs/`` mounts or fsspec
 URLs (``gs://``); files are local (metrics, executed notebooks).
 
+Before any write is tried, what would lose data or hang is refused: a ``/gcs/`` path with no
+Cloud Storage mount on this machine, a ``gs://`` address when Cloud Storage cannot be reached
+(`labkit.core.gcs`), a URL whose protocol needs a package that is not installed, and a dangling
+symbolic link.
+
 `check_run_outputs(config)` applies them to a `TrainConfig` run, after its Vertex AI defaults are
-filled in, and refuses a preemption drill with nowhere to save.
+filled in (a folder that came from ``AIP_CHECKPOINT_DIR`` or ``AIP_TENSORBOARD_LOG_DIR`` is
+named by that variable too), and refuses a preemption drill with nowhere to save.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 from labkit.core.config import ParameterError
+from labkit.core.gcs import aip_mount_paths, unmounted, unreachable
 
 PROBE_PREFIX = ".labkit-write-probe-"
 
@@ -27,25 +35,31 @@ class UnwritableOutput(ParameterError):
     folder where a file goes)."""
 
 
-def check_folder(name: str, path: str | os.PathLike) -> None:
-    """Make sure folder `path` (for setting `name`) exists and takes a new file: the folder is
-    created if missing (the run would create it anyway), a probe file is written and removed."""
+def check_folder(name: str, path: str | os.PathLike, *, source: str | None = None) -> None:
+    """Make sure folder `path` (for setting `name`; `source`: the variable it came from) exists
+    and takes a new file: the folder is created if missing (the run would create it anyway), a
+    probe file is written and removed."""
     problem = folder_problem(path)
     if problem:
-        raise UnwritableOutput(name, os.fspath(path), problem)
+        raise UnwritableOutput(name, os.fspath(path), _from(source) + problem)
 
 
-def check_file(name: str, path: str | os.PathLike) -> None:
+def check_file(name: str, path: str | os.PathLike, *, source: str | None = None) -> None:
     """Make sure file `path` (for setting `name`) can be written: it is not a folder, and its
     folder exists or can be created and takes a new file."""
     p = Path(path)
     if p.is_dir():
-        raise UnwritableOutput(name, str(path), "is a folder; give a file path")
+        raise UnwritableOutput(name, str(path), _from(source) + "is a folder; give a file path")
     if p.exists() and not os.access(p, os.W_OK):
-        raise UnwritableOutput(name, str(path), "cannot be written: Permission denied")
+        raise UnwritableOutput(name, str(path), _from(source) + "cannot be written: Permission denied")
     problem = folder_problem(p.parent)
     if problem:
-        raise UnwritableOutput(name, str(path), f"cannot be written: its folder {p.parent} {problem}")
+        raise UnwritableOutput(name, str(path), _from(source) +
+                               f"cannot be written: its folder {p.parent} {problem}")
+
+
+def _from(source: str | None) -> str:
+    return f"from {source} " if source else ""
 
 
 def folder_problem(path: str | os.PathLike) -> str | None:
@@ -53,10 +67,21 @@ def folder_problem(path: str | os.PathLike) -> str | None:
     import fsspec
     from fsspec.implementations.local import LocalFileSystem
 
-    fs, root = fsspec.core.url_to_fs(os.fspath(path) or ".")
+    text = os.fspath(path) or "."
+    reason = unmounted(text) or unreachable(text)
+    if reason:
+        return f"cannot be used: {reason}"
+    try:
+        fs, root = fsspec.core.url_to_fs(text)
+    except (ImportError, ValueError) as e:  # a protocol fsspec does not know, or its package is missing
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return f"cannot be used: {first}"
     root = root.rstrip("/") or root
     if isinstance(fs, LocalFileSystem):
         for parent in [Path(root), *Path(root).parents]:
+            if parent.is_symlink() and not parent.exists():
+                return (f"cannot be created: {parent} is a symbolic link to {os.readlink(parent)}, "
+                        f"which does not exist")
             if parent.exists():
                 if not parent.is_dir():
                     return ("is a file, not a folder" if parent == Path(root)
@@ -75,18 +100,33 @@ def folder_problem(path: str | os.PathLike) -> str | None:
     return None
 
 
-def check_run_outputs(config, *, main: bool = True) -> None:
+# The settings Vertex AI's variables fill in when they are not given (`with_vertex_dirs`).
+_VERTEX_SOURCES = {"checkpoint_dir": "AIP_CHECKPOINT_DIR", "tensorboard_dir": "AIP_TENSORBOARD_LOG_DIR"}
+
+
+def _source(name: str, value: str, env: Mapping[str, str] | None) -> str | None:
+    """`VARIABLE=value` when setting `name` holds what that Vertex variable maps to, else None."""
+    variable = _VERTEX_SOURCES.get(name)
+    env = os.environ if env is None else env
+    if variable and aip_mount_paths(env).get(variable) == value:
+        return f"{variable}={env[variable]}"
+    return None
+
+
+def check_run_outputs(config, *, main: bool = True, env: Mapping[str, str] | None = None) -> None:
     """Check the outputs of a `TrainConfig` run before its first step: the checkpoint folder
     (every process writes there), and on the `main` process the metrics file and TensorBoard
     folder. A preemption drill without a checkpoint folder is refused: it would stop the run
-    and save nothing."""
+    and save nothing. A folder that came from a Vertex AI variable is named by it as well."""
     if config.preempt_at is not None and not config.checkpoint_dir:
         raise ParameterError("preempt_at", config.preempt_at,
                              "needs checkpoint_dir: the drill stops the run to be resumed, and "
                              "without a checkpoint folder nothing would be saved")
     if config.checkpoint_dir:
-        check_folder("checkpoint_dir", config.checkpoint_dir)
+        check_folder("checkpoint_dir", config.checkpoint_dir,
+                     source=_source("checkpoint_dir", config.checkpoint_dir, env))
     if main and config.metrics_out:
         check_file("metrics_out", config.metrics_out)
     if main and config.tensorboard_dir:
-        check_folder("tensorboard_dir", config.tensorboard_dir)
+        check_folder("tensorboard_dir", config.tensorboard_dir,
+                     source=_source("tensorboard_dir", config.tensorboard_dir, env))

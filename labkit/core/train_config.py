@@ -25,6 +25,7 @@ from labkit.core.config import (
     check_choice,
     check_float,
     check_int,
+    check_path,
     parse_int,
 )
 from labkit.core.fingerprint import CHANGEABLE, parse_allowed
@@ -48,22 +49,37 @@ PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM, what a process killed by SIGTERM rep
 
 
 class Preempted(Exception):
-    """Raised by an engine after it checkpointed in response to SIGTERM (or `preempt_at`)."""
+    """Raised by an engine after it checkpointed in response to SIGTERM (or `preempt_at`), or
+    to Ctrl-C (`reason` then says so)."""
 
-    def __init__(self, step: int):
+    def __init__(self, step: int, reason: str = "SIGTERM", saved: bool = True):
         self.step = step
-        super().__init__(f"preempted during step {step}; state checkpointed")
+        self.reason = reason
+        self.saved = saved
+        what = "preempted" if reason == "SIGTERM" else f"stopped by {reason}"
+        state = "state checkpointed" if saved else "nothing saved (no checkpoint_dir)"
+        super().__init__(f"{what} during step {step}; {state}")
 
 
-def finished_replicas_log(metrics_out: str, exit_codes: list[int]):
+def finished_replicas_log(metrics_out: str, exit_codes: list[int], reason: str = "SIGTERM"):
     """Rank 0's MetricsLog after every replica of a local multi-process run has exited 0 or 143;
-    raises `Preempted` at the last recorded step when they checkpointed and exited 143."""
+    raises `Preempted` (for `reason`) at the last recorded step when they checkpointed and
+    exited 143."""
     from labkit.core.metrics import MetricsLog
 
     log = MetricsLog.read(metrics_out)
     if PREEMPTED_EXIT_CODE in exit_codes:
-        raise Preempted(log.steps[-1]["step"] if log.steps else -1)
+        raise Preempted(log.steps[-1]["step"] if log.steps else -1, reason)
     return log
+
+
+def stop_reason(signum: int | None, timed_out: bool = False, timeout_s: float | None = None) -> str:
+    """How a launcher's stop reads in messages: the signal it passed on, or its timeout."""
+    import signal
+
+    if timed_out:
+        return f"--timeout {timeout_s:g}s"
+    return "Ctrl-C (SIGINT)" if signum == signal.SIGINT else "SIGTERM"
 
 
 def _opt(default: Any, help: str, choices: tuple[Any, ...] | None = None) -> Any:
@@ -121,6 +137,10 @@ class TrainConfig:
                                       "resumes from the newest committed step (defaults to "
                                       "$AIP_CHECKPOINT_DIR on Vertex AI)")
     checkpoint_every: int = _opt(0, "checkpoint every K steps (0: only at the end and on SIGTERM)")
+    # Old steps are deleted once a newer one is committed, so a long run cannot fill the disk;
+    # more than one is kept so a resume can fall back past a step that turns out corrupt.
+    keep_checkpoints: int = _opt(3, "keep the newest K committed checkpoints, delete older ones (0: "
+                                 "keep all)")
     metrics_out: str | None = _opt(None, "per-step metrics JSON file written by rank 0")
     tensorboard_dir: str | None = _opt(None, "TensorBoard event files, rank 0 (defaults to "
                                        "$AIP_TENSORBOARD_LOG_DIR on Vertex AI)")
@@ -185,6 +205,10 @@ class TrainConfig:
         check_bool("pin_memory", self.pin_memory)
         check_float("input_latency_ms", self.input_latency_ms, minimum=0.0)
         check_int("checkpoint_every", self.checkpoint_every, minimum=0)
+        check_int("keep_checkpoints", self.keep_checkpoints, minimum=0)
+        for name in ("checkpoint_dir", "tensorboard_dir"):
+            check_path(name, getattr(self, name))
+        check_path("metrics_out", self.metrics_out, file=True)
         check_int("preempt_at", self.preempt_at, minimum=0, allow_none=True)
         if self.preempt_at is not None and self.preempt_at >= self.steps:
             raise ParameterError("preempt_at", self.preempt_at,

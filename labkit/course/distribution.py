@@ -82,7 +82,7 @@ def available(framework: str) -> bool:
 
 
 def run_job(config: TrainConfig, framework: str, processes: int, *,
-            timeout_s: float = 600.0) -> DistRun:
+            timeout_s: float | None = None) -> DistRun:
     """Train `config` with `framework` as `processes` local processes (one thread each)."""
     config = replace(config, framework=framework, metrics_out=None, progress=False)
     start = time.perf_counter()

@@ -99,15 +99,23 @@ class DrillResult:
 
 def _losses(job: LocalJob, metrics: str) -> tuple[list[float], int | None, int]:
     """Per-step losses of the whole job, attempt after attempt (a later attempt's value for a
-    step replaces an earlier one: that step was recomputed after a restart)."""
+    step replaces an earlier one: that step was recomputed after a restart). A resumed
+    attempt's file also carries the steps before its resume, copied from the earlier file:
+    only the steps it trained count as its own."""
     by_step: dict[int, float] = {}
     resumed_at, redone = None, 0
     files = [job.snapshots[a][metrics] for a in sorted(job.snapshots) if metrics in job.snapshots[a]]
     for i, path in enumerate(files):
-        steps = load_metrics(path)["steps"]
+        data = load_metrics(path)
+        steps = data["steps"]
+        first = 0
         if i and steps:
-            resumed_at = steps[0]["step"] if resumed_at is None else resumed_at
+            before = (data.get("run") or {}).get("resumed_from_step")
+            first = before + 1 if isinstance(before, int) else steps[0]["step"]
+            resumed_at = first if resumed_at is None else resumed_at
         for s in steps:
+            if s["step"] < first:
+                continue
             redone += s["step"] in by_step
             by_step[s["step"]] = s["loss"]
     return [by_step[k] for k in sorted(by_step)], resumed_at, redone

@@ -5,6 +5,9 @@ kernel (an unknown name or a value of the wrong type fails at once, naming the p
 that the executed notebook and its kernel log can be written, then executes it and returns the
 key figures it recorded. `labkit run NOTEBOOK -p name value` is the command-line form.
 
+The parameter checks themselves (names, kinds, the course-wide domains of `scale` and
+`device`) are `labkit.core.notebook_params`'s, shared with Vertex notebook jobs.
+
 The kernel: every course notebook names the Jupyter kernel `KERNEL_NAME` ("labkit", shown as
 "Python (labkit)"), which `make setup` registers in the course's environment (`python -m
 ipykernel install --sys-prefix --name labkit --display-name "Python (labkit)"`; `--user` on
@@ -240,6 +243,7 @@ def run_notebook(
         check_file("output", log)
     start = time.perf_counter()
     error = ""
+    existed = {path: path.exists() for path in (output, log) if path is not None}
     try:
         with _stderr_to(log), _environ({KERNEL_LOG_ENV: str(log.resolve())} if log else {}):
             papermill.execute_notebook(
@@ -249,9 +253,23 @@ def run_notebook(
             )
     except papermill.PapermillExecutionError as e:
         error = f"cell {e.cell_index}: {e.ename}: {e.evalue}"
+    except OSError as e:  # writing the executed notebook failed (a full disk): say where and why
+        for path, was_there in existed.items():
+            if not was_there or _empty(path):  # what this run left is no notebook
+                with contextlib.suppress(OSError):
+                    path.unlink()
+        where = e.filename or output
+        raise OSError(f"cannot write {where}: {e.strerror or e}") from e
     seconds = time.perf_counter() - start
     figures = figures_in_notebook(nbformat.read(output, as_version=4)) if output.exists() else []
     return NotebookRun(notebook, output, parameters, seconds, not error, error, figures, log)
+
+
+def _empty(path: Path) -> bool:
+    try:
+        return path.stat().st_size == 0
+    except OSError:
+        return False
 
 
 @contextlib.contextmanager

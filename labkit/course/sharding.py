@@ -81,7 +81,7 @@ def _worker(config: TrainConfig, mode: str, out: str) -> None:
     distributed.exit_if_replica(0)  # FSDP's gloo teardown can abort a finalizing process
 
 
-def compare_sharding(config: TrainConfig, nproc: int = 2, *, timeout_s: float = 240) -> list[dict[str, Any]]:
+def compare_sharding(config: TrainConfig, nproc: int = 2, *, timeout_s: float | None = None) -> list[dict[str, Any]]:
     """Rows (one per mode): per-rank MiB of parameters, gradients, optimizer state, and losses.
     The model must have `.blocks` (GPT, ResNet, CNN all do)."""
     from labkit.torch.launch import launch_replicas

@@ -10,16 +10,23 @@ Shards are named `{prefix}-{i:05d}-of-{n:05d}.tfrecord` (`.gz` / `.zz` when comp
 written through fsspec, so `out_dir` may be local, a `/gcs/bucket/...` mount or `gs://bucket/...`.
 
 A shard set is the shards plus `{prefix}-manifest.json` beside them (kind, compression, shard
-names, records per shard, total), written last: a folder whose manifest is there holds a
+names, records per shard, total, each shard's SHA-256 as stored, and for images and tokens the
+sample index its first record holds), written last: a folder whose manifest is there holds a
 complete set. Writing into a folder that already holds a set with the same prefix either
 refuses (`if_exists="error"`) or replaces the old set whole (`"replace"`: the old manifest is
 removed first, stale shards after the new ones are written), so old and new shards never mix
 and the glob `{prefix}-*` never picks up a stale shard. `verify_shards` reads every record
-(both CRCs) and checks the shards against the manifest: missing, extra and short shards.
+(both CRCs) and checks the shards against the manifest: missing, extra and short shards, a
+shard whose records hold other samples than the manifest places there (a shard copied over its
+neighbour), and a shard whose bytes are not the ones written (a same-named shard of another
+seed): each shard gets one line, for the first of these it shows. A write that fails (a full
+disk, an unreachable bucket) names the file and the cause and removes what it wrote.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import math
 import os
@@ -30,8 +37,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from labkit.core.config import check_choice, check_int, check_str
+from labkit.core.gcs import unmounted, unreachable
 from labkit.core.progress import progress
-from labkit.data.example import encode_example
+from labkit.data.example import ExampleDecodeError, decode_example, encode_example, example_layout
 from labkit.data.synthetic import SyntheticImages, SyntheticTokens
 from labkit.data.tfrecord import (
     CorruptRecordError,
@@ -46,6 +54,7 @@ from labkit.data.tfrecord import (
 SUFFIX = {"": ".tfrecord", "GZIP": ".tfrecord.gz", "ZLIB": ".tfrecord.zz"}
 MANIFEST_SUFFIX = "-manifest.json"
 IF_EXISTS = ("error", "replace")
+INDEXED_KINDS = ("images", "tokens")  # kinds whose records carry their sample `index`
 
 
 class ShardSetExistsError(FileExistsError):
@@ -137,28 +146,103 @@ def write_shards(
     if manifest_name(config.prefix) in old:  # from here on the folder holds no complete set
         fs.remove(manifest_path)
     n = math.ceil(num_records / config.records_per_shard)
-    paths, counts, total = [], [], 0
-    with progress(num_records, f"write {kind} shards", unit="record") as bar:
-        for s in range(n):
-            path = _join(out, f"{config.prefix}-{s:05d}-of-{n:05d}{SUFFIX[comp]}")
-            lo, hi = s * config.records_per_shard, min(num_records, (s + 1) * config.records_per_shard)
-            with RecordWriter(path, comp) as w:
-                for i in range(lo, hi):
-                    w.write(make_record(i))
-            paths.append(path)
-            counts.append(hi - lo)
-            total += w.bytes_written
-            bar.update(hi - lo)
-    new = {os.path.basename(p) for p in paths}
-    for name in sorted(old - new - {manifest_name(config.prefix)}):
-        fs.remove(_join(out, name))
-    shards = ShardSet(paths, counts, kind, comp, total)
-    manifest = {"kind": kind, "compression": comp, "num_records": num_records,
-                "shards": [os.path.basename(p) for p in paths], "counts": counts,
-                "shard_config": asdict(config)}
-    with open_binary(manifest_path, "wb") as f:
-        f.write(json.dumps(manifest, indent=1).encode())
-    return shards
+    paths, counts, digests, firsts, total = [], [], [], [], 0
+    path = manifest_path
+    try:
+        with progress(num_records, f"write {kind} shards", unit="record") as bar:
+            for s in range(n):
+                path = _join(out, f"{config.prefix}-{s:05d}-of-{n:05d}{SUFFIX[comp]}")
+                lo, hi = s * config.records_per_shard, min(num_records, (s + 1) * config.records_per_shard)
+                paths.append(path)
+                digest = _Digest(open_binary(path, "wb"))
+                with RecordWriter(path, comp, opener=lambda _p, f=digest: f) as w:
+                    for i in range(lo, hi):
+                        w.write(make_record(i))
+                counts.append(hi - lo)
+                digests.append(digest.hexdigest())
+                firsts.append(lo)
+                total += w.bytes_written
+                bar.update(hi - lo)
+        path = manifest_path
+        new = {os.path.basename(p) for p in paths}
+        for name in sorted(old - new - {manifest_name(config.prefix)}):
+            fs.remove(_join(out, name))
+        manifest = {"kind": kind, "compression": comp, "num_records": num_records,
+                    "shards": [os.path.basename(p) for p in paths], "counts": counts,
+                    "sha256": digests, "shard_config": asdict(config)}
+        if kind in INDEXED_KINDS:  # each shard's records hold samples first_index, first_index + 1, ...
+            manifest["first_index"] = firsts
+        with open_binary(manifest_path, "wb") as f:
+            f.write(json.dumps(manifest, indent=1).encode())
+    except OSError as e:
+        for written in paths:  # an incomplete set: its shards only take space
+            with contextlib.suppress(OSError):
+                fs.remove(written)
+        raise _named(e, f"cannot write {path}") from e
+    return ShardSet(paths, counts, kind, comp, total)
+
+
+class _Digest:
+    """A binary file that hashes every byte written through it: the shard's SHA-256 as stored
+    (after compression), which the manifest pins."""
+
+    def __init__(self, f):
+        self._f, self._sha = f, hashlib.sha256()
+
+    def write(self, data) -> int:
+        n = self._f.write(data)
+        self._sha.update(memoryview(data)[:n] if isinstance(n, int) else data)
+        return n
+
+    def flush(self) -> None:
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+    def hexdigest(self) -> str:
+        return self._sha.hexdigest()
+
+
+class _HashingReader:
+    """A binary file read through (`readinto` and `read`) hashing every byte: a shard's digest
+    taken while its records are verified, without reading it twice."""
+
+    def __init__(self, f):
+        self._f, self._sha = f, hashlib.sha256()
+
+    def readinto(self, view) -> int:
+        n = self._f.readinto(view)
+        if n:
+            self._sha.update(view[:n])
+        return n
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._f.read(size)
+        self._sha.update(data)
+        return data
+
+    def close(self) -> None:
+        self._f.close()
+
+    def hexdigest(self) -> str:
+        return self._sha.hexdigest()
+
+
+def _named(error: OSError, where: str) -> OSError:
+    """`error` as an OSError of the same kind whose message says `where` and its cause on one
+    line. Some OSError subclasses (aiohttp's, for one) cannot be built from a message alone:
+    those become a plain OSError."""
+    cause = error.strerror or (str(error).strip().splitlines() or [type(error).__name__])[0]
+    message = f"{where}: {cause}"
+    try:
+        named = type(error)(message)
+    except TypeError:
+        named = OSError(message)
+    if not isinstance(named, OSError) or str(named) != message:
+        named = OSError(message)
+    named.errno = error.errno
+    return named
 
 
 def write_image_shards(out_dir, dataset: SyntheticImages, config: ShardConfig = ShardConfig(), *,
@@ -219,8 +303,13 @@ class _Folder:
 
     def make_writable(self) -> None:
         """Create the folder if needed and prove a file can be written in it, or raise an
-        OSError naming the folder and the cause, before any shard is written."""
+        OSError naming the folder and the cause, before any shard is written. A ``/gcs/`` path
+        with no Cloud Storage mount here, or a ``gs://`` bucket that cannot be reached, is
+        refused at once (not after a minute of retries)."""
         where = f"cannot write shards into {self.path}"
+        reason = unmounted(self.path) or unreachable(self.path)
+        if reason:
+            raise OSError(f"{where}: {reason}")
         probe_name = f".labkit-write-test-{os.getpid()}"
         if self.remote:
             probe = self.root.rstrip("/") + "/" + probe_name
@@ -229,7 +318,7 @@ class _Folder:
                 self.fs.pipe_file(probe, b"")
                 self.fs.rm(probe)
             except OSError as e:
-                raise type(e)(f"{where}: {e}") from None
+                raise _named(e, where) from None
             return
         probe = os.path.join(self.path, probe_name)
         if os.path.exists(self.path) and not os.path.isdir(self.path):
@@ -240,7 +329,7 @@ class _Folder:
                 pass
             os.remove(probe)
         except OSError as e:
-            raise type(e)(f"{where}: {e.strerror or e}") from None
+            raise _named(e, where) from None
 
     def shard_set_files(self, prefix: str) -> set[str]:
         """The names in the folder that belong to a shard set with this prefix."""
@@ -269,6 +358,14 @@ def read_manifest(path: str | os.PathLike) -> dict:
         man["compression"] = normalize_compression(man.get("compression"))
     except ValueError:
         raise ManifestError(f"{path}: unknown compression {man.get('compression')!r}") from None
+    # Written since shard contents are pinned; a manifest of an earlier labkit has neither.
+    digests, firsts = man.get("sha256"), man.get("first_index")
+    if digests is not None and (not isinstance(digests, list) or len(digests) != len(shards)
+                                or not all(isinstance(d, str) for d in digests)):
+        raise ManifestError(f"{path}: 'sha256' must list one digest per shard")
+    if firsts is not None and (not isinstance(firsts, list) or len(firsts) != len(shards)
+                               or not all(isinstance(i, int) and not isinstance(i, bool) for i in firsts)):
+        raise ManifestError(f"{path}: 'first_index' must list one sample index per shard")
     return man
 
 
@@ -319,9 +416,9 @@ def verify_shards(paths: str | os.PathLike | Sequence[str | os.PathLike],
         for file in expand_paths(path):
             listed = _listing(file)
             want_comp = comp if comp is not None else (listed[0] if listed else "")
-            got = _verify_file(file, want_comp, report)
-            if listed and got is not None and got != listed[1]:
-                report.problems.append(_count_problem(file, got, listed[1], listed[2]))
+            checked = _verify_file(file, want_comp, report)
+            if listed and checked is not None and checked.count != listed[1]:
+                report.problems.append(_count_problem(file, checked.count, listed[1], listed[2]))
     return report
 
 
@@ -359,15 +456,26 @@ def _verify_folder(folder: _Folder, comp: str | None, report: VerifyReport) -> N
         man = read_manifest(_join(folder.path, m))
         report.manifests.append(_join(folder.path, m))
         shard_comp = comp if comp is not None else man["compression"]
-        for name, want in zip(man["shards"], man["counts"], strict=True):
+        digests = man.get("sha256") or [None] * len(man["shards"])
+        firsts = man.get("first_index") if man.get("kind") in INDEXED_KINDS else None
+        for i, (name, want) in enumerate(zip(man["shards"], man["counts"], strict=True)):
             listed.add(name)
             path = _join(folder.path, name)
             if name not in names:
                 report.problems.append(f"{path}: missing (listed in {m} with {want} records)")
                 continue
-            got = _verify_file(path, shard_comp, report)
-            if got is not None and got != want:
-                report.problems.append(_count_problem(path, got, want, m))
+            checked = _verify_file(path, shard_comp, report, first_index=None if firsts is None else firsts[i])
+            if checked is None:
+                continue
+            if checked.count != want:
+                report.problems.append(_count_problem(path, checked.count, want, m))
+            elif checked.misplaced:
+                report.problems.append(f"{path}: {checked.misplaced}, where {m} places samples "
+                                       f"{firsts[i]}..{firsts[i] + want - 1} (a copy of another shard?)")
+            elif digests[i] is not None and checked.sha256 != digests[i]:
+                report.problems.append(f"{path}: its contents are not the ones written: SHA-256 "
+                                       f"{checked.sha256[:12]}..., {m} says {digests[i][:12]}... "
+                                       f"(replaced by another shard set's file of the same name?)")
     for name in shard_files:
         if name not in listed:
             report.problems.append(f"{_join(folder.path, name)}: extra shard, listed in no manifest "
@@ -379,12 +487,34 @@ def _count_problem(path: str, got: int, want: int, manifest: str) -> str:
     return f"{path}: {what}: {got} records, {manifest} says {want}"
 
 
-def _verify_file(path: str, comp: str, report: VerifyReport) -> int | None:
-    """Records in one file with both CRCs checked; None (and a problem) when one is corrupt."""
+@dataclass(frozen=True)
+class _Checked:
+    """One shard read through: its record count, the SHA-256 of its bytes as stored, and, when
+    its records were checked against the sample indices expected, the first one out of place."""
+
+    count: int
+    sha256: str
+    misplaced: str | None = None
+
+
+def _verify_file(path: str, comp: str, report: VerifyReport, *,
+                 first_index: int | None = None) -> _Checked | None:
+    """Records in one file with both CRCs checked (and, from `first_index`, each record's
+    sample index); None (and a problem) when one is corrupt."""
     count = nbytes = 0
+    reader: _HashingReader | None = None
+
+    def opener(p: str):
+        nonlocal reader
+        reader = _HashingReader(open_binary(p, "rb"))
+        return reader
+
+    places = _Places(first_index) if first_index is not None else None
     try:
-        for _, runs in iter_record_chunks(path, compression=comp):
-            for _first, _stride, length, n in runs:
+        for buf, runs in iter_record_chunks(path, compression=comp, opener=opener):
+            for first, stride, length, n in runs:
+                if places is not None:
+                    places.check(buf, first, stride, length, n)
                 count += n
                 nbytes += length * n
     except CorruptRecordError as e:
@@ -393,4 +523,52 @@ def _verify_file(path: str, comp: str, report: VerifyReport) -> int | None:
     report.files += 1
     report.records += count
     report.nbytes += nbytes
-    return count
+    return _Checked(count, reader.hexdigest() if reader is not None else "",
+                    places.problem if places is not None else None)
+
+
+class _Places:
+    """Checks that consecutive records hold samples `first`, `first + 1`, ... (their `index`
+    feature), a run of same-layout records at a time; keeps the first record out of place."""
+
+    def __init__(self, first: int):
+        self.next = first
+        self.record = 0
+        self.problem: str | None = None
+        self._layout = None
+
+    def check(self, buf, first: int, stride: int, length: int, n: int) -> None:
+        if self.problem is not None:
+            return
+        view = memoryview(buf)
+        if self._layout is None:
+            self._layout = example_layout(view[first:first + length], varints=("index",)) or False
+        layout = self._layout
+        if layout and layout.size == length and n > 1:
+            rows = np.ndarray((n, length), np.uint8, buf, first, (stride, 1))
+            if layout.leading_matches(rows) == n:
+                got = layout.int64_column(rows, "index")
+                want = np.arange(self.next, self.next + n)
+                wrong = np.flatnonzero(got != want)
+                if len(wrong):
+                    self._out_of_place(int(wrong[0]), int(got[wrong[0]]))
+                    return
+                self.next += n
+                self.record += n
+                return
+        for s in range(first, first + n * stride, stride):
+            try:
+                index = int(np.asarray(decode_example(view[s:s + length]).get("index", [-1])).ravel()[0])
+            except (ExampleDecodeError, IndexError, ValueError, TypeError):
+                index = -1
+            if index != self.next:
+                self._out_of_place(0, index)
+                return
+            self.next += 1
+            self.record += 1
+
+    def _out_of_place(self, offset: int, found: int) -> None:
+        self.record += offset
+        self.next += offset
+        held = f"sample {found}" if found >= 0 else "no sample index"
+        self.problem = f"record {self.record} holds {held}"

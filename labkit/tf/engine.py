@@ -167,6 +167,7 @@ def _loop_engine(config: TrainConfig, strategy, parts, layout, precision, device
     if config.checkpoint_dir:
         saver = state.Saver(config.checkpoint_dir, model, optimizer, replicas=layout.num_replicas,
                             writes=plan.is_chief, fingerprint=resume.fingerprint, lease=lease,
+                            keep=config.keep_checkpoints,
                             position=lambda step: step_position(step, layout.global_batch,
                                                                 num_samples, origin))
         barrier = _barrier(strategy) if plan.num_workers > 1 else None

@@ -35,6 +35,7 @@ from labkit.core.preemption import PreemptionGuard
 from labkit.core.train_config import Preempted, TrainConfig
 from labkit.tf.step import (
     build,
+    metrics_path,
     precision_and_model,
     run_info,
     scheduled_lr,
@@ -104,6 +105,7 @@ def fit_keras(config: TrainConfig, *, on_step: StepCallback | None = None,
     log.run.update(loop="keras", steps_per_epoch=per_epoch, epochs=epochs,
                    resumed_from_epoch=first_step // per_epoch or None,
                    resumed_from_step=first_step - 1 if first_step else None)
+    log.continue_from(metrics_path(config, plan), first_step)  # the earlier attempt's steps
     with PreemptionGuard() as guard, Reporter(config, rates, log, is_main=plan.is_chief,
                                               start=first_step, on_step=on_step) as reporter:
         steps_cb = _step_metrics_callback(config, per_epoch, layout.num_replicas, reporter, guard)
@@ -116,7 +118,7 @@ def fit_keras(config: TrainConfig, *, on_step: StepCallback | None = None,
         except _Interrupted:
             write_final_metrics(log, config, plan, model)
             guard.chain()
-            raise Preempted(steps_cb.last_step) from None
+            raise Preempted(steps_cb.last_step, guard.reason, saved=backup_dir is not None) from None
     write_final_metrics(log, config, plan, model)
     return log
 

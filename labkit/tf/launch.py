@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from labkit.core.cluster import local_tf_cluster
-from labkit.core.config import check_bool, check_int
+from labkit.core.config import check_bool, check_float, check_int
 from labkit.core.launcher import (
     GroupConfig,
     GroupResult,
@@ -50,7 +50,7 @@ class LaunchConfig:
     vertex_names: bool = False
     cpu_only: bool = True
     threads_per_worker: int = 1
-    timeout_s: float = 600.0
+    timeout_s: float | None = None  # no limit: training may run for hours
 
     def __post_init__(self) -> None:
         check_int("num_workers", self.num_workers, minimum=1)
@@ -61,6 +61,7 @@ class LaunchConfig:
         check_bool("vertex_names", self.vertex_names)
         check_bool("cpu_only", self.cpu_only)
         check_int("threads_per_worker", self.threads_per_worker, minimum=1)
+        check_float("timeout_s", self.timeout_s, minimum=0.0, allow_none=True)
 
 
 @dataclass
@@ -118,7 +119,7 @@ def launch(config: LaunchConfig) -> list[WorkerResult]:
 
 def run_local(config: TrainConfig, num_workers: int = 2, *, num_ps: int = 0,
               vertex_names: bool = False, threads_per_worker: int = 1,
-              timeout_s: float = 600.0) -> MetricsLog:
+              timeout_s: float | None = None) -> MetricsLog:
     """Run `config` as a `num_workers`-worker MultiWorkerMirrored job on this machine and return
     the chief's metrics (the twin of `labkit.torch.launch.run_local`). Raises `Preempted` when
     the workers checkpointed and exited 143, RuntimeError showing the failing worker's output."""

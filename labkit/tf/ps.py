@@ -32,6 +32,7 @@ from labkit.tf import state
 from labkit.tf.step import (
     build,
     make_replica_step,
+    metrics_path,
     precision_and_model,
     scheduled_lr,
     throughput,
@@ -91,8 +92,9 @@ def _coordinate(config: TrainConfig, plan, device: str, on_step: StepCallback | 
                           "micro_batch": layout.micro_batch, "asynchronous": True,
                           "resumed_from_step": start - 1 if start else None,
                           "resume_changes": resume.record() or None})
+    log.continue_from(metrics_path(config, plan), start)  # the earlier attempt's steps
     saver = state.Saver(config.checkpoint_dir, model, optimizer, replicas=1,
-                        fingerprint=resume.fingerprint, lease=lease,
+                        fingerprint=resume.fingerprint, lease=lease, keep=config.keep_checkpoints,
                         position=lambda s: step_position(s, layout.global_batch, len(x_all), origin)) \
         if config.checkpoint_dir else None
     reporter = Reporter(config, throughput(config, model_cfg, precision, device, 1), log,
@@ -102,7 +104,7 @@ def _coordinate(config: TrainConfig, plan, device: str, on_step: StepCallback | 
         write_final_metrics(log, config, plan, model)
         if stopped is not None:
             guard.chain()
-            raise Preempted(stopped)
+            raise Preempted(stopped, guard.reason, saved=saver is not None)
     return log
 
 

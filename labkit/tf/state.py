@@ -89,14 +89,15 @@ def save(directory: str, model, optimizer, step: int, replicas: int) -> None:
 
 
 def _write(directory: str, step: int, blobs: dict[str, bytes], replicas: int,
-           fingerprint: dict[str, Any] | None = None, lease: Lease | None = None) -> None:
+           fingerprint: dict[str, Any] | None = None, lease: Lease | None = None,
+           keep: int | None = None) -> None:
     entries = {name: checkpoint.write_blob(directory, step, name, data) for name, data in blobs.items()}
     if lease is not None:
         lease.verify()  # another run took the folder over: do not commit into its steps
     meta: dict[str, Any] = {"world_size": replicas, "framework": FRAMEWORK}
     if fingerprint is not None:
         meta["fingerprint"] = fingerprint
-    checkpoint.commit(directory, step, entries, meta)
+    checkpoint.commit(directory, step, entries, meta, keep=keep)
 
 
 class Saver:
@@ -104,17 +105,20 @@ class Saver:
     memory (training waits only for that copy) and encodes, writes and commits it in a
     background thread (`labkit.core.checkpoint.BackgroundWrite`), unless asked to `wait`. Each
     marker records `fingerprint` and each `train.json` the data `position`; with a `lease`, the
-    chief checks it is still the folder's writer before each commit."""
+    chief checks it is still the folder's writer before each commit. With `keep`, only the
+    newest `keep` committed steps are kept."""
 
     def __init__(self, directory: str, model, optimizer, *, replicas: int, writes: bool = True,
                  asynchronous: bool = True, fingerprint: dict[str, Any] | None = None,
-                 lease: Lease | None = None, position: Position | None = None):
+                 lease: Lease | None = None, position: Position | None = None,
+                 keep: int | None = None):
         self.directory = directory
         self.model, self.optimizer = model, optimizer
         self.replicas = replicas
         self.writes = writes
         self.asynchronous = asynchronous
         self.fingerprint, self.lease, self.position = fingerprint, lease, position
+        self.keep = keep
         self._background = checkpoint.BackgroundWrite(directory)
 
     def save(self, step: int, *, wait: bool = False) -> None:
@@ -124,7 +128,8 @@ class Saver:
         objects = snapshot(self.model, self.optimizer, step, self.position)
 
         def write() -> None:
-            _write(self.directory, step, encode(objects), self.replicas, self.fingerprint, self.lease)
+            _write(self.directory, step, encode(objects), self.replicas, self.fingerprint, self.lease,
+                   self.keep)
 
         if wait or not self.asynchronous:
             write()

@@ -431,8 +431,8 @@ def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
                           "parallel": _parallel_info(config, c.layout),
                           "resume_changes": resume.record() or None})
     saver_class = state.ShardedSaver if sharded else state.Saver
-    saver = (saver_class(config.checkpoint_dir, info, fingerprint=resume.fingerprint, lease=lease)
-             if config.checkpoint_dir else None)
+    saver = (saver_class(config.checkpoint_dir, info, fingerprint=resume.fingerprint, lease=lease,
+                         keep=config.keep_checkpoints) if config.checkpoint_dir else None)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     # On a single GPU the loss of step i is read after step i+1 is queued, so the host never

@@ -20,6 +20,7 @@ from labkit.core.train_config import (
     PREEMPTED_EXIT_CODE,
     TrainConfig,
     finished_replicas_log,
+    stop_reason,
     to_argv,
 )
 
@@ -41,10 +42,11 @@ def local_replica_envs(nproc: int, *, threads: int | None = 1, port: int | None 
 
 
 def launch_replicas(argv: Sequence[str] | Callable[[int], Sequence[str]], nproc: int, *,
-                    threads: int | None = 1, timeout_s: float = 600.0,
+                    threads: int | None = 1, timeout_s: float | None = None,
                     ok_codes: tuple[int, ...] = (0,), what: str = "DDP replica") -> GroupResult:
     """Run `argv` (a command, or a function of the rank giving each replica's) as `nproc` local
-    replicas and wait for all; a replica that fails takes the others down. Raises
+    replicas and wait for all (no time limit unless `timeout_s` is given: then the replicas get
+    SIGTERM, checkpoint and stop); a replica that fails takes the others down. Raises
     `labkit.core.launcher.LaunchError` (a RuntimeError) naming the rank ("<what> rank R of N")
     with its output when one fails or the run times out."""
     check_int("nproc", nproc, minimum=1)
@@ -54,15 +56,20 @@ def launch_replicas(argv: Sequence[str] | Callable[[int], Sequence[str]], nproc:
 
 
 def run_local(config: TrainConfig, nproc: int = 2, *, threads_per_process: int | None = 1,
-              timeout_s: float = 600.0) -> MetricsLog:
+              timeout_s: float | None = None) -> MetricsLog:
     """Run `config` as an `nproc`-replica DDP job on this machine and return rank 0's metrics.
-    Raises `Preempted` when the replicas exited 143 (checkpointed), RuntimeError naming the rank
-    and showing its output when a replica failed."""
+    Raises `Preempted` when the replicas exited 143 (checkpointed: SIGTERM or Ctrl-C to this
+    process, or `timeout_s` reached), RuntimeError naming the rank and showing its output when
+    a replica failed."""
     check_int("nproc", nproc, minimum=1)
     if config.metrics_out is None:
         tmp = tempfile.mkdtemp(prefix="labkit-ddp-")
         config = replace(config, metrics_out=str(Path(tmp) / "metrics.json"))
-    result = launch_replicas([sys.executable, "-m", "labkit", "train", *to_argv(config)], nproc,
-                             threads=threads_per_process, timeout_s=timeout_s,
-                             ok_codes=(0, PREEMPTED_EXIT_CODE))
-    return finished_replicas_log(config.metrics_out, result.returncodes)
+    specs = [ProcessSpec(f"rank {rank}", [sys.executable, "-m", "labkit", "train", *to_argv(config)], env)
+             for rank, env in enumerate(local_replica_envs(nproc, threads=threads_per_process))]
+    result = run_group(specs, GroupConfig(timeout_s=timeout_s, ok_codes=(0, PREEMPTED_EXIT_CODE)))
+    # Past the timeout, replicas that all checkpointed (exit 143) stopped cleanly: resumable.
+    if not (result.timed_out and all(c == PREEMPTED_EXIT_CODE for c in result.returncodes)):
+        result.check("DDP replica")
+    return finished_replicas_log(config.metrics_out, result.returncodes,
+                                 stop_reason(result.signal, result.timed_out, timeout_s))

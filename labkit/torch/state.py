@@ -186,7 +186,8 @@ def save(directory: str, c: TrainingState, info: DistInfo, step: int, position: 
 
 
 def _write_and_commit(directory: str, info: DistInfo, step: int, blobs: dict[str, bytes | checkpoint.BlobWriter],
-                      fingerprint: dict[str, Any] | None = None, lease: Lease | None = None) -> None:
+                      fingerprint: dict[str, Any] | None = None, lease: Lease | None = None,
+                      keep: int | None = None) -> None:
     entries: dict[str, Any] = {name: checkpoint.write_blob(directory, step, name, data)
                                for name, data in blobs.items()}
     if info.distributed:
@@ -199,7 +200,7 @@ def _write_and_commit(directory: str, info: DistInfo, step: int, blobs: dict[str
         meta = {"world_size": info.world_size, "framework": FRAMEWORK}
         if fingerprint is not None:
             meta["fingerprint"] = fingerprint
-        checkpoint.commit(directory, step, entries, meta)
+        checkpoint.commit(directory, step, entries, meta, keep=keep)
     if info.distributed:
         dist.barrier()  # nobody runs ahead (or exits) before the marker exists
 
@@ -210,14 +211,16 @@ class Saver:
     (`labkit.core.checkpoint.BackgroundWrite`: one save in flight at most); replicas of a DDP job
     save synchronously, since commit needs collectives. `wait()` joins the save in flight and
     re-raises its error. Each marker records `fingerprint`; with a `lease`, rank 0 checks it is
-    still the folder's writer before each commit."""
+    still the folder's writer before each commit. With `keep`, only the newest `keep` committed
+    steps are kept."""
 
     def __init__(self, directory: str, info: DistInfo, asynchronous: bool = True, *,
-                 fingerprint: dict[str, Any] | None = None, lease: Lease | None = None):
+                 fingerprint: dict[str, Any] | None = None, lease: Lease | None = None,
+                 keep: int | None = None):
         self.directory = directory
         self.info = info
         self.asynchronous = asynchronous and not info.distributed
-        self.fingerprint, self.lease = fingerprint, lease
+        self.fingerprint, self.lease, self.keep = fingerprint, lease, keep
         self._background = checkpoint.BackgroundWrite(directory)
 
     def save(self, c: TrainingState, step: int, position: DataPosition, *, wait: bool = False) -> None:
@@ -232,7 +235,7 @@ class Saver:
         self._background.start(step, lambda: self._commit(step, writers))
 
     def _commit(self, step: int, blobs: dict[str, bytes | checkpoint.BlobWriter]) -> None:
-        _write_and_commit(self.directory, self.info, step, blobs, self.fingerprint, self.lease)
+        _write_and_commit(self.directory, self.info, step, blobs, self.fingerprint, self.lease, self.keep)
 
     @property
     def in_flight(self) -> bool:
@@ -353,14 +356,14 @@ def sharded_blobs(c: ShardedState, info: DistInfo, step: int, position: DataPosi
 class ShardedSaver:
     """Checkpoints of a parallel run: each rank writes its blob, rank 0 commits once all are
     written (synchronously: committing needs every rank). Same interface as `Saver`, and the
-    same guarantees: the marker records `fingerprint`, and with a `lease` rank 0 checks it is
-    still the folder's writer before it commits."""
+    same guarantees: the marker records `fingerprint`, with a `lease` rank 0 checks it is
+    still the folder's writer before it commits, and `keep` bounds the committed steps kept."""
 
     def __init__(self, directory: str, info: DistInfo, *, fingerprint: dict[str, Any] | None = None,
-                 lease: Lease | None = None):
+                 lease: Lease | None = None, keep: int | None = None):
         self.directory = directory
         self.info = info
-        self.fingerprint, self.lease = fingerprint, lease
+        self.fingerprint, self.lease, self.keep = fingerprint, lease, keep
 
     def save(self, c: ShardedState, step: int, position: DataPosition, *, wait: bool = False) -> None:
         blobs = sharded_blobs(c, self.info, step, position)
@@ -376,7 +379,7 @@ class ShardedSaver:
                     "layout": _layout_meta(c)}
             if self.fingerprint is not None:
                 meta["fingerprint"] = self.fingerprint
-            checkpoint.commit(self.directory, step, merged, meta)
+            checkpoint.commit(self.directory, step, merged, meta, keep=self.keep)
         dist.barrier()
 
     @property
