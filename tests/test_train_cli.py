@@ -106,7 +106,8 @@ def _configs():
             s = st.floats(min_value=0.0, max_value=1e6, allow_nan=False, allow_subnormal=True)
         else:
             s = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1,
-                        max_size=12).filter(lambda v: not v.startswith("-"))
+                        max_size=12).filter(lambda v: not v.startswith("-") and v.strip()
+                                            and not v.endswith(("/", "\\")))  # paths a user can mean
         draws[f.name] = st.one_of(st.none(), s) if optional else s
     draws["allow_resume_change"] = st.one_of(st.none(), st.lists(
         st.sampled_from(tuple(CHANGEABLE)), min_size=1, unique=True).map(",".join))
