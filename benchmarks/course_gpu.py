@@ -274,11 +274,16 @@ def main(argv: list[str] | None = None) -> int:
     runs = report["notebooks"].values()
     report["total_s"] = round(sum(r["seconds"] for r in runs), 1)
     report["ok"] = sum(r["status"] == "ok" for r in runs)
+    report["finished_at"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     path.write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
     results = args.results or (str(REPO / "benchmarks" / "results") if scale == "full" and slug != "cpu" else None)
     if results:
         Path(results).mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, Path(results) / path.name)
+        target, n = Path(results) / path.name, 1
+        while target.exists():  # an earlier run of the same day on the same GPU is kept
+            n += 1
+            target = Path(results) / f"{date}-{slug}-run{n}-course.json"
+        shutil.copy(path, target)
     print(f"course_gpu: {report['ok']} of {len(notebooks)} ok, {report['total_s'] / 60:.1f} min; {path}", flush=True)
     return 0 if report["ok"] == len(notebooks) else 1
 

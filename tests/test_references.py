@@ -64,7 +64,17 @@ def test_the_check_catches_a_retyped_figure():
     assert _held(value, decimals, numbers)
 
 
-def test_reference_ladder_rows_are_the_results_file_rows():
+def _benchmarks_only(monkeypatch, tmp_path):
+    """A results folder with the benchmark files and no course run."""
+    import shutil
+
+    for name in (results.RESNET_FILE, results.GPT_FILE):
+        shutil.copy(results.results_dir() / name, tmp_path / name)
+    monkeypatch.setenv("LABKIT_RESULTS_DIR", str(tmp_path))
+
+
+def test_reference_ladder_rows_are_the_benchmark_rows_without_a_course_run(monkeypatch, tmp_path):
+    _benchmarks_only(monkeypatch, tmp_path)
     rows, provenance = precision.reference_ladder()
     data = json.loads((results.results_dir() / results.RESNET_FILE).read_text())
     rates = {r["variant"]: r["rate"] for r in data["rows"]}
@@ -73,6 +83,17 @@ def test_reference_ladder_rows_are_the_results_file_rows():
     assert "NVIDIA H100" in provenance and "2026-11-22" in provenance and "bench_torch.py" in provenance
     numbers = results.all_numbers()
     assert all(r["samples_per_s"] in numbers for r in rows)
+
+
+def test_reference_ladder_is_notebook_04s_own_from_the_newest_course_run_on_a_gpu():
+    course = results.course_run()
+    if course is None:
+        pytest.skip("no full-size course run on a GPU in benchmarks/results")
+    rows, provenance = precision.reference_ladder()
+    rungs = {f.label: f.value for f in course.figures("04")}
+    assert rows and all(rungs[precision.RUNG_FIGURE.format(rung=r["rung"])] == r["samples_per_s"] for r in rows)
+    assert rows[0]["key"] == "fp32" and rows[0]["speedup"] == 1.0
+    assert course.file.name in provenance and course.device in provenance and "course_gpu.py" in provenance
 
 
 def test_gpu_appetite_and_mfu_references_come_from_the_files():
@@ -89,10 +110,12 @@ def test_gpu_feed_estimate_uses_the_results_file(monkeypatch, tmp_path):
     assert feed.images_per_s == pytest.approx(1.5 * read_rates.reference_resnet().value)
     assert feed.workers == read_rates.workers_to_feed(images_per_s=feed.images_per_s, image_bytes=224 * 224 * 3,
                                                       gb_per_s=0.9)
-    assert results.RESNET_FILE in feed.text(100)
-    monkeypatch.setenv("LABKIT_RESULTS_DIR", str(tmp_path))
+    assert feed.reference.source.name in feed.text(100)
+    _benchmarks_only(monkeypatch, tmp_path)  # no course run: the benchmark's fastest rung
+    assert results.RESNET_FILE in read_rates.feed_estimate(0.9).text(100)
+    monkeypatch.setenv("LABKIT_RESULTS_DIR", str(tmp_path / "nothing"))
     missing = read_rates.feed_estimate(0.9)
-    assert missing.reference is None and str(tmp_path) in missing.text(100)
+    assert missing.reference is None and str(tmp_path / "nothing") in missing.text(100)
 
 
 def test_every_results_file_says_where_it_came_from():

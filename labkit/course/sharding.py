@@ -49,9 +49,12 @@ def _worker(config: TrainConfig, mode: str, out: str) -> None:
     torch.manual_seed(config.seed)
     model = build_model(model_cfg).to(device)
     if mode == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(device.type, (info.world_size,))  # else CUDA whenever a GPU exists
         for block in model.blocks:
-            fully_shard(block)
-        fully_shard(model)
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
         net = model
     else:
         net = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)

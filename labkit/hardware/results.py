@@ -210,11 +210,13 @@ def course_run() -> CourseRun | None:
     """The newest full-size course run on a GPU in `results_dir()`, or None."""
     if not results_dir().exists():
         return None
-    for path in sorted(results_dir().glob(f"*{COURSE_SUFFIX}"), reverse=True):
+    runs = []
+    for path in results_dir().glob(f"*{COURSE_SUFFIX}"):
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("scale") == "full" and data.get("machine", {}).get("gpu"):
-            return CourseRun(ResultsFile(path.name, data))
-    return None
+            runs.append(((str(data.get("date", "")), str(data.get("finished_at", "")), path.name),
+                         ResultsFile(path.name, data)))
+    return CourseRun(max(runs, key=lambda r: r[0])[1]) if runs else None
 
 
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")

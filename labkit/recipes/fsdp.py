@@ -17,6 +17,7 @@ import os
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.utils.data import DataLoader, DistributedSampler
 
@@ -44,10 +45,13 @@ def main(argv: list[str] | None = None) -> common.StepLog:
     # Shard every repeated block on its own (its weights are gathered only while it computes),
     # then the root for what is left (embeddings, head). Parameters become DTensors holding
     # this rank's shard.
+    # The mesh says which device the shards live on: left out, FSDP assumes CUDA whenever the
+    # machine has a GPU, even for processes training on the CPU.
+    mesh = init_device_mesh(device.type, (world_size,))
     blocks = getattr(model, "blocks", [])
     for block in blocks:
-        fully_shard(block)
-    fully_shard(model)
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     optimizer, scheduler = common.adamw(model, args)  # built on the shards: 1/N of the state
 
     dataset = common.torch_dataset(args)

@@ -73,11 +73,13 @@ def main(argv: list[str] | None = None) -> common.StepLog:
             [{"params": [s[2]], "weight_decay": g["weight_decay"]} for s, g in zip(shards, groups, strict=True)],
             lr=args.lr, betas=(0.9, 0.95))
     else:
+        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
+        mesh = init_device_mesh("cpu", (world,))  # this recipe's processes train on the CPU
         for block in getattr(model, "blocks", []):
-            fully_shard(block, reshard_after_forward=args.reshard_after_forward)
-        fully_shard(model, reshard_after_forward=args.reshard_after_forward)
+            fully_shard(block, mesh=mesh, reshard_after_forward=args.reshard_after_forward)
+        fully_shard(model, mesh=mesh, reshard_after_forward=args.reshard_after_forward)
         net = model
         decay = [p for p in model.parameters() if p.dim() >= 2]  # now DTensors: this rank's shards
         no_decay = [p for p in model.parameters() if p.dim() < 2]

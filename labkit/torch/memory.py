@@ -158,15 +158,22 @@ def activation_bytes(config: TrainConfig, batch_size: int | None = None) -> int:
     n = batch_size or config.batch_size
     x, y = make_dataset(c.model_config, n, config.seed)[list(range(n))]
     x, y = engine.to_device((x, y), c, config.channels_last)
-    seen: dict[int, int] = {}
+    seen: dict[int, torch.UntypedStorage] = {}
 
-    def pack(t: torch.Tensor):
+    def pack(t: torch.Tensor) -> None:
+        # The storage is kept here (alive until this function returns, so no address is reused
+        # and counted twice), not in the graph: returning `t` would tie each saved output to its
+        # own graph node, a cycle through C++ that Python's collector never frees (every call
+        # would leak the whole forward's activations).
         storage = t.untyped_storage()
-        seen[storage.data_ptr()] = storage.nbytes()
-        return t
+        seen[storage.data_ptr()] = storage
+
+    def unpack(_: None) -> torch.Tensor:
+        raise RuntimeError("activation_bytes runs the forward pass only")
 
     params = {p.untyped_storage().data_ptr() for p in c.model.parameters()}
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), c.policy.autocast():
+    with torch.autograd.graph.saved_tensors_hooks(pack, unpack), c.policy.autocast():
         loss = c.compute_loss(x, y)
     del loss
-    return sum(nbytes for ptr, nbytes in seen.items() if ptr not in params and ptr != x.untyped_storage().data_ptr())
+    return sum(storage.nbytes() for ptr, storage in seen.items()
+               if ptr not in params and ptr != x.untyped_storage().data_ptr())

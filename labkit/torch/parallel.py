@@ -131,11 +131,16 @@ class Zero3(Strategy):
     name = "zero3"
 
     def __init__(self, layout: Layout, rank: int, model: nn.Module, reshard_after_forward: bool):
+        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
+        # The mesh's device type is the model's: without one, fully_shard assumes CUDA whenever
+        # the machine has a GPU, and a CPU rank r asks for GPU r ("invalid device ordinal").
+        device = next(model.parameters()).device
+        mesh = init_device_mesh(device.type, (dist.get_world_size(),))
         for block in getattr(model, "blocks", []):
-            fully_shard(block, reshard_after_forward=reshard_after_forward)
-        fully_shard(model, reshard_after_forward=reshard_after_forward)
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
+        fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
         super().__init__(layout, rank, model)
 
     def step_fn(self, compute_loss, micro_batches, grad_clip, autocast) -> torch.Tensor:
