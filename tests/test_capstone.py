@@ -29,7 +29,7 @@ def test_levers_on_a_cpu_smoke_run():
     tried, skipped = capstone.levers("torch", "resnet", CPU, include_compile=False)
     assert _labels(tried) == ["1 loader worker", "bf16 autocast", "channels_last"]
     assert tried[0].changes == {"num_workers": 1, "pin_memory": False}
-    assert _why(skipped)["compile"] == "off at smoke scale (include_compile=True to try it)"
+    assert _why(skipped)["compile"] == capstone.COMPILE_OFF
     assert [lv.key for lv in tried] == ["loader_workers", "bf16", "channels_last"]
 
 

@@ -168,7 +168,10 @@ LABELS = {
               "fp8_head": "fp8 output head"},
     "tf": {"bf16": "bf16 (mixed_bfloat16)", "compile": "XLA (jit_compile)"},
 }
-OFF_AT_SMOKE = "off at smoke scale (include_compile=True to try it)"
+# Why the compile levers are not tried unless asked for: at smoke scale compiling takes minutes on
+# a small CPU; at full scale the plan leaves them out where recompiling for every run would be
+# most of the notebook (`labkit.course.sizing`).
+COMPILE_OFF = "include_compile is off (the plan above says why); include_compile=True tries it"
 
 
 def levers(framework: str, model: str, hw: Hardware, include_compile: bool) -> tuple[list[Lever], list[SkippedLever]]:
@@ -182,7 +185,7 @@ def levers(framework: str, model: str, hw: Hardware, include_compile: bool) -> t
         if include_compile:
             tried.append(Lever("compile", label["compile"], {"compile": True}, "04 mixed precision"))
         else:
-            skipped.append(SkippedLever("compile", label["compile"], OFF_AT_SMOKE))
+            skipped.append(SkippedLever("compile", label["compile"], COMPILE_OFF))
         return tried, skipped
     workers = max(1, min(8, hw.cpu_count // 2))
     tried.append(Lever("loader_workers", f"{workers} loader worker{'s' if workers > 1 else ''}"
@@ -199,7 +202,7 @@ def levers(framework: str, model: str, hw: Hardware, include_compile: bool) -> t
     else:
         skipped.append(SkippedLever("channels_last", label["channels_last"], "GPT has no convolutions"))
     if not include_compile:
-        skipped.append(SkippedLever("compile", label["compile"], OFF_AT_SMOKE))
+        skipped.append(SkippedLever("compile", label["compile"], COMPILE_OFF))
     else:
         tried.append(Lever("compile", label["compile"], {"compile": True}, "04 mixed precision, 05 profiling"))
         if hw.device_type == "cuda":

@@ -55,6 +55,7 @@ COMPILE_S = {"resnet": 70.0, "gpt": 50.0, "cnn": 15.0}  # the first torch.compil
 RECOMPILE_S = 20.0           # a later one of the same model (inductor's caches are warm)
 H100_PROBE_SHARE = 0.705     # measured/datasheet bf16 GEMM on one H100 (698 of 989.5 TFLOP/s)
 MEMORY_HEADROOM = 0.6        # share of GPU memory a plan fills: allocator, cuDNN workspaces, spikes
+COMPILE_SHARE_CAP = 0.5      # optional compile levers left out by default past this share of a notebook
 
 # Bytes one sample keeps for backward at full size (ResNet-50 224², GPT-2 small 1024 tokens with
 # SDPA attention and fp32 logits), and bytes that do not grow with the batch (fp32 weights,
@@ -378,7 +379,7 @@ CPU_STEP_S = {"cnn": 0.03, "gpt": 0.05, "resnet": 0.06}
 
 @_planner("00")
 def _plan_00(scale: str, machine: Machine, **_: Any) -> _Draft:
-    return _Draft({}, lambda s: 12.0)
+    return _Draft({}, lambda s: 8.0)
 
 
 @_planner("01")
@@ -389,7 +390,7 @@ def _plan_01(scale: str, machine: Machine, **_: Any) -> _Draft:
              "mlp_steps": 50 if full else 5}
     if full and not machine.has_gpu:
         sizes |= {"matmul_size": 1024, "copy_mb": 256, "mlp_width": 512, "mlp_batch": 128, "mlp_steps": 10}
-    return _Draft(sizes, lambda s: 15.0 + (10.0 if full else 0.0))
+    return _Draft(sizes, lambda s: 8.0 + (4.0 if full else 0.0))  # 15 s in all on an H200, 2026-11-26
 
 
 @_planner("02")
@@ -572,8 +573,17 @@ def _plan_09(scale: str, machine: Machine, *, model: str = "resnet", include_com
                                    compiled=bool(s["include_compile"]), runs=2 * repeats)
         compiles = (len(compiled_levers) * runs + repeats) if s["include_compile"] else 0
         return total + compile_seconds(model, compiles) + 10.0
+    skipped: dict[str, str] = {}
+    if include_compile is None:  # not asked for either way: only when compiling is not most of the run
+        with_compile = estimate(sizes)
+        without = estimate(dict(sizes, include_compile=False))
+        if with_compile - without > COMPILE_SHARE_CAP * with_compile:
+            sizes["include_compile"] = False
+            skipped["the torch.compile levers"] = (
+                f"each compiled run compiles the model again, about {_duration(with_compile - without)} of "
+                f"{_duration(with_compile)} here; include_compile=True runs them")
     return _Draft(sizes, estimate, (Elastic("steps", 6),),
-                  optional=(("include_compile", "the torch.compile levers"),))
+                  optional=(("include_compile", "the torch.compile levers"),), skipped=skipped)
 
 
 @_planner("10")

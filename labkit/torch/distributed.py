@@ -36,7 +36,9 @@ class DistInfo:
     world_size: int = 1
     local_rank: int = 0
     cluster: ClusterInfo | None = field(default=None, compare=False, repr=False)
-    local_world_size: int = 1  # processes of this run on this machine (they share its GPUs)
+    # processes of this run on this machine (they share its GPUs); derived from the environment
+    # like `cluster`, so not part of what makes two DistInfo the same place
+    local_world_size: int = field(default=1, compare=False)
 
     @classmethod
     def of(cls, info: ClusterInfo) -> DistInfo:
