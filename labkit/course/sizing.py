@@ -114,18 +114,21 @@ class Machine:
 
     def tflops(self, fmt: str) -> float:
         """The rate planned for matmuls in `fmt`: the datasheet peak, scaled by how this GPU's
-        probe compares with an H100's (so a throttled GPU is planned slower); for a GPU with no
-        table row, the probe itself. fp32 stands in for formats the GPU lacks."""
+        probe compares with an H100's probe against its own datasheet (a throttled or shared GPU
+        is planned slower, in every format); for a GPU with no table row, the probe itself (or
+        a cautious 10 TFLOP/s unprobed). fp32 stands in for formats the GPU lacks."""
         gpu = self.gpu
         if gpu is None:
             raise ValueError("a CPU machine has no GPU rate")
         fmt = fmt if gpu.supports(fmt) else "fp32"
         peak = gpu.peak(fmt)
-        probed = self.probe_tflops.get(fmt)
         if peak is None:
-            return (probed / H100_PROBE_SHARE) if probed else 10.0  # an unknown GPU, not probed
-        if probed:
-            return peak * min(1.5, max(0.25, probed / peak / H100_PROBE_SHARE))
+            probed = self.probe_tflops.get(fmt)
+            return (probed / H100_PROBE_SHARE) if probed else 10.0
+        for probed_fmt, probed in self.probe_tflops.items():
+            reference = gpu.peak(probed_fmt)
+            if reference:
+                return peak * min(1.5, max(0.25, probed / reference / H100_PROBE_SHARE))
         return peak
 
     def memory_bytes(self) -> float:
