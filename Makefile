@@ -22,7 +22,7 @@ NBSTRIP_EXTRA_KEYS := metadata.papermill cell.metadata.papermill cell.metadata.e
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup chromium run test lab lint sync clean
+.PHONY: setup chromium run test check lab lint sync clean
 
 setup: $(STAMP) $(KERNEL_SPEC) chromium
 
@@ -58,6 +58,11 @@ run: setup
 
 test: setup
 	$(PY) -m pytest tests notebooks --nbval-lax --nbval-cell-timeout=900 $(PYTEST_FLAGS)
+
+# The fast tier for a change in progress: unit tests only, no multi-process, notebook or browser
+# runs (those are marked slow); `make test` runs everything.
+check: setup
+	$(PY) -m pytest tests -m "not slow and not gpu and not cloud" -q $(PYTEST_FLAGS)
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks
