@@ -107,6 +107,33 @@ def test_importing_labkit_in_a_kernel_leaves_stderr_alone_until_asked(python, tm
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("routed", [True, False], ids=["routed", "not-routed"])
+def test_labkit_run_keeps_fd_noise_out_of_the_cells_only_when_the_notebook_asks(python, tmp_path, routed):
+    """`labkit run` outside pytest: the kernel forwards its file descriptor 2 into the cells (ipykernel
+    does not under pytest), so only a notebook that calls route_kernel_stderr() keeps C-level and
+    child-process stderr in its log; without the call the noise reaches the cell (the control)."""
+    nb = nbformat.read(HELLO_NOTEBOOK, as_version=4)
+    if routed:
+        nb.cells.append(nbformat.v4.new_code_cell(
+            "from labkit.notebooks import route_kernel_stderr\nroute_kernel_stderr()"))
+    nb.cells.append(nbformat.v4.new_code_cell(
+        "import os, subprocess, sys, time\nos.write(2, b'fd-level chatter\\n')\n"
+        "subprocess.run([sys.executable, '-c', 'import sys; sys.stderr.write(\"child chatter\\\\n\")'])\n"
+        "time.sleep(0.5)  # the kernel forwards fd output from a thread"))
+    nbformat.write(nb, tmp_path / "noisy.ipynb")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_CURRENT_TEST", stderr.KERNEL_STDERR_ENV)}
+    proc = subprocess.run([python, "-m", "labkit", "run", str(tmp_path / "noisy.ipynb"), "-p", "size", "16",
+                           "-p", "repeats", "1", "-o", str(tmp_path / "out" / "noisy.ipynb")],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    cells = "".join(text for _, text in stderr.unexpected_stderr(
+        nbformat.read(tmp_path / "out" / "noisy.ipynb", as_version=4)))
+    log = (tmp_path / "out" / "noisy.log").read_text()
+    for noise in ("fd-level chatter", "child chatter"):
+        assert (noise in log and noise not in cells) if routed else (noise in cells), (noise, cells, log)
+
+
+@pytest.mark.slow
 def test_a_headless_kernel_keeps_noise_in_the_log_and_draws_text_bars(tmp_path):
     """A real kernel run by papermill: C-level and child-process stderr land in the log, not in
     the cell; a progress bar is plain text on stdout (no widget a saved notebook cannot draw)."""
