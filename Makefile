@@ -11,7 +11,7 @@ TF_EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev
 EXTRAS ?= torch,$(TF_EXTRA),vertex,tune,deepspeed,lab,dev
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
-# The Jupyter kernel every notebook names (labkit.course.notebook.KERNEL_NAME), registered in
+# The Jupyter kernel every notebook names (labkit.notebooks.KERNEL_NAME), registered in
 # the environment itself so JupyterLab, papermill, nbval and `labkit run` all start it.
 KERNEL_NAME := labkit
 KERNEL_DISPLAY_NAME := Python (labkit)

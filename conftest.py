@@ -1,5 +1,5 @@
 """For every test path, notebooks included: an executed notebook cell (nbval) that writes to
-stderr fails, unless the cell is tagged `allow-stderr` (labkit.course.notebook.STDERR_TAG)
+stderr fails, unless the cell is tagged `allow-stderr` (labkit.notebooks.STDERR_TAG)
 because that output is part of the lesson.
 
 A notebook that the browser test (tests/browser, which runs first) has already executed in
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.course.notebook import STDERR_TAG, allows_stderr, stderr_text
+from labkit.notebooks.stderr import STDERR_TAG, allows_stderr, stderr_text
 from tests.executed import ran_in_lab
 
 MAX_SHOWN_LINES = 8

@@ -82,7 +82,7 @@ def _importable(module: str) -> bool:
 def _register_kernel(out: Path) -> dict[str, str]:
     """A "labkit" kernel spec inside `out` for this interpreter (the name every notebook asks for),
     found first through JUPYTER_PATH; returns the environment the runs need."""
-    from labkit.course.notebook import KERNEL_DISPLAY_NAME, KERNEL_NAME
+    from labkit.notebooks import KERNEL_DISPLAY_NAME, KERNEL_NAME
 
     kernels = (out / "jupyter" / "kernels" / KERNEL_NAME)
     kernels.mkdir(parents=True, exist_ok=True)
@@ -150,7 +150,7 @@ def _version(module: str) -> str | None:
 
 
 def _select(names: list[str] | None) -> list[Path]:
-    from labkit.course.notebook import course_notebooks
+    from labkit.notebooks import course_notebooks
 
     notebooks = course_notebooks(REPO / "notebooks")
     if not names:
@@ -166,7 +166,7 @@ def _select(names: list[str] | None) -> list[Path]:
 def _run_one(argv: list[str]) -> int:
     """Child process: execute one notebook and write its outcome as JSON (argv: notebook,
     output, parameters JSON, result path)."""
-    from labkit.course.notebook import run_notebook
+    from labkit.notebooks import run_notebook
 
     notebook, output, params, result = argv
     run = run_notebook(notebook, output, json.loads(params), kernel_log=True, cell_timeout=None)
@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _declared(nb: Path) -> dict:
-    from labkit.course.notebook import notebook_parameters
+    from labkit.core.notebook_params import notebook_parameters
 
     return notebook_parameters(nb)
 

@@ -24,10 +24,13 @@ papermill_matmul_size = 256
 time_budget_s = 0.0
 
 # %%
+from labkit.notebooks import artifacts_dir, key_figure, route_kernel_stderr
+
+route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
+
 import labkit
 from labkit.core import config, doctor
-from labkit.course import notebook, tour
-from labkit.course.report import key_figure
+from labkit.course import tour
 
 scale = config.resolve_scale(scale)
 config.check_int("papermill_matmul_size", papermill_matmul_size, minimum=1, maximum=8192)
@@ -79,7 +82,7 @@ key_figure("course forecast here", sum(r["expected_min"] for r in course_plan), 
 # `labkit course` (or `make run`) runs the whole course and writes a summary report.
 
 # %%
-run, injected = tour.papermill_demo(notebook.artifacts_dir("00_tour"), size=papermill_matmul_size)
+run, injected = tour.papermill_demo(artifacts_dir("00_tour"), size=papermill_matmul_size)
 print("papermill injected this cell:\n" + injected)
 print(f"\nexecuted in {run.seconds:.1f}s, ok={run.ok}, output: {run.output}")
 for figure in run.figures:

@@ -27,10 +27,13 @@ catalog_path = ""
 time_budget_s = 0.0
 
 # %%
+from labkit.notebooks import key_figure, route_kernel_stderr
+
+route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
+
 from labkit.core import config
 from labkit.hardware import BenchConfig, CostAssumptions, Roofline, SpotModel, Workload, flops
 from labkit.hardware import estimate_costs, load_catalog, matmul_intensity, measure_ceilings
-from labkit.course.report import key_figure
 from labkit.course.tables import table
 
 from labkit.course import sizing

@@ -33,11 +33,14 @@ device = "auto"
 time_budget_s = 0.0
 
 # %%
+from labkit.notebooks import artifacts_dir, key_figure, route_kernel_stderr
+
+route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
+
 from dataclasses import replace
 
 from labkit.core import config, frameworks
-from labkit.course import distribution as dist, notebook, sizing
-from labkit.course.report import key_figure
+from labkit.course import distribution as dist, sizing
 from labkit.course.tables import table
 from labkit.core.train_config import TrainConfig
 
@@ -57,7 +60,7 @@ print(plan.text())
 steps = steps or plan["steps"]
 job = TrainConfig(model=model, scale=plan["model_scale"], steps=steps, batch_size=global_batch, lr=lr,
                   num_samples=num_samples, device=plan["device"], progress=False)
-out_dir = notebook.artifacts_dir("02_distribution_tf_vs_ddp")
+out_dir = artifacts_dir("02_distribution_tf_vs_ddp")
 
 # %% [markdown]
 # ## Global vs per-replica batch

@@ -28,9 +28,12 @@ seed = 0
 time_budget_s = 0.0
 
 # %%
+from labkit.notebooks import artifacts_dir, key_figure, route_kernel_stderr
+
+route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
+
 from labkit.core import config, frameworks
-from labkit.course import crc_demo, input_conclusions, input_ladder as ladder, notebook, read_rates, sizing, step_probe
-from labkit.course.report import key_figure
+from labkit.course import crc_demo, input_conclusions, input_ladder as ladder, read_rates, sizing, step_probe
 from labkit.course.tables import table
 from labkit.data import read_records, decode_example
 
@@ -44,7 +47,7 @@ mb = plan["bench_mb"]  # MB of bench_record_kb records for the ceiling run
 cfg = ladder.InputLadderConfig(num_samples=samples, image_size=image_size, records_per_shard=records_per_shard,
                                batch_size=batch_size, num_workers=num_workers, prefetch=prefetch,
                                open_latency_ms=open_latency_ms, bandwidth_mb_s=bandwidth_mb_s, repeats=repeats, seed=seed)
-out = notebook.artifacts_dir("03_input_pipelines")
+out = artifacts_dir("03_input_pipelines")
 has_torch, has_tf = frameworks.has_torch(), frameworks.has_tf()
 print(f"scale={scale}: {samples} images of {image_size}², shards of {records_per_shard}; torch={has_torch} tf={has_tf}")
 

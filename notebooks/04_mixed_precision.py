@@ -24,10 +24,13 @@ overflow_init_scale = 268435456.0
 time_budget_s = 0.0
 
 # %%
+from labkit.notebooks import key_figure, route_kernel_stderr
+
+route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
+
 from IPython.display import Markdown, display
 from labkit.core import config, frameworks
 from labkit.course import loss_scaling, precision, sizing, tensor_cores
-from labkit.course.report import key_figure
 from labkit.course.tables import table
 
 scale = config.resolve_scale(scale)

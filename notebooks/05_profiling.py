@@ -39,15 +39,18 @@ profile_tf = True
 time_budget_s = 0.0
 
 # %%
+from labkit.notebooks import artifacts_dir, key_figure, route_kernel_stderr
+
+route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
+
 from labkit.core import config, frameworks
 from labkit.profiling import ProfileConfig, WorkloadConfig, profile_workload
-from labkit.course import notebook, profile_results, sizing
+from labkit.course import profile_results, sizing
 from labkit.profiling.run import profile_training, set_cpu_threads
-from labkit.course.report import key_figure
 from labkit.core.train_config import TrainConfig
 
 scale = config.resolve_scale(scale)
-out = notebook.artifacts_dir("05_profiling")
+out = artifacts_dir("05_profiling")
 schedule = dict(wait=2, warmup=1, active=config.check_int("active_steps", active_steps, minimum=1))
 config.check_int("repeats", repeats, minimum=3)  # each speed-up below is a verdict: 3 runs at least
 has_torch = frameworks.has_torch()

@@ -33,11 +33,14 @@ submit = False
 time_budget_s = 0.0
 
 # %%
+from labkit.notebooks import artifacts_dir, key_figure, route_kernel_stderr
+
+route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
+
 from labkit import vertex
 from labkit.core import config, devices, frameworks, metrics
-from labkit.course import notebook, sizing
+from labkit.course import sizing
 from labkit.course.hardware_plots import allreduce_title, plot_allreduce_bandwidth
-from labkit.course.report import key_figure
 from labkit.course.tables import table
 from labkit.hardware import allreduce as collectives
 from labkit.vertex.emulator import describe_environments, replica_envs, LocalPaths, run_local
@@ -49,7 +52,7 @@ plan = sizing.plan("06_multi_node", scale, time_budget_s=time_budget_s, replicas
 print(plan.text())
 steps = steps or plan["steps"]
 allreduce_max_mb = allreduce_max_mb or plan["allreduce_max_mb"]
-workdir = notebook.artifacts_dir("06_multi_node")
+workdir = artifacts_dir("06_multi_node")
 fw = frameworks.Frameworks.detect()
 train = dict(model="cnn", scale=plan["model_scale"], steps=steps, batch_size=global_batch, device="auto", progress=True)
 print(f"{steps} steps, global batch {global_batch}, {replicas} nodes; files in {workdir}")

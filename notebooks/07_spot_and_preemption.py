@@ -39,10 +39,13 @@ output_uri = "gs://YOUR_BUCKET/labkit/07_spot"
 time_budget_s = 0.0
 
 # %%
+from labkit.notebooks import artifacts_dir, key_figure, route_kernel_stderr
+
+route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
+
 from labkit import vertex
 from labkit.core import config, frameworks
-from labkit.course import drill, notebook, sizing, spot
-from labkit.course.report import key_figure
+from labkit.course import drill, sizing, spot
 from labkit.course.tables import table
 from labkit.vertex import pricing
 
@@ -61,7 +64,7 @@ print(plan.text())
 steps = steps or plan["steps"]
 preempt_step = preempt_step or steps // 2 + 1
 config.check_choice("signal", signal, ("SIGTERM", "SIGKILL"))
-workdir = notebook.artifacts_dir("07_spot_and_preemption")
+workdir = artifacts_dir("07_spot_and_preemption")
 print(f"scale {scale}: {steps} steps, checkpoint every {checkpoint_every}, {signal} at step {preempt_step}")
 
 # %%

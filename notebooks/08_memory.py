@@ -27,10 +27,13 @@ sharding_steps = 3
 time_budget_s = 0.0
 
 # %%
+from labkit.notebooks import key_figure, route_kernel_stderr
+
+route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
+
 from IPython.display import Markdown, display
 from labkit.core import config, frameworks
 from labkit.course import sizing
-from labkit.course.report import key_figure
 from labkit.course.tables import table
 from labkit.core.train_config import TrainConfig
 

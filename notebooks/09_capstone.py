@@ -31,9 +31,12 @@ output_uri = "gs://YOUR_BUCKET/labkit/09_capstone"
 time_budget_s = 0.0
 
 # %%
+from labkit.notebooks import key_figure, route_kernel_stderr
+
+route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
+
 from labkit.course import capstone, sizing
 from labkit.core import config, frameworks
-from labkit.course.report import key_figure
 from labkit.course.tables import table
 
 # %% [markdown]

@@ -29,17 +29,20 @@ compare_recipe = "pipeline"
 time_budget_s = 0.0
 
 # %%
+from labkit.notebooks import artifacts_dir, key_figure, route_kernel_stderr
+
+route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
+
 import json
 from IPython.display import Markdown, display
 from labkit.core import config, frameworks, parallelism
-from labkit.course import model_parallel as mp, notebook, recipe_view, sizing
-from labkit.course.report import key_figure
+from labkit.course import model_parallel as mp, recipe_view, sizing
 from labkit.course.tables import table
 
 # %%
 scale = config.resolve_scale(scale)
 config.check_int("processes", processes, minimum=2, maximum=8)
-workdir = notebook.artifacts_dir("10_model_parallelism")
+workdir = artifacts_dir("10_model_parallelism")
 has_torch = frameworks.has_torch()
 deepspeed_missing = None if frameworks.is_installed("deepspeed") else frameworks.missing_reason("deepspeed")
 run_plan = sizing.plan("10_model_parallelism", scale, time_budget_s=time_budget_s, processes=processes,

@@ -32,13 +32,16 @@ output_uri = "gs://YOUR_BUCKET/labkit/11_tuning"
 time_budget_s = 0.0
 
 # %%
+from labkit.notebooks import artifacts_dir, key_figure, route_kernel_stderr
+
+route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
+
 import json
 
 from labkit import vertex
 from labkit.core import config
 from labkit.core.train_config import TrainConfig
-from labkit.course import notebook, sizing, tables, tuning
-from labkit.course.report import key_figure
+from labkit.course import sizing, tables, tuning
 
 # %%
 scale = config.resolve_scale(scale)
@@ -48,7 +51,7 @@ print(plan.text())
 steps = steps or plan["steps"]
 trials = trials or plan["trials"]
 config.check_int("parallel_trials", parallel_trials, minimum=1, maximum=trials)
-workdir = notebook.artifacts_dir("11_hyperparameter_tuning")
+workdir = artifacts_dir("11_hyperparameter_tuning")
 base = TrainConfig(model=model, scale=scale, steps=steps, checkpoint_every=max(1, steps // 3), progress=False)
 print(f"scale {scale}: {trials} trials of {steps} steps, {parallel_trials} at a time; files in {workdir}")
 

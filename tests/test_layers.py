@@ -1,7 +1,7 @@
 """The layers of labkit, enforced: imports point downward only, no import cycles, no use of
 another module's private names, and labkit's own code never goes through the public aliases.
 
-    core  →  faces (data, hardware, vertex)  →  engines (torch, tf, train)
+    core  →  faces (data, hardware, vertex, notebooks)  →  engines (torch, tf, train)
           →  analysis and recipes (profiling, recipes)  →  course  →  entry points (cli)
 
 A module may import its own layer and the layers below it. Function-level imports count too:
@@ -21,11 +21,11 @@ ROOT = Path(__file__).resolve().parents[1] / "labkit"
 # (layer, module prefixes), lowest first. The longest matching prefix decides a module's layer.
 LAYERS = (
     ("core", ("labkit.core", "labkit")),
-    ("faces", ("labkit.data", "labkit.hardware", "labkit.vertex")),
+    ("faces", ("labkit.data", "labkit.hardware", "labkit.vertex", "labkit.notebooks")),
     ("engines", ("labkit.torch", "labkit.tf", "labkit.train")),
     ("analysis and recipes", ("labkit.profiling", "labkit.recipes")),
     ("course", ("labkit.course",)),
-    ("entry points", ("labkit.cli", "labkit.__main__", "labkit.vertex.entry")),
+    ("entry points", ("labkit.cli", "labkit.__main__")),
 )
 # Stable public names of core modules (each *is* its labkit.core module); for users, not for
 # labkit's own code.

@@ -4,26 +4,28 @@ import subprocess
 import nbformat
 import pytest
 
+from labkit.core import notebook_params
 from labkit.core.config import ParameterError
-from labkit.course import notebook
-from labkit.course import runner as course
+from labkit.course.summary import write_report
 from labkit.course.tour import HELLO_NOTEBOOK
+from labkit.notebooks import course_run as course
+from labkit.notebooks import execute as notebook
 
 
 def test_parse_value():
-    assert notebook.parse_value("12") == 12
-    assert notebook.parse_value("0.5") == 0.5
-    assert notebook.parse_value("true") is True and notebook.parse_value("None") is None
-    assert notebook.parse_value("smoke") == "smoke"
-    assert notebook.parse_value("['bf16', 'fp32']") == ["bf16", "fp32"]
+    assert notebook_params.parse_value("12") == 12
+    assert notebook_params.parse_value("0.5") == 0.5
+    assert notebook_params.parse_value("true") is True and notebook_params.parse_value("None") is None
+    assert notebook_params.parse_value("smoke") == "smoke"
+    assert notebook_params.parse_value("['bf16', 'fp32']") == ["bf16", "fp32"]
 
 
 def test_parameters_are_checked_before_a_kernel_starts():
-    assert notebook.notebook_parameters(HELLO_NOTEBOOK) == {"size": 512, "repeats": 3}
+    assert notebook_params.notebook_parameters(HELLO_NOTEBOOK) == {"size": 512, "repeats": 3}
     with pytest.raises(ParameterError, match=r"'sise' is not a parameter of hello.ipynb \(it has: repeats, size\)"):
-        notebook.check_parameters(HELLO_NOTEBOOK, {"sise": 3})
+        notebook_params.check_parameters(HELLO_NOTEBOOK, {"sise": 3})
     with pytest.raises(ParameterError, match="'size' of hello.ipynb must be an integer like its default 512"):
-        notebook.check_parameters(HELLO_NOTEBOOK, {"size": "big"})
+        notebook_params.check_parameters(HELLO_NOTEBOOK, {"size": "big"})
 
 
 @pytest.mark.parametrize(("default", "value", "problem"), [
@@ -31,7 +33,7 @@ def test_parameters_are_checked_before_a_kernel_starts():
     (0.5, True, "must be a number"), (True, 1, "must be True or False"), ("a", 1, "must be a string"),
     (512, 7, None), (0.5, 2, None), (True, False, None), ("a", "b", None), (None, 3, None), ([1], "x", None)])
 def test_a_value_must_be_of_its_defaults_kind(default, value, problem):
-    found = notebook.type_problem(default, value)
+    found = notebook_params.type_problem(default, value)
     assert (found is None) if problem is None else (problem in found)
 
 
@@ -89,8 +91,9 @@ def _failing_copy(tmp_path):
 @pytest.mark.slow
 def test_course_runs_all_notebooks_reports_and_survives_a_failure(tmp_path):
     nbs = _failing_copy(tmp_path)
-    runs, report = course.run_course(tmp_path / "run", {"size": 32, "repeats": 1},
-                                     notebook_dir=nbs, echo=lambda *a, **k: None)
+    runs = course.run_course(tmp_path / "run", {"size": 32, "repeats": 1},
+                             notebook_dir=nbs, echo=lambda *a, **k: None)
+    report = write_report(runs, tmp_path / "run")
     assert [r.ok for r in runs] == [True, False]
     assert "RuntimeError: boom" in runs[1].error
     text = report.read_text()

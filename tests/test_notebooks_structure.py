@@ -10,7 +10,7 @@ import jupytext
 import nbformat
 import pytest
 
-from labkit.course.notebook import KERNEL_NAME
+from labkit.notebooks import KERNEL_NAME
 from tests.conftest import NOTEBOOK_DIR
 
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
@@ -42,6 +42,18 @@ def test_first_code_cell_is_parameters_with_scale(path):
     assert re.search(r'^scale = "auto"$', first.source, re.M), 'scale must default to "auto"'
     assert all(isinstance(n, ast.Assign) for n in ast.parse(first.source).body), \
         "the parameters cell holds plain assignments only"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_the_imports_cell_routes_kernel_stderr_first(path):
+    """Nothing routes a kernel's stderr on import, so each notebook asks, before any import that
+    could print (TensorFlow's start-up messages)."""
+    body = ast.parse(_code_cells(nbformat.read(path, as_version=4))[1].source).body
+    calls = [i for i, node in enumerate(body) if isinstance(node, ast.Expr)
+             and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", None) == "route_kernel_stderr"]
+    assert calls, "the cell after the parameters must call route_kernel_stderr()"
+    assert all(isinstance(node, ast.ImportFrom) and node.module == "labkit.notebooks"
+               for node in body[:calls[0]]), "route_kernel_stderr() must come before the other imports"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

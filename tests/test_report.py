@@ -1,6 +1,6 @@
 import nbformat
 
-from labkit.course.report import (
+from labkit.notebooks.figures import (
     FIGURE_MIME,
     KeyFigure,
     figures_in_notebook,

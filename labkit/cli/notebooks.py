@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from labkit.cli.vertex import add_vertex_options, run_on_vertex
 from labkit.core.config import ParameterError
-from labkit.course.notebook import parse_value, run_notebook
-from labkit.course.runner import run_course
+from labkit.core.notebook_params import parse_value
+from labkit.course.summary import write_report
+from labkit.notebooks import run_course, run_notebook, timestamp
 
 
 def add_run_command(subparsers) -> None:
@@ -54,11 +57,13 @@ def add_course_command(subparsers) -> None:
 
 def _course_command(args) -> int:
     params = {name: parse_value(value) for name, value in args.parameter}
+    out = Path(args.out) if args.out else Path("runs") / timestamp()
     try:
-        runs, report = run_course(args.out, params, notebook_dir=args.notebooks, only=args.only)
+        runs = run_course(out, params, notebook_dir=args.notebooks, only=args.only)
     except (ValueError, OSError) as e:  # found before any notebook ran
         print(f"labkit course: {e}")
         return 2
+    report = write_report(runs, out)
     print(f"\nexecuted notebooks and report: {report.parent}\nsummary: {report}")
     print(report.read_text(encoding="utf-8"))
     return 0 if all(r.ok for r in runs) else 1

@@ -69,7 +69,8 @@ def _labels(pairs: list[str]) -> dict[str, str]:
 
 def run_on_vertex(args: argparse.Namespace, params: dict[str, Any]) -> int:
     from labkit import vertex
-    from labkit.course.notebook import check_parameters, timestamp
+    from labkit.core.notebook_params import check_parameters
+    from labkit.notebooks import timestamp
 
     notebook = Path(args.notebook)
     if not notebook.is_file():

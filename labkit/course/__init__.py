@@ -6,8 +6,7 @@ computed from the measurements, and presents them.
 Shared by every notebook:
     tables       the one table formatter (plain text or Markdown)
     plots        the one start and finish of every plot (headless backend, layout, saving)
-    report       key figures: a notebook's measured results, collected by `labkit course`
-    notebook     running one notebook with papermill; runner: `labkit course`, all of them
+    summary      the report `labkit course` writes of what this machine measured
 
 By notebook:
     00  tour
@@ -22,12 +21,6 @@ By notebook:
     09  capstone
     vertex_demo: small real distributed programs a local Vertex job runs (`python -m`)
 
-Rungs and levers are found by key; their labels are only for display.
-
-Imported in a Jupyter kernel, this package sends the kernel's file-descriptor-2 output (C/C++
-library logs, child processes' stderr) to the notebook's log file: see `notebook`.
+Running notebooks (papermill, the kernel and its log, key figures) is `labkit.notebooks`'s, below
+this layer. Rungs and levers are found by key; their labels are only for display.
 """
-
-from labkit.course.notebook import route_kernel_stderr
-
-route_kernel_stderr()

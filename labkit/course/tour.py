@@ -7,8 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from labkit.course.notebook import NotebookRun, run_notebook
-from labkit.course.report import key_figure
+from labkit.notebooks import NotebookRun, key_figure, run_notebook
 
 HELLO_NOTEBOOK = Path(__file__).resolve().parents[1] / "assets" / "hello.ipynb"
 

@@ -76,13 +76,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import os
 
-    from labkit.course.notebook import (
-        ARTIFACTS_ENV,
-        KERNEL_LOG_ENV,
-        KERNEL_NAME,
-        ensure_kernel,
-        run_notebook,
-    )
+    from labkit.notebooks.artifacts import ARTIFACTS_ENV
+    from labkit.notebooks.execute import run_notebook
+    from labkit.notebooks.kernel import KERNEL_NAME, ensure_kernel
+    from labkit.notebooks.stderr import KERNEL_LOG_ENV
 
     if args.device == "cuda":
         from labkit.core import devices

@@ -14,7 +14,8 @@ import time
 import nbformat
 import pytest
 
-from labkit.course.notebook import KERNEL_NAME, unexpected_stderr
+from labkit.notebooks.kernel import KERNEL_NAME
+from labkit.notebooks.stderr import unexpected_stderr
 from tests.conftest import NOTEBOOK_DIR
 from tests.executed import ran_in_lab
 

@@ -1,8 +1,9 @@
 """Key figures: how a notebook states a measured result so the course summary can collect it.
 
 `key_figure("bf16 speed-up over fp32", 2.4, "×")` displays a line in the notebook and embeds the
-value in the cell output under a labkit MIME type. `labkit course` reads those outputs back from
-the executed notebooks to build its report, so the report can only show what a run measured.
+value in the cell output under a labkit MIME type. `run_notebook` reads those outputs back from
+the executed notebook (`figures_in_notebook`) and `labkit course` builds its report from them, so
+the report can only show what a run measured.
 """
 
 from __future__ import annotations
