@@ -52,11 +52,6 @@ class BatchLayout:
     def micro_batch(self) -> int:
         return self.global_batch // (self.num_replicas * self.grad_accum)
 
-    @property
-    def per_replica_batch(self) -> int:
-        """Samples one replica contributes to one optimizer step (all micro-steps)."""
-        return self.global_batch // self.num_replicas
-
 
 def load_arrays(model_cfg: ModelConfig, num_samples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """All samples in memory: (images uint8 NHWC, labels int32) or (tokens int32, targets int32)."""
