@@ -82,9 +82,9 @@ def test_the_model_framework_and_optimizer_can_never_change():
     assert parse_allowed(" batch-size , lr") == {"batch_size", "lr"}
 
 
-def test_a_checkpoint_without_a_fingerprint_is_accepted_with_a_warning():
-    with pytest.warns(checkpoint.CheckpointWarning, match="records no run fingerprint"):
-        assert Resume.of(CONFIG, world_size=1).check({"world_size": 1, "framework": "torch"}, "ck") == {}
+def test_a_checkpoint_without_a_fingerprint_is_refused_naming_the_folder():
+    with pytest.raises(ResumeMismatch, match="ck.*no run fingerprint"):
+        Resume.of(CONFIG, world_size=1).check({"world_size": 1, "framework": "torch"}, "ck")
 
 
 def test_the_engines_optimizer_is_the_fingerprints():
@@ -154,13 +154,13 @@ def test_a_position_in_the_dropped_tail_starts_the_next_epoch():
     assert first == {int(i) for i in next(fresh)[1]} and loader.position == DataPosition(1, 16)
 
 
-def test_an_old_checkpoint_position_in_micro_batches_is_read_as_samples():
+def test_a_data_position_not_counted_in_samples_is_refused_naming_the_checkpoint():
     from labkit.torch.data import DataPosition
     from labkit.torch.state import saved_position
 
-    resume = Resume.of(replace(CONFIG, batch_size=32, grad_accum=2), world_size=2)
-    assert saved_position({"epoch": 1, "batch": 3}, resume) == DataPosition(1, 3 * 16)
-    assert saved_position({"epoch": 1, "sample": 40}, resume) == DataPosition(1, 40)
+    assert saved_position({"epoch": 1, "sample": 40}, "ck/step-00000003") == DataPosition(1, 40)
+    with pytest.raises(checkpoint.CheckpointError, match=r"ck/step-00000003: .*counts no samples"):
+        saved_position({"epoch": 1, "batch": 3}, "ck/step-00000003")
 
 
 def test_tf_steps_continue_the_order_from_where_a_resumed_run_began():
@@ -174,7 +174,6 @@ def test_tf_steps_continue_the_order_from_where_a_resumed_run_began():
     assert sorted(step3) == sorted(order[24:40])
     # a fresh origin is the step-based order: 8 steps an epoch, so step 9 is epoch 1's second
     assert step_position(9, 8, 64, DataOrigin()) == (1, 8)
-    assert DataOrigin.resumed(3, {"step": 3}) == DataOrigin()  # a checkpoint from before positions
 
 
 # ---------------------------------------------------------------- the torch engine

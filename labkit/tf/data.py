@@ -114,9 +114,8 @@ class DataOrigin:
     @classmethod
     def resumed(cls, start: int, saved: dict | None) -> DataOrigin:
         """The origin of a run resumed at step `start` from a checkpoint whose data position is
-        `saved` (its epoch and samples taken; older checkpoints recorded only the step, which
-        continues the same order as long as the batch size is the same)."""
-        if start and saved and "sample" in saved:
+        `saved` (its epoch and samples taken)."""
+        if start and saved:
             return cls(start, int(saved["epoch"]), int(saved["sample"]))
         return cls()
 
