@@ -64,7 +64,7 @@ def test_a_failing_process_takes_the_others_down_and_its_tail_is_reported():
     with pytest.raises(LaunchError) as err:
         result.check("DDP replica")
     message = str(err.value)
-    assert message.startswith("DDP replica rank 1 of 2 failed (exit codes [-9, 3])")
+    assert message.startswith("DDP replica") and all(f in message.splitlines()[0] for f in ("rank 1", "of 2", "[-9, 3]"))
     assert message.endswith("boom\n") and "x" * 101 not in message  # only the tail
 
 
@@ -95,7 +95,9 @@ def test_a_failure_has_a_one_line_summary_quoting_its_last_line():
     result = run_group([py("rank 0", "import sys; print('labkit train: bad setting'); sys.exit(2)")])
     with pytest.raises(LaunchError) as err:
         result.check("DDP replica")
-    assert err.value.summary == "DDP replica rank 0 of 1 failed with exit code 2: labkit train: bad setting"
+    summary = err.value.summary
+    assert "\n" not in summary and summary.endswith("labkit train: bad setting")  # its last line
+    assert all(f in summary for f in ("DDP replica", "rank 0", "exit code 2"))
     assert err.value.returncode == 2
 
 
