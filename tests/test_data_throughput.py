@@ -3,6 +3,7 @@ data-time fraction of real training steps (values are checked for sense, never f
 
 from __future__ import annotations
 
+import math
 import os
 
 import pytest
@@ -123,7 +124,8 @@ def test_tf_step_behind_tf_data(shards):
 
     step = tf_image_step(num_classes=3, width=8)
     losses = [step(b) for b in make_tf_dataset(shards.paths, TFPipelineConfig(batch_size=8))]
-    assert len(losses) == 3 and all(loss > 0 for loss in losses)
+    # a fresh 3-class classifier starts near chance: cross-entropy about ln 3
+    assert len(losses) == 3 and all(abs(float(loss) - math.log(3)) < 0.5 for loss in losses)
 
 
 @pytest.mark.gpu
