@@ -119,10 +119,6 @@ DWS_MAX_DISCOUNT = Fact(
     "machines with high-end GPUs cost up to about half of on-demand on Vertex AI (Google Cloud "
     "Japan, 'up to about half price')", DWS_PRICE_BLOG_URL, RULES_READ_ON)
 
-CHECKPOINT_EVERY_H = Fact(
-    4, "h", "For training expected to take more than four hours, save a checkpoint at least "
-    "once every four hours", VERTEX_TRAINING_ERRORS_URL)
-
 SPOT_MAX_DISCOUNT = Fact(
     0.91, "fraction of the on-demand price", "Spot prices vary (they can change up to once a "
     "day) and give discounts of up to 91% off the on-demand price for many machine types, GPUs, "
