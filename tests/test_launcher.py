@@ -12,7 +12,6 @@ import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -26,6 +25,7 @@ from labkit.core.launcher import (
     child_env,
     run_group,
 )
+from tests.conftest import child_pids
 
 SLEEPER = "import time; print('sleeping', flush=True); time.sleep(60)"
 # Ignores SIGTERM: only SIGKILL ends it.
@@ -135,25 +135,12 @@ def test_processes_die_with_their_launcher_even_after_sigkill():
     """)
     launcher = subprocess.Popen([sys.executable, "-c", script], env=child_env())
     try:
-        wait_for(lambda: len(_children(launcher.pid)) == 2)
-        children = _children(launcher.pid)
+        wait_for(lambda: len(child_pids(launcher.pid)) == 2)
+        children = child_pids(launcher.pid)
     finally:
         launcher.kill()
         launcher.wait()
     wait_for(lambda: not any(_alive(c) for c in children))
-
-
-def _children(pid: int) -> list[int]:
-    """Processes whose parent is `pid` (from /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
 
 
 def test_servers_are_stopped_once_the_primary_has_finished(tmp_path):
