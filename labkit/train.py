@@ -97,6 +97,6 @@ def check_before_start(config: TrainConfig, world_size: int, *, main: bool = Tru
             meta = checkpoint.read_marker(config.checkpoint_dir, steps[-1]).get("meta", {})
         except checkpoint.CheckpointError:
             return  # the engine falls back past it, and checks the step it restores
-        if "fingerprint" in meta:  # one from an earlier labkit: the engine warns about it
+        if "fingerprint" in meta:  # without one the engine's restore refuses it, saying why
             Resume.of(config, world_size=world_size).check(meta, config.checkpoint_dir)
 

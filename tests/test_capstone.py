@@ -107,8 +107,8 @@ def test_a_lever_that_fails_here_is_reported_and_the_climb_goes_on():
 
     cfg = CapstoneConfig(framework="torch", model="gpt", scale="full", repeats=3)
     result = capstone.optimise(cfg, hardware=H100, measure_fn=measure)
-    assert _why(result.skipped)["step_graph"] == (
-        "failed here: RuntimeError: capturing the training step as one CUDA graph failed: boom")
+    why = _why(result.skipped)["step_graph"]
+    assert "RuntimeError" in why and why.endswith("boom")  # the error's first line only
     assert "step_graph" not in [t["key"] for t in result.trials]
     assert result.changes() == {"precision": "bf16", "fp8_head": True}
 

@@ -32,7 +32,7 @@ def test_a_learning_curve_is_told_apart_from_a_flat_one():
             "first_grad_norm_right": 0.5, "classes": 512, "logged_floor": 5.24}
     learning = {**flat, "mistaken": [6.0, 5.0], "final_gap": 0.0, "lr": 1e-3}
     text = " ".join(mistakes_explained.softmax(flat, learning))
-    assert "with SGD the mistaken model hardly learned; with AdamW the mistaken model still learned" in text
+    assert text.index("SGD") < text.index("hardly learned") < text.index("still learned")
     assert "stayed flat (6.000 → 5.999)" in text and "fell from 6.000 to 5.000" in text
 
 

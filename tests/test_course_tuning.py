@@ -30,7 +30,7 @@ def test_conclusions_come_from_the_records_and_prices():
 def test_a_study_with_no_finished_trial_says_so():
     records = [TrialRecord("1", {"lr": 1e-3}, None, "FAILED", 1.0)]
     text = tuning.conclusions(study_summary(records), records, _cost(True, 0.2), _cost(False, 0.5), ["lr"])
-    assert text[0] == "No trial finished, so the study has no best configuration."
+    assert "finished" in text[0] and "1.00e-03" not in " ".join(text)  # no best configuration named
 
 
 def test_cost_rows_and_plot(tmp_path):

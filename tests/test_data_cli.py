@@ -154,7 +154,8 @@ def test_write_into_a_read_only_folder_as_a_subprocess(tmp_path):
     finally:
         ro.chmod(0o755)
     assert r.returncode == 2, r.stderr
-    assert r.stdout.strip() == f"labkit data write: cannot write shards into {ro / 'out'}: Permission denied"
+    out = r.stdout.strip()
+    assert "\n" not in out and str(ro / "out") in out and out.endswith("Permission denied")
     assert r.stderr == ""
 
 

@@ -69,10 +69,10 @@ def test_conclusions_are_computed_from_the_numbers():
     raw = ReadRates({"raw": 6.0, "crc32c": 6.0, "torch_batch": 2.4, "tf_data": 1.2}, {})
     assert raw.ceiling == pytest.approx(3.0)
     text = conclusions([lad], mech, raw, TINY)
-    assert "Shards of 4: 5.00× naive: one file per sample (fewer than 3 epochs: no verdict)" in text
+    assert "5.00× naive" in text and "fewer than 3 epochs: no verdict" in text
     assert "15.0× the naive rung" in text
     assert "started afresh" in text  # parallel reads (40) slower than shards (50)
-    assert "batch, background thread delivered the most (400 samples/s), 4.0× sample + collate" in text
+    assert "batch, background thread" in text and "400 samples/s" in text and "4.0× sample + collate" in text
     assert "one pass each, so no verdict" in text
     assert "80% of the single-core ceiling 3.00 GB/s" in text and "2.00× tf.data" in text
     rows = table(lad.rows(), title="torch").splitlines()

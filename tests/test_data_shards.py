@@ -103,6 +103,9 @@ def test_verify_bad_input_raises_one_clear_error(tmp_path):
     (tmp_path / "data-manifest.json").write_text(json.dumps({"shards": ["a"], "counts": [1], "num_records": 2}))
     with pytest.raises(ManifestError, match="num_records"):
         read_manifest(tmp_path / "data-manifest.json")
+    (tmp_path / "data-manifest.json").write_text(json.dumps({"shards": ["a"], "counts": [1], "num_records": 1}))
+    with pytest.raises(ManifestError, match=r"data-manifest.json: 'sha256' must list one digest per shard"):
+        read_manifest(tmp_path / "data-manifest.json")
     with pytest.raises(FileNotFoundError, match="nope"):
         verify_shards(tmp_path / "nope")
     assert issubclass(ManifestError, ValueError)

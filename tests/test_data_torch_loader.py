@@ -20,7 +20,7 @@ from labkit.data import (
 from labkit.data.reader import assign_shards
 
 torch = pytest.importorskip("torch")
-from labkit.data.torch_loader import LoaderConfig, make_dataset, make_loader  # noqa: E402
+from labkit.data.torch_loader import LoaderConfig, make_loader  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +89,7 @@ def test_dataset_split_for_each_worker_without_processes(shards):
     seen = []
     for rank, world in itertools.product(range(3), [3]):
         cfg = LoaderConfig(rank=rank, world_size=world)
-        seen += [int(i) for b in make_dataset(s.paths, ReadConfig(batch_size=4), cfg) for i in b["index"]]
+        seen += [int(i) for b in make_loader(s.paths, ReadConfig(batch_size=4), cfg).dataset for i in b["index"]]
     assert sorted(seen) == list(range(53))
 
 

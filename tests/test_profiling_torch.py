@@ -50,7 +50,6 @@ def test_trace_files_for_perfetto_and_tensorboard(tmp_path):
     assert any(e.get("name") == "labkit/forward" for e in trace["traceEvents"])
     assert list(prof.tensorboard_dir.glob("*.pt.trace.json"))
     assert len(step_breakdown(prof.timeline()).steps) == 3
-    assert "Self CPU" in prof.key_averages_table(5)
 
 
 def test_too_few_steps_says_so(tmp_path):

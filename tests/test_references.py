@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,33 @@ from labkit.hardware.catalog import find, load_catalog
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9]*.py"))
 # A number followed by a throughput or bandwidth unit (or "% MFU"), as a sentence would quote it.
 QUOTED = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s*(?:k|K|M)?\s*(images/s|img/s|tokens/s|samples/s|TFLOP/s|GB/s|TB/s|% MFU)")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def all_numbers() -> set[float]:
+    """Every number written in any file of `results.results_dir()` (JSON values and numbers in text
+    files): what a quoted reference figure must be found among."""
+    out: set[float] = set()
+    for path in sorted(results.results_dir().glob("*")):
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".json":
+            _walk(json.loads(text), out)
+        else:
+            out.update(float(m) for m in _NUMBER.findall(text.replace(",", "")))
+    return out
+
+
+def _walk(value: Any, out: set[float]) -> None:
+    if isinstance(value, bool):
+        return
+    if isinstance(value, (int, float)):
+        out.add(float(value))
+    elif isinstance(value, dict):
+        for v in value.values():
+            _walk(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            _walk(v, out)
 
 
 def _held(value: float, decimals: int, numbers: set[float]) -> bool:
@@ -50,14 +78,14 @@ def quoted_figures(text: str) -> list[tuple[str, float, int]]:
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_text_quotes_only_figures_a_results_file_holds(path):
-    numbers = results.all_numbers()
+    numbers = all_numbers()
     missing = [written for cell in _markdown(path) for written, value, decimals in quoted_figures(cell)
                if not _held(value, decimals, numbers)]
     assert not missing, f"{path.name} quotes figures no file in benchmarks/results holds: {missing}"
 
 
 def test_the_check_catches_a_retyped_figure():
-    numbers = results.all_numbers()
+    numbers = all_numbers()
     (written, value, decimals), = quoted_figures("the H100 ladder reached **5,534 images/s**")
     assert written.startswith("5,534") and not _held(value, decimals, numbers)
     (_, value, decimals), = quoted_figures("labkit reached 5,536 images/s")
@@ -81,7 +109,7 @@ def test_reference_ladder_rows_are_the_benchmark_rows_without_a_course_run(monke
     assert [r["samples_per_s"] for r in rows] == [rates[v] for v in results.RESNET_RUNGS]
     assert [r["key"] for r in rows][:5] == [r.key for r in precision.RUNGS["torch"] if r.key != "fp16"]
     assert "NVIDIA H100" in provenance and "2026-11-22" in provenance and "bench_torch.py" in provenance
-    numbers = results.all_numbers()
+    numbers = all_numbers()
     assert all(r["samples_per_s"] in numbers for r in rows)
 
 
@@ -97,7 +125,7 @@ def test_reference_ladder_is_notebook_04s_own_from_the_newest_course_run_on_a_gp
 
 
 def test_gpu_appetite_and_mfu_references_come_from_the_files():
-    numbers = results.all_numbers()
+    numbers = all_numbers()
     assert read_rates.reference_resnet().value in numbers
     assert read_rates.REFERENCE_RESNET50_IMAGES_PER_S == read_rates.reference_resnet().value
     datasheet = find(load_catalog(), "H100 80GB").peak_bf16_tflops
@@ -128,4 +156,3 @@ def test_missing_results_say_where_they_were_looked_for(monkeypatch, tmp_path):
     monkeypatch.setenv("LABKIT_RESULTS_DIR", str(tmp_path))
     with pytest.raises(results.ResultsUnavailable, match=str(tmp_path)):
         results.resnet_ladder()
-    assert not results.available()

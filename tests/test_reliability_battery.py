@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, child_pids
 
 pytest.importorskip("torch")
 
@@ -733,19 +733,6 @@ def _start_ddp(ck: Path, *extra: str) -> subprocess.Popen:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def _children(pid: int) -> list[int]:
-    """Processes whose parent is `pid` (from /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
-
-
 def _running(pid: int) -> bool:
     """`pid` exists and is not a zombie."""
     try:
@@ -764,7 +751,7 @@ def probe_replicas_die_with_their_launcher(tmp_path):
     launcher = _start_ddp(ck)
     try:
         _first_commit(ck, launcher)
-        replicas = _children(launcher.pid)
+        replicas = child_pids(launcher.pid)
     finally:
         launcher.kill()
         launcher.wait()

@@ -7,10 +7,11 @@ import json
 import numpy as np
 import pytest
 
+from labkit.core.cluster import from_env
 from labkit.core.config import ParameterError
 from labkit.tf.data import BatchLayout, replica_indices
 from labkit.tf.launch import tf_configs
-from labkit.tf.strategy import normalized_tf_config, plan_strategy
+from labkit.tf.strategy import plan_strategy
 
 VERTEX_TF_CONFIG = {
     "cluster": {"master": ["cmle-training-workerpool0-ab-0:2222"],
@@ -26,7 +27,7 @@ def _env(spec) -> dict[str, str]:
 
 
 def test_vertex_master_becomes_chief():
-    cfg = normalized_tf_config(_env(VERTEX_TF_CONFIG))
+    cfg = from_env(_env(VERTEX_TF_CONFIG)).tf_config()
     assert "master" not in cfg["cluster"]
     assert cfg["cluster"]["chief"] == VERTEX_TF_CONFIG["cluster"]["master"]
     assert cfg["task"] == {"type": "chief", "index": 0}
@@ -53,21 +54,21 @@ def test_plans():
 ])
 def test_malformed_tf_config_names_the_field(raw, field):
     with pytest.raises(ValueError, match=field):
-        normalized_tf_config({"TF_CONFIG": raw})
+        from_env({"TF_CONFIG": raw})
 
 
 def test_launcher_tf_configs_are_a_valid_cluster():
     configs = tf_configs(3, vertex_names=True, ports=[1001, 1002, 1003])
     assert [c["task"]["type"] for c in configs] == ["master", "worker", "worker"]
     for c in configs:
-        cfg = normalized_tf_config(_env(c))
+        cfg = from_env(_env(c)).tf_config()
         assert cfg["cluster"] == {"chief": ["127.0.0.1:1001"],
                                   "worker": ["127.0.0.1:1002", "127.0.0.1:1003"]}
 
 
 def test_batch_layout_global_semantics():
     layout = BatchLayout(global_batch=32, num_replicas=2, grad_accum=2)
-    assert (layout.micro_batch, layout.per_replica_batch) == (8, 16)
+    assert layout.micro_batch == 8
     with pytest.raises(ParameterError, match="batch_size"):
         BatchLayout(global_batch=30, num_replicas=4, grad_accum=1)
     # Two replicas together see exactly one replica's global batch, with no overlap.
@@ -88,7 +89,7 @@ def _cluster_spec(task_type: str, index: int, pool2_image: str | None = None) ->
 
 
 def test_plan_is_a_view_of_the_cluster_info():
-    from labkit.core.cluster import REDUCTION_SERVER_IMAGE, from_env
+    from labkit.core.cluster import REDUCTION_SERVER_IMAGE
     from labkit.tf.strategy import plan_for
 
     env = _cluster_spec("workerpool1", 1)

@@ -23,12 +23,10 @@ does not fill its disk.
 The checksum is CRC-32C, the one Cloud Storage uses to check objects end to end: it catches
 truncation and corruption (not tampering) several times faster than sha256 (see the checkpoint
 section of benchmarks/RESULTS.md), which matters in the seconds a Spot VM has after SIGTERM.
-Markers written with sha256 digests by earlier versions are still verified with sha256.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import threading
@@ -151,13 +149,6 @@ def _crc32c(data: bytes) -> str:
     return f"{crc32c.crc32c(data):08x}"
 
 
-def _matches(data: bytes, entry: dict[str, Any]) -> bool:
-    """`data` has the checksum its marker entry recorded (sha256 in markers of earlier versions)."""
-    if "crc32c" in entry:
-        return _crc32c(data) == entry["crc32c"]
-    return hashlib.sha256(data).hexdigest() == entry["sha256"]
-
-
 def commit(directory: str, step: int, entries: dict[str, dict[str, Any]],
            meta: dict[str, Any] | None = None, *, keep: int | None = None) -> str:
     """Write the marker for `step` (after all its blobs): from now on the step counts. With
@@ -217,7 +208,7 @@ def read_marker(directory: str, step: int) -> dict[str, Any]:
 
 def _marker_problem(marker: Any) -> str | None:
     """What makes `marker` not a commit marker (None: it is one): an object whose `files` maps
-    each blob name to {size, crc32c (or sha256)}, and whose `meta`, if any, is an object."""
+    each blob name to {size, crc32c}, and whose `meta`, if any, is an object."""
     if not isinstance(marker, dict):
         return f"an object is expected, not a {type(marker).__name__}"
     files = marker.get("files", {})
@@ -229,8 +220,7 @@ def _marker_problem(marker: Any) -> str | None:
         size = entry.get("size")
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             return f"the entry of {name!r} has no valid 'size' (got {size!r})"
-        digest = entry.get("crc32c", entry.get("sha256"))
-        if not isinstance(digest, str):
+        if not isinstance(entry.get("crc32c"), str):
             return f"the entry of {name!r} has no 'crc32c' checksum"
     if not isinstance(marker.get("meta", {}), dict):
         return f"'meta' must be an object, not a {type(marker['meta']).__name__}"
@@ -252,7 +242,7 @@ def read_step(directory: str, step: int) -> Checkpoint:
             raise CheckpointError(f"{path}: missing ({e})") from e
         if len(data) != entry["size"]:
             raise CheckpointError(f"{path}: truncated, {len(data)} of {entry['size']} bytes")
-        if not _matches(data, entry):
+        if _crc32c(data) != entry["crc32c"]:
             raise CheckpointError(f"{path}: contents do not match the digest in its commit marker")
         files[name] = data
     return Checkpoint(step=int(marker.get("step", step)), path=folder, files=files,

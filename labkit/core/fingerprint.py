@@ -17,12 +17,10 @@ weights and moments belong to them.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from labkit.core.checkpoint import CheckpointWarning
 from labkit.core.config import ParameterError
 
 # AdamW's hyper-parameters in both engines (labkit.torch.engine.build, labkit.tf.step.build;
@@ -135,14 +133,12 @@ class Resume:
     def check(self, meta: Mapping[str, Any], where: str) -> dict[str, tuple[Any, Any]]:
         """Compare the fingerprint in a commit marker's `meta` with this run's; returns the
         allowed changes (also kept in `changes`). Raises ResumeMismatch naming the fields that
-        differ when a fixed field differs or a change is not allowed. A checkpoint written
-        before fingerprints existed is accepted with a warning."""
+        differ when a fixed field differs or a change is not allowed, or when the checkpoint
+        records no fingerprint (every engine's checkpoint does)."""
         saved = meta.get("fingerprint")
         if saved is None:
-            warnings.warn(f"{where} records no run fingerprint (written by an earlier labkit); "
-                          "its settings cannot be checked against this run's", CheckpointWarning,
-                          stacklevel=2)
-            return {}
+            raise ResumeMismatch(where, "holds a checkpoint that records no run fingerprint, so its "
+                                 "settings cannot be checked: give a new --checkpoint-dir", {})
         self.saved = saved
         diffs = differences(saved, self.fingerprint)
         fixed = {k: v for k, v in diffs.items() if field_of(k) in FIXED}

@@ -152,11 +152,6 @@ def _local_gcs_class():
     return LocalGCSFileSystem
 
 
-def local_gcs_filesystem(root: str | os.PathLike):
-    """A `LocalGCSFileSystem` over `root` (for tests and for reading an emulated job's bucket)."""
-    return _local_gcs_class()(str(root))
-
-
 def register_local_gcs() -> bool:
     """Make fsspec answer ``gs://`` and ``gcs://`` from the folder named by ``LABKIT_LOCAL_GCS``
     (replacing gcsfs in this process). Does nothing and returns False when it is not set."""

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from labkit.core.config import check_float
@@ -21,10 +22,13 @@ from labkit.data.tfrecord import Opener, open_binary
 @dataclass(frozen=True)
 class StorageLatency:
     """`open_latency_ms` slept once per file opened; `bandwidth_mb_s` caps each open stream
-    (None: uncapped). The defaults are the order of magnitude of one Cloud Storage stream."""
+    (None: uncapped). The defaults are the order of magnitude of one Cloud Storage stream.
+    `clock` and `sleep` are the time it keeps (a test passes a fake one)."""
 
     open_latency_ms: float = 30.0
     bandwidth_mb_s: float | None = 200.0
+    clock: Callable[[], float] = field(default=time.perf_counter, repr=False, compare=False)
+    sleep: Callable[[float], None] = field(default=time.sleep, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_float("open_latency_ms", self.open_latency_ms, minimum=0.0)
@@ -49,7 +53,7 @@ class StorageLatency:
         """For `tf.py_function` in tf.data: sleep the whole-file cost, return the path. (tf.data
         opens files itself, so the cost is charged up front rather than paced per read.)"""
         p = path.numpy().decode() if hasattr(path, "numpy") else os.fspath(path)
-        time.sleep(self.file_cost_s(os.path.getsize(p)))
+        self.sleep(self.file_cost_s(os.path.getsize(p)))
         return p.encode()
 
 
@@ -58,26 +62,27 @@ class _SlowOpener:
     latency: StorageLatency
 
     def __call__(self, path: str) -> BinaryIO:
-        time.sleep(self.latency.open_latency_ms / 1e3)
-        return _PacedFile(open_binary(path, "rb"), self.latency.bandwidth_mb_s)  # type: ignore[return-value]
+        self.latency.sleep(self.latency.open_latency_ms / 1e3)
+        return _PacedFile(open_binary(path, "rb"), self.latency)  # type: ignore[return-value]
 
 
 class _PacedFile:
     """A file whose `readinto` keeps the cumulative rate at or below `bandwidth_mb_s`."""
 
-    def __init__(self, raw: BinaryIO, bandwidth_mb_s: float | None):
+    def __init__(self, raw: BinaryIO, latency: StorageLatency):
         self._raw = raw
-        self._rate = None if bandwidth_mb_s is None else bandwidth_mb_s * 1e6
-        self._start = time.perf_counter()
+        self._rate = None if latency.bandwidth_mb_s is None else latency.bandwidth_mb_s * 1e6
+        self._clock, self._sleep = latency.clock, latency.sleep
+        self._start = self._clock()
         self._bytes = 0
 
     def readinto(self, view) -> int:
         n = self._raw.readinto(view)
         if self._rate and n:
             self._bytes += n
-            ahead = self._bytes / self._rate - (time.perf_counter() - self._start)
+            ahead = self._bytes / self._rate - (self._clock() - self._start)
             if ahead > 0:
-                time.sleep(ahead)
+                self._sleep(ahead)
         return n
 
     def read(self, n: int = -1) -> bytes:

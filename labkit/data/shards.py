@@ -358,13 +358,13 @@ def read_manifest(path: str | os.PathLike) -> dict:
         man["compression"] = normalize_compression(man.get("compression"))
     except ValueError:
         raise ManifestError(f"{path}: unknown compression {man.get('compression')!r}") from None
-    # Written since shard contents are pinned; a manifest of an earlier labkit has neither.
-    digests, firsts = man.get("sha256"), man.get("first_index")
-    if digests is not None and (not isinstance(digests, list) or len(digests) != len(shards)
-                                or not all(isinstance(d, str) for d in digests)):
+    digests = man.get("sha256")
+    if not isinstance(digests, list) or len(digests) != len(shards) or not all(isinstance(d, str) for d in digests):
         raise ManifestError(f"{path}: 'sha256' must list one digest per shard")
-    if firsts is not None and (not isinstance(firsts, list) or len(firsts) != len(shards)
-                               or not all(isinstance(i, int) and not isinstance(i, bool) for i in firsts)):
+    firsts = man.get("first_index")
+    if man.get("kind") in INDEXED_KINDS and (
+            not isinstance(firsts, list) or len(firsts) != len(shards)
+            or not all(isinstance(i, int) and not isinstance(i, bool) for i in firsts)):
         raise ManifestError(f"{path}: 'first_index' must list one sample index per shard")
     return man
 
@@ -456,7 +456,7 @@ def _verify_folder(folder: _Folder, comp: str | None, report: VerifyReport) -> N
         man = read_manifest(_join(folder.path, m))
         report.manifests.append(_join(folder.path, m))
         shard_comp = comp if comp is not None else man["compression"]
-        digests = man.get("sha256") or [None] * len(man["shards"])
+        digests = man["sha256"]
         firsts = man.get("first_index") if man.get("kind") in INDEXED_KINDS else None
         for i, (name, want) in enumerate(zip(man["shards"], man["counts"], strict=True)):
             listed.add(name)
@@ -472,7 +472,7 @@ def _verify_folder(folder: _Folder, comp: str | None, report: VerifyReport) -> N
             elif checked.misplaced:
                 report.problems.append(f"{path}: {checked.misplaced}, where {m} places samples "
                                        f"{firsts[i]}..{firsts[i] + want - 1} (a copy of another shard?)")
-            elif digests[i] is not None and checked.sha256 != digests[i]:
+            elif checked.sha256 != digests[i]:
                 report.problems.append(f"{path}: its contents are not the ones written: SHA-256 "
                                        f"{checked.sha256[:12]}..., {m} says {digests[i][:12]}... "
                                        f"(replaced by another shard set's file of the same name?)")

@@ -133,13 +133,6 @@ def open_binary(path: str, mode: str = "rb") -> IO[bytes]:
 # Writing
 
 
-def encode_record(data) -> bytes:
-    """One framed record (length, CRCs and data) as bytes."""
-    header = _U64.pack(len(data))
-    return b"".join((header, _FOOTER.pack(masked_crc32c(header)), data,
-                     _FOOTER.pack(masked_crc32c(data))))
-
-
 class RecordWriter:
     """Appends records to one TFRecord file (optionally GZIP/ZLIB-compressed). Use as a context
     manager; `write(data)` takes any bytes-like object."""

@@ -110,22 +110,6 @@ def crc32c_pass(paths, piece_bytes: int = READ_BYTES) -> Callable[[], int]:
     return run
 
 
-def read_crc_pass(paths, chunk_bytes: int = READ_BYTES) -> Callable[[], int]:
-    """read() each piece and CRC-32C it at once: the fastest possible CRC-verifying reader (no
-    framing, no Python per record), i.e. the single-core ceiling measured directly."""
-    files = expand_paths(paths)
-    buf = memoryview(bytearray(chunk_bytes))
-
-    def run() -> int:
-        for p in files:
-            with open(p, "rb", buffering=0) as f:
-                while n := f.readinto(buf):
-                    crc32c.crc32c(buf[:n])
-        return 0
-
-    return run
-
-
 def compare(passes: dict[str, Callable[[], int]], *, nbytes: int, repeats: int = 3) -> dict[str, Throughput]:
     """Time each pass `repeats` times, round-robin (so a noisy neighbour hurts every entry
     alike), after one untimed warm-up of each; keep each entry's best time."""
@@ -140,35 +124,6 @@ def compare(passes: dict[str, Callable[[], int]], *, nbytes: int, repeats: int =
             if name not in best or dt < best[name].seconds:
                 best[name] = Throughput(name, samples, nbytes, dt)
     return best
-
-
-def raw_read_rate(paths, *, repeats: int = 3, chunk_bytes: int = READ_BYTES) -> float:
-    """Bytes/s reading the files sequentially into one reused buffer (no parsing, no CRC)."""
-    files = expand_paths(paths)
-    buf = memoryview(bytearray(chunk_bytes))
-    total, best = files_bytes(files), float("inf")
-    for attempt in range(repeats + 1):  # the first pass only warms the page cache
-        t0 = time.perf_counter()
-        for p in files:
-            with open(p, "rb", buffering=0) as f:
-                while f.readinto(buf):
-                    pass
-        if attempt:
-            best = min(best, time.perf_counter() - t0)
-    return total / best
-
-
-def crc32c_rate(paths, *, repeats: int = 3, chunk_bytes: int = READ_BYTES) -> float:
-    """Bytes/s of the crc32c C extension over the shards' bytes (held in memory, in pieces of
-    `chunk_bytes`)."""
-    pieces = _pieces(paths, chunk_bytes)
-    total, best = sum(map(len, pieces)), float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for piece in pieces:
-            crc32c.crc32c(piece)
-        best = min(best, time.perf_counter() - t0)
-    return total / best
 
 
 def single_core_ceiling(raw_bytes_per_s: float, crc_bytes_per_s: float) -> float:
@@ -192,26 +147,3 @@ class DataTime:
     @property
     def step_s(self) -> float:
         return (self.data_s + self.compute_s) / max(1, self.steps)
-
-
-def data_time_fraction(batches: Iterable, step: Callable[[object], object], *, steps: int,
-                       warmup: int = 2) -> DataTime:
-    """Run `step(batch)` for `warmup + steps` batches, timing the wait for each batch apart from
-    the step itself (the step must block until its work is done, e.g. return a host value)."""
-    it = iter(batches)
-    data = compute = 0.0
-    done = 0
-    for i in range(warmup + steps):
-        t0 = time.perf_counter()
-        try:
-            batch = next(it)
-        except StopIteration:
-            break
-        t1 = time.perf_counter()
-        step(batch)
-        t2 = time.perf_counter()
-        if i >= warmup:
-            data += t1 - t0
-            compute += t2 - t1
-            done += 1
-    return DataTime(done, data, compute)

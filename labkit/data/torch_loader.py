@@ -177,12 +177,6 @@ def _shared_alloc(shape: tuple[int, ...], dtype):
     return t, t.numpy()
 
 
-def make_dataset(paths, read: ReadConfig | None = None, loader: LoaderConfig | None = None,
-                 *, opener: Opener | None = None):
-    """The IterableDataset (with `set_epoch`) that `make_loader` wraps."""
-    return _make_dataset(paths, read or ReadConfig(), loader or LoaderConfig(), opener)
-
-
 def make_loader(paths, read: ReadConfig | None = None, loader: LoaderConfig | None = None,
                 *, opener: Opener | None = None):
     """A torch DataLoader over labkit shards yielding dicts of tensors: images

@@ -119,10 +119,6 @@ DWS_MAX_DISCOUNT = Fact(
     "machines with high-end GPUs cost up to about half of on-demand on Vertex AI (Google Cloud "
     "Japan, 'up to about half price')", DWS_PRICE_BLOG_URL, RULES_READ_ON)
 
-CHECKPOINT_EVERY_H = Fact(
-    4, "h", "For training expected to take more than four hours, save a checkpoint at least "
-    "once every four hours", VERTEX_TRAINING_ERRORS_URL)
-
 SPOT_MAX_DISCOUNT = Fact(
     0.91, "fraction of the on-demand price", "Spot prices vary (they can change up to once a "
     "day) and give discounts of up to 91% off the on-demand price for many machine types, GPUs, "
@@ -139,13 +135,6 @@ COMPUTE_N1_STANDARD_4 = Fact(
 # How much more Vertex AI's training rate is than Compute Engine's for the one machine both
 # rate cards were read for: the catalog's Compute Engine prices are lower bounds for Vertex jobs.
 VERTEX_TRAINING_PREMIUM = VERTEX_TRAINING_N1_STANDARD_4.value / COMPUTE_N1_STANDARD_4.value
-
-ALL = (SPOT_SHUTDOWN_S, CONTAINER_SIGTERM_GRACE_S, SPOT_JOB_RESTARTS, WORKER_RESTARTS,
-       JOB_RETRIES_AFTER_WORKER_RESTARTS, PERMANENT_ERROR_RESTARTS, TRANSIENT_EXIT_RESTARTS,
-       STOCKOUT_RESTARTS, INTERNAL_ERROR_RESTARTS, DWS_MAX_WAIT_DEFAULT_H, DWS_MAX_TIMEOUT_DAYS,
-       DWS_NOT_PREEMPTIBLE, DWS_MAX_DISCOUNT,
-       CHECKPOINT_EVERY_H, SPOT_MAX_DISCOUNT, VERTEX_TRAINING_N1_STANDARD_4, COMPUTE_N1_STANDARD_4)
-
 
 def restart_rules() -> list[str]:
     """Vertex AI's documented restart rules, one sentence each with its source."""

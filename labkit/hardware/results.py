@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,10 +110,6 @@ def load(name: str) -> ResultsFile:
         raise ResultsUnavailable(f"{path}: benchmark results not found (they ship with labkit's "
                                  "source tree; set LABKIT_RESULTS_DIR to the folder that holds them)")
     return ResultsFile(name, json.loads(path.read_text(encoding="utf-8")))
-
-
-def available() -> bool:
-    return (results_dir() / RESNET_FILE).exists() and (results_dir() / GPT_FILE).exists()
 
 
 def resnet_ladder() -> list[Reference]:
@@ -217,32 +212,3 @@ def course_run() -> CourseRun | None:
             runs.append(((str(data.get("date", "")), str(data.get("finished_at", "")), path.name),
                          ResultsFile(path.name, data)))
     return CourseRun(max(runs, key=lambda r: r[0])[1]) if runs else None
-
-
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
-
-
-def all_numbers() -> set[float]:
-    """Every number written in any file of `results_dir()` (JSON values and numbers in text
-    files): what a quoted reference figure must be found among."""
-    out: set[float] = set()
-    for path in sorted(results_dir().glob("*")):
-        text = path.read_text(encoding="utf-8")
-        if path.suffix == ".json":
-            _walk(json.loads(text), out)
-        else:
-            out.update(float(m) for m in _NUMBER.findall(text.replace(",", "")))
-    return out
-
-
-def _walk(value: Any, out: set[float]) -> None:
-    if isinstance(value, bool):
-        return
-    if isinstance(value, (int, float)):
-        out.add(float(value))
-    elif isinstance(value, dict):
-        for v in value.values():
-            _walk(v, out)
-    elif isinstance(value, list):
-        for v in value:
-            _walk(v, out)

@@ -36,9 +36,3 @@ class Roofline:
 def matmul_intensity(n: int, bytes_per_element: int) -> float:
     """FLOPs per byte of an n×n×n matmul reading A, B and writing C once: 2n³ / (3n²·bytes)."""
     return 2.0 * n / (3.0 * bytes_per_element)
-
-
-def elementwise_intensity(flops_per_element: float, bytes_per_element: int, operands: int = 3) -> float:
-    """An elementwise op (e.g. c = a + b: 1 FLOP, 3 operands moved) barely computes per byte."""
-    return flops_per_element / (operands * bytes_per_element)
-

@@ -89,16 +89,6 @@ class TorchProfile:
     def timeline(self) -> Timeline:
         return timeline_from_chrome_trace(self.trace_path)
 
-    def key_averages_table(self, n: int = 10) -> str:
-        sort = "self_cuda_time_total" if self._has_cuda() else "self_cpu_time_total"
-        return self._prof.key_averages().table(sort_by=sort, row_limit=n)
-
-    @staticmethod
-    def _has_cuda() -> bool:
-        import torch
-
-        return torch.cuda.is_available()
-
 
 @contextlib.contextmanager
 def torch_profile(config: ProfileConfig | None = None):

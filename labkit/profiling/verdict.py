@@ -27,8 +27,6 @@ OVERHEAD_FRACTION = 0.50
 GPU_BUSY_LOW = 0.50
 MEMORY_SHARE = 0.50
 
-KINDS = ("input-bound", "communication-bound", "launch/overhead-bound", "memory-bound", "compute-bound")
-
 _FIX = {
     "input-bound": (
         "Feed the step faster: more loader workers (num_workers) and prefetch, pin_memory with "

@@ -52,11 +52,6 @@ class BatchLayout:
     def micro_batch(self) -> int:
         return self.global_batch // (self.num_replicas * self.grad_accum)
 
-    @property
-    def per_replica_batch(self) -> int:
-        """Samples one replica contributes to one optimizer step (all micro-steps)."""
-        return self.global_batch // self.num_replicas
-
 
 def load_arrays(model_cfg: ModelConfig, num_samples: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """All samples in memory: (images uint8 NHWC, labels int32) or (tokens int32, targets int32)."""
@@ -119,9 +114,8 @@ class DataOrigin:
     @classmethod
     def resumed(cls, start: int, saved: dict | None) -> DataOrigin:
         """The origin of a run resumed at step `start` from a checkpoint whose data position is
-        `saved` (its epoch and samples taken; older checkpoints recorded only the step, which
-        continues the same order as long as the batch size is the same)."""
-        if start and saved and "sample" in saved:
+        `saved` (its epoch and samples taken)."""
+        if start and saved:
             return cls(start, int(saved["epoch"]), int(saved["sample"]))
         return cls()
 

@@ -38,13 +38,6 @@ def count_parameters(model) -> int:
     return int(sum(math.prod(w.shape) for w in model.trainable_weights))
 
 
-def input_spec(config: ModelConfig) -> tuple[tuple[int, ...], str]:
-    """Shape of one sample (without batch) and its dtype, as the engine feeds it."""
-    if isinstance(config, GPTConfig):
-        return (config.block_size,), "int32"
-    return (config.image_size, config.image_size, config.channels), "uint8"
-
-
 # ---------------------------------------------------------------- CNN
 
 

@@ -170,7 +170,11 @@ def restore(directory: str, model, optimizer, resume: Resume | None = None) -> i
     _assign("model weights", model.weights, weights, ckpt.path)
     _assign("optimizer variables", optimizer.variables, slots, ckpt.path)
     if resume is not None:
-        resume.data_position = train.get("data_position")
+        position = train.get("data_position", {})
+        if "sample" not in position:
+            raise checkpoint.CheckpointError(f"{ckpt.path}: the data position {position} counts no "
+                                             "samples (not a checkpoint a labkit engine wrote)")
+        resume.data_position = position
     return int(train["next_step"])
 
 

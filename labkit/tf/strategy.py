@@ -26,14 +26,6 @@ from typing import Any
 
 from labkit.core.cluster import ClusterInfo, from_env
 
-STRATEGY_KINDS = ("default", "mirrored", "multi_worker_mirrored", "parameter_server")
-
-
-def normalized_tf_config(env: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """TF_CONFIG as TensorFlow accepts it (`master` -> `chief`), derived from this process's
-    `ClusterInfo`; {} for a single process. Malformed input raises ValueError naming the field."""
-    return from_env(env).tf_config()
-
 
 @dataclass(frozen=True)
 class StrategyPlan:

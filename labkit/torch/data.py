@@ -120,11 +120,6 @@ class ResumableLoader:
         self._it = None
         self._left = 0
 
-    @property
-    def batches_per_epoch(self) -> int:
-        """Micro-batches per replica in a whole epoch."""
-        return len(self.dataset) // self.world_size // self.micro_batch
-
     def rank_indices(self, epoch: int, start: int) -> list[int]:
         """This replica's samples of epoch `epoch` after the first `start` of its order."""
         self.order.set_epoch(epoch)

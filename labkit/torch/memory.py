@@ -3,7 +3,6 @@ backward pass, the largest-batch finder, and a memory report. The finder tries a
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -85,28 +84,6 @@ def find_max_batch(try_batch: Callable[[int], None], *, start: int = 1, limit: i
         else:
             hi = mid
     return BatchSearch(good, tries)
-
-
-@contextlib.contextmanager
-def cuda_memory_limit(fraction: float, device: torch.device):
-    """Cap this process's CUDA allocator at `fraction` of the device (to demo OOM back-off)."""
-    torch.cuda.set_per_process_memory_fraction(fraction, device)
-    try:
-        yield
-    finally:
-        torch.cuda.set_per_process_memory_fraction(1.0, device)
-
-
-def memory_report(device: torch.device) -> dict[str, int]:
-    """Allocator figures in bytes: allocated, reserved, peak allocated (CUDA), or the process's
-    peak resident set on CPU."""
-    if device.type == "cuda":
-        return {"allocated": torch.cuda.memory_allocated(device), "reserved": torch.cuda.memory_reserved(device),
-                "peak_allocated": torch.cuda.max_memory_allocated(device),
-                "total": torch.cuda.get_device_properties(device).total_memory}
-    import resource
-
-    return {"peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
 
 
 class MemoryBudgetExceeded(RuntimeError):

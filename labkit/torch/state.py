@@ -295,7 +295,7 @@ def restore(directory: str, c: TrainingState, info: DistInfo,
         warnings.warn(f"checkpoint step {ckpt.step} has no RNG state for rank {info.rank} (saved "
                       f"with {ckpt.meta.get('world_size')} replicas); continuing with seeded RNG",
                       checkpoint.CheckpointWarning, stacklevel=2)
-    return int(train["next_step"]), saved_position(train["data_position"], resume)
+    return int(train["next_step"]), saved_position(train["data_position"], ckpt.path)
 
 
 def follow_schedule(c: TrainingState, fingerprint: dict[str, Any]) -> None:
@@ -311,17 +311,12 @@ def follow_schedule(c: TrainingState, fingerprint: dict[str, Any]) -> None:
         group["lr"] = peak * rule(c.scheduler.last_epoch)
 
 
-def saved_position(saved: dict[str, Any], resume: Resume | None = None) -> DataPosition:
-    """The `DataPosition` a checkpoint's `train.pt` recorded. Positions written before they were
-    counted in samples are in micro-batches of the saved run's layout (from `resume`)."""
-    if "sample" in saved:
-        return DataPosition(int(saved["epoch"]), int(saved["sample"]))
-    fp = (resume.saved or resume.fingerprint) if resume is not None else None
-    per_batch = fp["batch_size"] // fp["grad_accum"] if fp else 0
-    if not per_batch:
-        warnings.warn("the checkpoint's data position is in micro-batches of an unknown layout; "
-                      "continuing from the start of its epoch", checkpoint.CheckpointWarning, stacklevel=3)
-    return DataPosition(int(saved["epoch"]), int(saved["batch"]) * per_batch)
+def saved_position(saved: dict[str, Any], path: str) -> DataPosition:
+    """The `DataPosition` the checkpoint at `path` recorded: an epoch and the samples taken."""
+    if "sample" not in saved:
+        raise checkpoint.CheckpointError(f"{path}: the data position {saved} counts no samples "
+                                         "(not a checkpoint this labkit wrote)")
+    return DataPosition(int(saved["epoch"]), int(saved["sample"]))
 
 
 # ---------------------------------------------------------------- sharded state (parallel modes)
@@ -420,4 +415,4 @@ def restore_sharded(directory: str, c: ShardedState, info: DistInfo,
     c.strategy.load_local_state(blob["local"])
     c.scheduler.load_state_dict(blob["scheduler"])
     set_rng_state(blob["rng"])
-    return int(blob["next_step"]), saved_position(blob["data_position"], resume)
+    return int(blob["next_step"]), saved_position(blob["data_position"], ckpt.path)

@@ -55,9 +55,6 @@ PREBUILT_SOURCE = ("https://cloud.google.com/vertex-ai/docs/supported-frameworks
 IMAGE_ARCH = "amd64"  # labkit's Dockerfile pins --platform=linux/amd64; prebuilt images are amd64
 # What the Dockerfile copies into the image, besides labkit/ (its digest names the image).
 IMAGE_INPUTS = ("Dockerfile", "cloudbuild.yaml", "pyproject.toml", "README.md", "LICENSE")
-# Prebuilt images that carry Reduction Server support (the distributed-training page, read
-# 2026-11-26: TensorFlow 2.3 or later, PyTorch 1.4 or later).
-REDUCTION_SERVER_PREBUILT = {"tensorflow": "2.3", "torch": "1.4"}
 
 
 @dataclass(frozen=True)
@@ -186,17 +183,6 @@ def image_arch(image_uri: str) -> str | None:
     """The CPU architecture an image is built for, where labkit knows it (its own images and
     Vertex's prebuilt ones: amd64); None for other images."""
     return IMAGE_ARCH if is_labkit_image(image_uri) or prebuilt(image_uri) is not None else None
-
-
-def has_reduction_server_plugin(image_uri: str) -> bool | None:
-    """Whether the image has Reduction Server support (labkit's: the Dockerfile installs
-    google-reduction-server; prebuilt ones from their framework version); None: unknown."""
-    if is_labkit_image(image_uri):
-        return True
-    p = prebuilt(image_uri)
-    if p is None:
-        return None
-    return version_tuple(p.version) >= version_tuple(REDUCTION_SERVER_PREBUILT[p.package])
 
 
 def default_image(framework: str, env: Mapping[str, str] | None = None) -> str:

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from labkit.core.config import ParameterError, check_int
+from labkit.hardware import facts
 from labkit.vertex.fields import field_of
 
 READ_ON = "2026-11-26"
@@ -43,8 +44,7 @@ TENSORBOARD_PAGE = _BASE + "experiments/tensorboard-training"
 
 DEFAULT_TIMEOUT_S = 24 * 3600
 SERVICE_DEFAULT_TIMEOUT_S = 7 * 24 * 3600
-DWS_MAX_TIMEOUT_S = 7 * 24 * 3600
-DWS_DEFAULT_MAX_WAIT_S = 24 * 3600
+DWS_MAX_TIMEOUT_S = int(facts.DWS_MAX_TIMEOUT_DAYS.value) * 24 * 3600
 DWS_GPUS = ("NVIDIA_L4", "NVIDIA_TESLA_A100", "NVIDIA_A100_80GB", "NVIDIA_H100_80GB",
             "NVIDIA_H100_MEGA_80GB", "NVIDIA_H200_141GB", "NVIDIA_B200")
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"

@@ -97,14 +97,6 @@ def dry_run(spec: Mapping[str, Any], env: Mapping[str, str] | None = None) -> Dr
     return DryRun(to_rest_json(spec), estimate_cost(spec), preflight(env))
 
 
-@dataclass
-class Uploads:
-    """Local files a spec refers to by their bucket path: {gs:// destination: local source}."""
-
-    files: dict[str, Path] = field(default_factory=dict)
-    package_uri: str | None = None
-
-
 def source_archive() -> bytes:
     """A pip-installable tar.gz of this labkit source tree (pyproject.toml + labkit/)."""
     root = Path(__file__).resolve().parents[2]
