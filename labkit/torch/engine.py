@@ -307,7 +307,10 @@ def train_step(c: Components, micro_batches, grad_clip: float | None,
             c.held = c.strategy.held_bytes() if c.strategy is not None else \
                 held_bytes(c.model, c.optimizer)
         c.optimizer.zero_grad(set_to_none=True)
-    with _quiet_scheduler_warning():
+    if c.scaler.is_enabled() or c.step_graph is not None:  # a skipped or replayed update: it warns
+        with _quiet_scheduler_warning():
+            c.scheduler.step()
+    else:
         c.scheduler.step()
     return total, skipped
 
@@ -335,7 +338,9 @@ def _update(c: Components, micro_batches, grad_clip: float | None, stop_requeste
                 torch.compiler.cudagraph_mark_step_begin()
             with _sync_gradients_if(c, sharded, last):
                 with c.policy.autocast(cache_enabled=not graphed):
-                    loss = c.compute_loss(x, y) / n
+                    loss = c.compute_loss(x, y)
+                    if n > 1:
+                        loss = loss / n
                 total += loss.detach()
                 if last and c.agreement is not None:
                     # DDP: this replica's loss and stop flag ride on the last gradient bucket's
