@@ -392,8 +392,8 @@ def _sync_gradients_if(c: Components, sharded: Strategy | None, last: bool):
 
 
 def agree(loss: torch.Tensor, stop: bool, info: distributed.DistInfo,
-           agreement: StepAgreement | None = None,
-           strategy: Strategy | None = None) -> tuple[float, bool]:
+          agreement: StepAgreement | None = None,
+          strategy: Strategy | None = None) -> tuple[float, bool]:
     """The end of a step: the mean loss over the replicas and whether any replica was asked to
     stop (every replica must checkpoint and leave at the same step). Under DDP that is what the
     step's gradient all-reduce carried (`train_step`), else one all-reduce of its own (a
