@@ -59,6 +59,9 @@ def deepspeed_config(mode: str, batch_size: int, micro_batch: int, grad_clip: fl
 class DeepSpeedZero(Strategy):
     """A DeepSpeed engine as a labkit strategy: forward, `engine.backward`, `engine.step`."""
 
+    reduces_gradients = True
+    owns_forward_backward = True
+
     def __init__(self, config: TrainConfig, layout: Layout, rank: int, model: nn.Module,
                  groups: list[dict[str, Any]], lr: float):
         reason = available()
@@ -77,15 +80,20 @@ class DeepSpeedZero(Strategy):
         self.engine = engine
         self.zero_optimizer = optimizer
 
-    def step_fn(self, compute_loss, micro_batches, grad_clip, autocast) -> torch.Tensor:
+    def forward_backward(self, micro_batches, autocast) -> torch.Tensor:
         (x, y), = micro_batches
         with autocast():
             logits = self.engine(x)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1))
-        self.engine.backward(loss)
+        self.engine.backward(loss)  # DeepSpeed reduces (or reduce-scatters) the gradients here
         self._grads = self._grad_bytes()  # DeepSpeed frees them in its step
-        self.engine.step()
         return loss.detach()
+
+    def clip(self, max_norm: float) -> None:
+        """Nothing here: DeepSpeed clips in its step (`gradient_clipping` in its config)."""
+
+    def optimizer_step(self) -> None:
+        self.engine.step()
 
     def _grad_bytes(self) -> int:
         z = self.zero_optimizer

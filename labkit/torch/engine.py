@@ -1,5 +1,18 @@
 """The PyTorch training engine: `fit(config, on_step=None)`, driven by `labkit.core.loop`.
 
+Where things are, for a first read of this file:
+
+- the DDP wrap: `build` (`DistributedDataParallel(model, ...)`, its gradient hook registered
+  beside it); the sharded modes' wrapping: `labkit.torch.parallel.setup`;
+- the step, top to bottom: `train_step` → `_update`: forward, loss and backward of each
+  micro-batch (`no_sync` on all but the last under DDP), the gradient reduction (DDP's in the
+  last backward, through `labkit.torch.agreement`'s hook, or the sharded mode's
+  `reduce_gradients`), clipping, the optimizer step, the LR schedule;
+- the agreement on loss and stop across ranks: `agree` (under DDP the two numbers rode on the
+  gradient all-reduce);
+- the commit marker of a checkpoint: `labkit.torch.state.Saver` (rank 0, after a barrier) →
+  `labkit.core.checkpoint.commit`.
+
 One optimizer step = `grad_accum` micro-steps on every replica; `config.batch_size` is the global
 batch of that step. Features switch on one at a time from `TrainConfig`: precision (fp32, tf32,
 bf16, fp16 + GradScaler), channels_last, torch.compile (model and loss; `compile_mode` adds CUDA
@@ -8,22 +21,23 @@ head for GPT, fused AdamW (CUDA), accumulation with
 `no_sync` on all but the last micro-step, clipping, activation checkpointing, LR warm-up and
 world-size scaling, DDP (gloo on CPU, nccl on CUDA) with optional gradient compression
 (`labkit.torch.compression`), and the other `--parallel` modes (ZeRO 1-3, tensor and pipeline
-parallelism, DeepSpeed: `labkit.torch.parallel`), whose step is their strategy's. With several
+parallelism, DeepSpeed: `labkit.torch.parallel`), which supply the stages of the step they do
+their own way (`labkit.torch.strategy.Strategy`). With several
 processes the metrics `run` section records `parallel`, `memory_per_rank` (bytes of parameters,
 gradients at the update and optimizer state this rank held) and `comm_bytes_per_step` (bytes it
 sent, counted from its collectives on two steps: `labkit.torch.comm_count`). DDP checkpoints are
 gathered (rank 0 writes model and optimizer); every other mode's are sharded (each rank writes
 what it holds: `labkit.torch.state.ShardedSaver`).
 
-The loop itself (step cadence, the preemption drill, checkpoint cadence, metrics, TensorBoard,
+The cadence around the steps (when to checkpoint, the preemption drill, metrics, TensorBoard,
 progress, the non-finite loss check) is `labkit.core.loop`, shared with the TF engine; this
 module hands it the torch parts (`_loop_engine`): micro-batches placed on the device, the
-dispatched step, its loss read back (on one GPU one step late; under DDP the replicas' loss and
-stop flag ride on the gradient all-reduce, `labkit.torch.agreement`), the LR, and checkpoints
-through `labkit.torch.state` (written in the background once copied to the host, under the
-folder's lease, with the run's fingerprint). MFU is against a GEMM measured on this device
-(`labkit.torch.peak`). A resumed run continues bit for bit on CPU; one resumed under other
-settings is refused unless `allow_resume_change` names them (`labkit.core.fingerprint`).
+dispatched step (`train_step`), its loss read back and agreed (`agree`; on one GPU one step
+late), the LR, and checkpoints through `labkit.torch.state` (written in the background once
+copied to the host, under the folder's lease, with the run's fingerprint). MFU is against a
+GEMM measured on this device (`labkit.torch.peak`). A resumed run continues bit for bit on CPU;
+one resumed under other settings is refused unless `allow_resume_change` names them
+(`labkit.core.fingerprint`).
 
 Building blocks are public so benchmarks and notebooks reuse exactly what `fit` trains:
 `build(config, info, device)` → `Components` (whose `compute_loss(x, y)` is the forward pass and
@@ -282,52 +296,79 @@ def train_step(c: Components, micro_batches, grad_clip: float | None,
                stop_requested: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One optimizer step over already-placed micro-batches, then the LR schedule's step.
     Returns (mean loss, a 0-dim tensor that is 1 when fp16 overflow skipped the update, or None
-    without a scaler). No host sync unless clipping or the scaler needs one. Under DDP, this
-    replica's loss and `stop_requested` are offered to `c.agreement` before the backward pass
-    that all-reduces. With `c.step_graph` the step is replayed as one CUDA graph."""
+    without a GradScaler), both still on the device: reading them is the caller's choice. Under
+    DDP, this replica's loss and `stop_requested` ride on the gradient all-reduce (read back by
+    `agree`). With `c.step_graph` the update is replayed as one CUDA graph."""
     if c.step_graph is not None:
         total, skipped = c.step_graph(micro_batches, grad_clip), None  # it zeroes gradients as it needs
     else:
-        if c.strategy is not None and c.strategy.step_fn is not None:
-            total, skipped = c.strategy.step_fn(c.compute_loss, micro_batches, grad_clip,
-                                                c.policy.autocast), None
-        else:
-            total, skipped = _update(c, micro_batches, grad_clip, stop_requested)
+        total, skipped = _update(c, micro_batches, grad_clip, stop_requested)
         if c.info.distributed:  # what this rank holds, gradients included, before they are freed
             c.held = c.strategy.held_bytes() if c.strategy is not None else \
                 held_bytes(c.model, c.optimizer)
         c.optimizer.zero_grad(set_to_none=True)
-    with _quiet_scheduler_warning():
+    if c.scaler.is_enabled() or c.step_graph is not None:  # a skipped or replayed update: it warns
+        with _quiet_scheduler_warning():
+            c.scheduler.step()
+    else:
         c.scheduler.step()
     return total, skipped
 
 
 def _update(c: Components, micro_batches, grad_clip: float | None, stop_requested: bool = False,
             graphed: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Forward and backward of every micro-batch, clipping and the optimizer update: the part of
-    a step that `StepGraph` captures (`graphed`), so it reads nothing on the host there."""
-    n = len(micro_batches)
-    total = torch.zeros((), device=c.device)
-    for k, (x, y) in enumerate(micro_batches):
-        if c.cuda_graphs and k == 0:
-            # A new step's replays may reuse the previous step's output memory: nothing from it is
-            # held any more (its loss went into `total`, its gradients into the optimizer). Later
-            # micro-steps must not reuse it: the gradients accumulate across them.
-            torch.compiler.cudagraph_mark_step_begin()
-        # Gradients are all-reduced only on the last micro-step; the others just accumulate.
-        ctx = _no_sync(c) if (c.info.distributed and k < n - 1) else contextlib.nullcontext()
-        with ctx:
-            with c.policy.autocast(cache_enabled=not graphed):
-                loss = c.compute_loss(x, y) / n
-            total += loss.detach()
-            if c.agreement is not None and k == n - 1:
-                c.agreement.offer(total, stop_requested)
-            c.scaler.scale(loss).backward()
+    """The step, top to bottom: forward, loss and backward of each micro-batch, the gradient
+    reduction over the replicas, clipping, the optimizer update. The part `StepGraph` captures
+    (`graphed`), so it reads nothing on the host. `c.strategy` (zero2, zero3, tp, pp, DeepSpeed:
+    `labkit.torch.parallel`) supplies the stages a sharded mode does its own way."""
+    sharded = c.strategy if c.strategy is not None and c.strategy.reduces_gradients else None
+
+    # 1. Forward, loss, backward. Each micro-batch's loss is divided by their number, so the
+    #    gradients add up to the mean over the step's global batch.
+    if sharded is not None and sharded.owns_forward_backward:  # a pipeline schedule, DeepSpeed
+        total = sharded.forward_backward(micro_batches, c.policy.autocast)
+    else:
+        n = len(micro_batches)
+        total = torch.zeros((), device=c.device)
+        for k, (x, y) in enumerate(micro_batches):
+            last = k == n - 1
+            if c.cuda_graphs and k == 0:
+                # A new step's replays may reuse the previous step's output memory: nothing from
+                # it is held any more. Later micro-steps must not: their gradients accumulate.
+                torch.compiler.cudagraph_mark_step_begin()
+            with _sync_gradients_if(c, sharded, last):
+                with c.policy.autocast(cache_enabled=not graphed):
+                    loss = c.compute_loss(x, y)
+                    if n > 1:
+                        loss = loss / n
+                total += loss.detach()
+                if last and c.agreement is not None:
+                    # DDP: this replica's loss and stop flag ride on the last gradient bucket's
+                    # all-reduce (`labkit.torch.agreement`): no collective of their own.
+                    c.agreement.offer(total, stop_requested)
+                # DDP: the last micro-batch's backward all-reduces the gradients, bucket by
+                # bucket, overlapping the rest of backward (the hook registered in `build`).
+                c.scaler.scale(loss).backward()
+
+    # 2. The gradient reduction of a sharded mode: zero2 reduce-scatters its flat gradients,
+    #    tp and pp average over their data-parallel replicas (zero3's FSDP and DeepSpeed
+    #    reduced them in backward). Without a strategy (and for zero1) DDP already did.
+    if sharded is not None:
+        sharded.reduce_gradients()
+
+    # 3. Clipping to a global norm over the whole model (a sharded mode sums its ranks' squares).
     if grad_clip:
-        c.scaler.unscale_(c.optimizer)
-        torch.nn.utils.clip_grad_norm_(c.model.parameters(), grad_clip)
+        if sharded is not None:
+            sharded.clip(grad_clip)
+        else:
+            c.scaler.unscale_(c.optimizer)
+            torch.nn.utils.clip_grad_norm_(c.model.parameters(), grad_clip)
+
+    # 4. The optimizer step (fp16: the GradScaler's, which skips the update on overflow).
     skipped = None
-    if c.scaler.is_enabled():
+    if sharded is not None:
+        sharded.optimizer_step()  # zero2 all-gathers the updated slices; DeepSpeed's engine step
+    elif c.scaler.is_enabled():
         before = c.scaler.get_scale()
         c.scaler.step(c.optimizer)
         c.scaler.update()
@@ -337,17 +378,42 @@ def _update(c: Components, micro_batches, grad_clip: float | None, stop_requeste
     return total, skipped
 
 
-def scheduled_lr(c: Components) -> float:
-    """The learning rate of the next step (the schedule's value, read without touching the device:
-    under `cuda_graph_step` the optimizer holds it as a device tensor)."""
-    return c.scheduler.base_lrs[0] * c.scheduler.lr_lambdas[0](c.scheduler.last_epoch)
-
-
-def _no_sync(c: Components):
+def _sync_gradients_if(c: Components, sharded: Strategy | None, last: bool):
+    """The context of one micro-batch: gradients are reduced on the step's last micro-batch
+    only, the others just accumulate (DDP's `no_sync`; FSDP's `set_requires_gradient_sync`)."""
+    if sharded is not None:
+        return sharded.gradient_sync(last)
+    if last or not c.info.distributed:
+        return contextlib.nullcontext()
     ddp = c.forward_model
     if not isinstance(ddp, DDP):
         ddp = getattr(ddp, "_orig_mod", ddp)  # compiled DDP
     return ddp.no_sync()
+
+
+def agree(loss: torch.Tensor, stop: bool, info: distributed.DistInfo,
+          agreement: StepAgreement | None = None,
+          strategy: Strategy | None = None) -> tuple[float, bool]:
+    """The end of a step: the mean loss over the replicas and whether any replica was asked to
+    stop (every replica must checkpoint and leave at the same step). Under DDP that is what the
+    step's gradient all-reduce carried (`train_step`), else one all-reduce of its own (a
+    sharded mode's, which knows which ranks hold a loss). One process: the loss read back."""
+    if not info.distributed:
+        return float(loss.item()), stop
+    if strategy is not None and strategy.reduces_gradients:
+        return strategy.agree(loss, stop)
+    agreed = agreement.take() if agreement is not None else None
+    if agreed is not None:
+        return agreed
+    t = torch.stack([loss.detach().float(), torch.tensor(float(stop), device=loss.device)])
+    dist.all_reduce(t)
+    return float(t[0].item()) / info.world_size, bool(t[1].item() > 0)
+
+
+def scheduled_lr(c: Components) -> float:
+    """The learning rate of the next step (the schedule's value, read without touching the device:
+    under `cuda_graph_step` the optimizer holds it as a device tensor)."""
+    return c.scheduler.base_lrs[0] * c.scheduler.lr_lambdas[0](c.scheduler.last_epoch)
 
 
 @contextlib.contextmanager
@@ -540,7 +606,7 @@ def _loop_engine(config: TrainConfig, c: Components, loader: ResumableLoader,
     def read_step(handle: tuple) -> loop.StepOutcome:
         loss, skipped, stop_requested = handle
         with comm.counting():
-            loss_value, stop = _agree(loss, stop_requested, c.info, c.agreement, c.strategy)
+            loss_value, stop = agree(loss, stop_requested, c.info, c.agreement, c.strategy)
         comm.finish()
         return loop.StepOutcome(loss_value, stop, bool(skipped.item()) if skipped is not None else False)
 
@@ -550,21 +616,3 @@ def _loop_engine(config: TrainConfig, c: Components, loader: ResumableLoader,
     return loop.Engine(next_batch, run_step, read_step, lambda step: scheduled_lr(c),
                        peak_memory=lambda: _peak_memory(c.device), final_run_info=comm.run_info,
                        **checkpoints)
-
-
-def _agree(loss: torch.Tensor, stop: bool, info: distributed.DistInfo,
-           agreement: StepAgreement | None = None,
-           strategy: Strategy | None = None) -> tuple[float, bool]:
-    """Mean loss over replicas and whether any replica was asked to stop (every replica must
-    checkpoint and leave at the same step): what the step's gradient all-reduce carried, else
-    one all-reduce of its own (the strategy's, which knows which ranks hold a loss)."""
-    if not info.distributed:
-        return float(loss.item()), stop
-    if strategy is not None and strategy.step_fn is not None:
-        return strategy.agree(loss, stop)
-    agreed = agreement.take() if agreement is not None else None
-    if agreed is not None:
-        return agreed
-    t = torch.stack([loss.detach().float(), torch.tensor(float(stop), device=loss.device)])
-    dist.all_reduce(t)
-    return float(t[0].item()) / info.world_size, bool(t[1].item() > 0)

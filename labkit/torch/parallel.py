@@ -18,7 +18,9 @@ weights on every rank) and its AdamW parameter groups into the mode's training s
 - `pp`: pipeline stages (`labkit.torch.pipeline_parallel`), GPipe or 1F1B, likewise replicated.
 - `--sharding-backend deepspeed`: `labkit.torch.deepspeed_zero`.
 
-Every strategy reports what this rank holds (`held_bytes`: parameters, gradients at the
+The engine's step (`labkit.torch.engine.train_step`) runs every mode: each strategy supplies the
+stages it does its own way (`gradient_sync`, `forward_backward` for the pipeline and DeepSpeed,
+`reduce_gradients`, `clip`, `optimizer_step`). Every strategy reports what this rank holds (`held_bytes`: parameters, gradients at the
 optimizer step, optimizer state, counted once per storage, DTensors by their local shard) and
 saves its state sharded: each rank writes the parameters and optimizer state it holds
 (`labkit.torch.state.save_sharded`), and a resumed run of the same layout loads its own.
@@ -26,6 +28,7 @@ saves its state sharded: each rank writes the parameters and optimizer state it 
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -38,7 +41,6 @@ from labkit.core.train_config import TrainConfig
 from labkit.torch.pipeline_parallel import Pipeline
 from labkit.torch.strategy import (
     Strategy,
-    backward_micro_batches,
     clip_grad_norm,
     held_bytes,
     local,
@@ -52,7 +54,8 @@ __all__ = ["FlatZero2", "Pipeline", "Strategy", "TensorParallel", "Zero1", "Zero
 
 
 class Zero1(Strategy):
-    """DDP + ZeroRedundancyOptimizer; the engine runs its usual DDP step."""
+    """DDP + ZeroRedundancyOptimizer; the engine runs its usual DDP step (DDP reduces the
+    gradients, the optimizer is sharded)."""
 
     name = "zero1"
 
@@ -79,6 +82,7 @@ class FlatZero2(Strategy):
     are all-gathered back into every rank's buffer."""
 
     name = "zero2"
+    reduces_gradients = True
 
     def __init__(self, layout: Layout, rank: int, model: nn.Module, groups: list[dict[str, Any]],
                  lr: float, foreach: bool):
@@ -101,8 +105,8 @@ class FlatZero2(Strategy):
             shard_groups.append({"params": [shard], "weight_decay": group["weight_decay"]})
         self.optimizer = torch.optim.AdamW(shard_groups, lr=lr, betas=(0.9, 0.95), foreach=foreach)
 
-    def step_fn(self, compute_loss, micro_batches, grad_clip, autocast) -> torch.Tensor:
-        total = backward_micro_batches(compute_loss, micro_batches, autocast)
+    def reduce_gradients(self) -> None:
+        """Reduce-scatter each flat gradient: this rank keeps the mean of its slice only."""
         world = self.layout.world
         for params, flat, shard in self.flats:
             grads = [p.grad.reshape(-1) if p.grad is not None else torch.zeros_like(p).reshape(-1)
@@ -114,12 +118,15 @@ class FlatZero2(Strategy):
             mine = flat.new_empty(shard.numel())
             dist.reduce_scatter_tensor(mine, full, op=dist.ReduceOp.SUM)
             shard.grad = mine.div_(world)
-        if grad_clip:
-            clip_grad_norm([(s.grad, dist.group.WORLD) for _, _, s in self.flats], grad_clip)
+
+    def clip(self, max_norm: float) -> None:
+        clip_grad_norm([(s.grad, dist.group.WORLD) for _, _, s in self.flats], max_norm)
+
+    def optimizer_step(self) -> None:
+        """Update this rank's slice, then all-gather the updated slices into every buffer."""
         self.optimizer.step()
         for _, flat, shard in self.flats:
             dist.all_gather_into_tensor(flat, shard.detach().clone())
-        return total
 
 
 # ---------------------------------------------------------------- ZeRO 3 (FSDP2)
@@ -129,6 +136,7 @@ class Zero3(Strategy):
     """FSDP2: every block, then the root, sharded over all ranks."""
 
     name = "zero3"
+    reduces_gradients = True
 
     def __init__(self, layout: Layout, rank: int, model: nn.Module, reshard_after_forward: bool):
         from torch.distributed.device_mesh import init_device_mesh
@@ -143,15 +151,14 @@ class Zero3(Strategy):
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
         super().__init__(layout, rank, model)
 
-    def step_fn(self, compute_loss, micro_batches, grad_clip, autocast) -> torch.Tensor:
-        # reduce-scatter once per step, on the last micro-batch
-        total = backward_micro_batches(compute_loss, micro_batches, autocast,
-                                       lambda k, n: self.model.set_requires_gradient_sync(k == n - 1))
-        if grad_clip:
-            clip_grad_norm([(local(p.grad), dist.group.WORLD) for p in self.model.parameters()
-                            if p.grad is not None], grad_clip)
-        self.optimizer.step()
-        return total
+    def gradient_sync(self, last: bool):
+        # FSDP reduce-scatters the gradients in backward: once per step, on the last micro-batch
+        self.model.set_requires_gradient_sync(last)
+        return contextlib.nullcontext()
+
+    def clip(self, max_norm: float) -> None:
+        clip_grad_norm([(local(p.grad), dist.group.WORLD) for p in self.model.parameters()
+                        if p.grad is not None], max_norm)
 
 
 def setup(config: TrainConfig, layout: Layout, rank: int, model: nn.Module,

@@ -73,6 +73,8 @@ class Pipeline(Strategy):
     bubble (waiting for a neighbour) and the sends."""
 
     name = "pp"
+    reduces_gradients = True
+    owns_forward_backward = True  # the schedule runs the stages' forward and backward
 
     def __init__(self, layout: Layout, rank: int, model: nn.Module, device: torch.device,
                  schedule: str):
@@ -126,7 +128,7 @@ class Pipeline(Strategy):
     def loss_divisor(self) -> int:
         return self.layout.dp  # only the last stage of each replica has a loss
 
-    def step_fn(self, compute_loss, micro_batches, grad_clip, autocast) -> torch.Tensor:
+    def forward_backward(self, micro_batches, autocast) -> torch.Tensor:
         (x, y), = micro_batches
         losses: list[torch.Tensor] = []
         started = time.perf_counter()
@@ -140,18 +142,21 @@ class Pipeline(Strategy):
             else:
                 self.schedule.step()
         self.schedule_s += time.perf_counter() - started
-        total = torch.stack(losses).mean().detach() if losses else torch.zeros((), device=self.stage.device)
-        params = [p for p in self.model.parameters() if p.grad is not None]
+        return torch.stack(losses).mean().detach() if losses else torch.zeros((), device=self.stage.device)
+
+    def reduce_gradients(self) -> None:
+        """Sum the tied embedding's two copies, then average over the dp replicas."""
         if self.tie_group is not None:
             tied = self.model.wte.weight if self.model.first else self.model.lm_head.weight
             dist.all_reduce(tied.grad, group=self.tie_group)  # the two copies' gradients, summed
-        all_reduce_mean([p.grad for p in params], self.mesh["dp"].get_group(), self.layout.dp)
-        if grad_clip:
-            # every gradient counted once over the stages: not the last stage's tied copy
-            skip = self.model.lm_head.weight if (self.model.last and not self.model.first) else None
-            group = self.mesh["pp"].get_group() if self.layout.pp > 1 else None
-            norm = clip_grad_norm([(p.grad, group) for p in params if p is not skip], grad_clip)
-            if skip is not None:
-                skip.grad.mul_((grad_clip / (norm + 1e-6)).clamp(max=1.0))
-        self.optimizer.step()
-        return total
+        all_reduce_mean([p.grad for p in self.model.parameters() if p.grad is not None],
+                        self.mesh["dp"].get_group(), self.layout.dp)
+
+    def clip(self, max_norm: float) -> None:
+        # every gradient counted once over the stages: not the last stage's tied copy
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        skip = self.model.lm_head.weight if (self.model.last and not self.model.first) else None
+        group = self.mesh["pp"].get_group() if self.layout.pp > 1 else None
+        norm = clip_grad_norm([(p.grad, group) for p in params if p is not skip], max_norm)
+        if skip is not None:
+            skip.grad.mul_((max_norm / (norm + 1e-6)).clamp(max=1.0))

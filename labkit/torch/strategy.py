@@ -1,11 +1,12 @@
-"""What every parallel mode of the torch engine shares: the `Strategy` interface the engine
-calls, the bytes a rank holds (`held_bytes`), clipping over sharded gradients
-(`clip_grad_norm`), one flat all-reduce over a data-parallel group (`all_reduce_mean`), and
-sharded checkpoint state (each rank saves and loads what it holds). The modes themselves:
-`labkit.torch.parallel`."""
+"""What every parallel mode of the torch engine shares: the `Strategy` interface the engine's
+step (`labkit.torch.engine.train_step`) calls at each of its stages, the bytes a rank holds
+(`held_bytes`), clipping over sharded gradients (`clip_grad_norm`), one flat all-reduce over a
+data-parallel group (`all_reduce_mean`), and sharded checkpoint state (each rank saves and loads
+what it holds). The modes themselves: `labkit.torch.parallel`."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -47,23 +48,6 @@ def held_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, 
             "optimizer_bytes": _storage_bytes(states)}
 
 
-def backward_micro_batches(compute_loss, micro_batches, autocast, before_each=None) -> torch.Tensor:
-    """Forward and backward of each (inputs, targets) micro-batch, its loss divided by their
-    number so the gradients add up to the mean over the global batch; returns the step's loss
-    (the sum of those, detached). `before_each(k, n)` runs before micro-batch k of n (e.g. to
-    let only the last one synchronise gradients)."""
-    n = len(micro_batches)
-    total = torch.zeros((), device=micro_batches[0][0].device)
-    for k, (x, y) in enumerate(micro_batches):
-        if before_each is not None:
-            before_each(k, n)
-        with autocast():
-            loss = compute_loss(x, y) / n
-        total += loss.detach()
-        loss.backward()
-    return total
-
-
 def clip_grad_norm(grads: list[tuple[torch.Tensor, Any]], max_norm: float) -> torch.Tensor:
     """Clip gradients to a global norm when parts of them are sharded. `grads` pairs each local
     gradient with the process group over which it is split (None: whole on this rank, or the
@@ -102,15 +86,21 @@ def all_reduce_mean(tensors: list[torch.Tensor], group, size: int) -> None:
 
 
 class Strategy:
-    """What the engine asks of a parallel mode. `model` holds this rank's parameters (its state
-    is what is saved), `optimizer` updates them. `step` (None: the engine's own DDP step) runs
-    forward and backward over the micro-batches, reduces the gradients, clips and updates, and
-    returns this rank's share of the step's loss; `agree` turns it into the mean loss over the
+    """What the engine asks of a parallel mode at each stage of its step. `model` holds this
+    rank's parameters (its state is what is saved), `optimizer` updates them.
+
+    `reduces_gradients` False (zero1): the engine's DDP reduces the gradients and steps the
+    optimizer as without a strategy. True (every other mode): the engine calls, in order,
+    `gradient_sync(last)` around each micro-batch's forward and backward (or
+    `forward_backward(micro_batches, autocast)` when `owns_forward_backward`: a pipeline
+    schedule, DeepSpeed's engine), then `reduce_gradients()`, `clip(max_norm)` and
+    `optimizer_step()`; `agree` turns this rank's share of the loss into the mean over the
     replicas and the agreed stop flag. `data_rank`/`data_world` pick this rank's slice of the
     batch (ranks of one model replica read the same samples)."""
 
     name = "ddp"
-    step_fn = None
+    reduces_gradients = False
+    owns_forward_backward = False
 
     def __init__(self, layout: Layout, rank: int, model: nn.Module,
                  optimizer: torch.optim.Optimizer | None = None):
@@ -118,6 +108,25 @@ class Strategy:
         self.rank = rank
         self.model = model
         self.optimizer = optimizer
+
+    def gradient_sync(self, last: bool):
+        """The context of one micro-batch's forward and backward (`last`: the step's last)."""
+        return contextlib.nullcontext()
+
+    def forward_backward(self, micro_batches, autocast) -> torch.Tensor:
+        """Forward and backward of the whole step, when the mode runs them itself; returns this
+        rank's share of the step's loss."""
+        raise NotImplementedError(f"{self.name} runs the engine's forward and backward")
+
+    def reduce_gradients(self) -> None:
+        """Reduce the gradients over the replicas after backward (nothing: backward did)."""
+
+    def clip(self, max_norm: float) -> None:
+        """Clip the gradients to a global norm over the whole model."""
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+
+    def optimizer_step(self) -> None:
+        self.optimizer.step()
 
     @property
     def data_rank(self) -> int:

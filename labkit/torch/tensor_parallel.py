@@ -21,7 +21,6 @@ from labkit.core.parallelism import Layout
 from labkit.torch.strategy import (
     Strategy,
     all_reduce_mean,
-    backward_micro_batches,
     clip_grad_norm,
     local,
 )
@@ -64,6 +63,7 @@ class TensorParallel(Strategy):
     """tp ranks share one model (consecutive ranks), dp such groups are replicas."""
 
     name = "tp"
+    reduces_gradients = True
 
     def __init__(self, layout: Layout, rank: int, model: nn.Module, device: torch.device):
         from torch.distributed.device_mesh import init_device_mesh
@@ -72,14 +72,13 @@ class TensorParallel(Strategy):
         parallelize_gpt(model, self.mesh["tp"])
         super().__init__(layout, rank, model)
 
-    def step_fn(self, compute_loss, micro_batches, grad_clip, autocast) -> torch.Tensor:
-        total = backward_micro_batches(compute_loss, micro_batches, autocast)
+    def reduce_gradients(self) -> None:
+        """Average the gradients over the dp replicas of this tp group (one flat all-reduce)."""
         params = [p for p in self.model.parameters() if p.grad is not None]
         all_reduce_mean([local(p.grad) for p in params], self.mesh["dp"].get_group(), self.layout.dp)
-        if grad_clip:
-            tp_group = self.mesh["tp"].get_group()
-            clip_grad_norm([(local(p.grad), tp_group if hasattr(p, "placements") and
-                             any(pl.is_shard() for pl in p.placements) else None) for p in params],
-                           grad_clip)
-        self.optimizer.step()
-        return total
+
+    def clip(self, max_norm: float) -> None:
+        tp_group = self.mesh["tp"].get_group()
+        clip_grad_norm([(local(p.grad), tp_group if hasattr(p, "placements") and
+                         any(pl.is_shard() for pl in p.placements) else None)
+                        for p in self.model.parameters() if p.grad is not None], max_norm)
