@@ -29,7 +29,8 @@ time_budget_s = 0.0
 
 # %%
 from labkit.core import config, frameworks
-from labkit.course import crc_demo, input_conclusions, input_ladder as ladder, notebook, read_rates, sizing, step_probe
+from labkit.course import notebook, sizing
+from labkit.course.input_pipeline import conclusions, ladder, read_rates, step_probe
 from labkit.course.report import key_figure
 from labkit.course.tables import table
 from labkit.data import read_records, decode_example
@@ -67,7 +68,7 @@ print("features of record 0:", {k: (v if k != "image" else f"<{len(v[0])} bytes>
 # and the byte offset, never silently wrong training data.
 
 # %%
-print(crc_demo.corruption_demo(data.shards.paths[0], str(out / "corrupted.tfrecord")))
+print(read_rates.corruption_demo(data.shards.paths[0], str(out / "corrupted.tfrecord")))
 
 # %% [markdown]
 # ## 2. Which reading mechanism for PyTorch?
@@ -158,7 +159,7 @@ for lad in measured:
 # ## 6. What this run says
 
 # %%
-print(input_conclusions.conclusions(measured, mechanisms, raw, cfg))
+print(conclusions.conclusions(measured, mechanisms, raw, cfg))
 
 # %% [markdown]
 # ## 7. Does it feed a GPU?

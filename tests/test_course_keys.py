@@ -8,8 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from labkit.course import capstone, input_conclusions, input_ladder, levers, precision
-from labkit.course.read_rates import ReadRates
+from labkit.course import capstone, levers, precision
+from labkit.course.input_pipeline import conclusions as input_conclusions
+from labkit.course.input_pipeline import ladder as input_ladder
+from labkit.course.input_pipeline.read_rates import ReadRates
 
 
 def _precision_rows(relabel: str) -> list[dict]:

@@ -81,7 +81,7 @@ def test_data_time_fraction_separates_wait_from_compute():
 @pytest.mark.slow
 def test_torch_step_behind_the_loader(shards):
     pytest.importorskip("torch")
-    from labkit.course.step_probe import torch_image_step
+    from labkit.course.input_pipeline.step_probe import torch_image_step
     from labkit.data.torch_loader import LoaderConfig, make_loader
 
     step = torch_image_step(num_classes=3, width=8, device="cpu")
@@ -93,7 +93,7 @@ def test_torch_step_behind_the_loader(shards):
 @pytest.mark.slow
 def test_tf_step_behind_tf_data(shards):
     pytest.importorskip("tensorflow")
-    from labkit.course.step_probe import tf_image_step
+    from labkit.course.input_pipeline.step_probe import tf_image_step
     from labkit.data.tf_pipeline import TFPipelineConfig, make_tf_dataset
 
     step = tf_image_step(num_classes=3, width=8)
@@ -103,7 +103,7 @@ def test_tf_step_behind_tf_data(shards):
 
 @pytest.mark.gpu
 def test_torch_step_on_the_gpu_with_pinned_batches(shards):
-    from labkit.course.step_probe import torch_image_step
+    from labkit.course.input_pipeline.step_probe import torch_image_step
     from labkit.data.torch_loader import LoaderConfig, make_loader
 
     step = torch_image_step(num_classes=3, width=8)  # auto → cuda

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from labkit.course import precision, read_rates
+from labkit.course import precision
+from labkit.course.input_pipeline import read_rates
 from labkit.hardware import results
 from labkit.hardware.catalog import find, load_catalog
 

@@ -9,8 +9,8 @@ conclusions can say whether a step up the ladder is measurably faster.
     ladder = torch_ladder(data, step)       # or tf_ladder(data, step)
     ladder.rung("shards").samples_per_s     # rungs are found by key; labels are for display
 
-The page-cache reading rates and the ceilings are `labkit.course.read_rates`; the sentences
-computed from both, `labkit.course.input_conclusions`.
+The page-cache reading rates and the ceilings are `read_rates` beside this module; the
+sentences computed from both, `conclusions`.
 """
 
 from __future__ import annotations

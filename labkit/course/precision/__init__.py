@@ -14,7 +14,14 @@ hits all of them; a row holds the median throughput and the min–max range, and
 against the first rung comes from `labkit.core.stats.compare` ("no measurable difference here"
 when the ranges overlap). Both frameworks give rows with the same keys, so one table holds them.
 The H100 reference ladder is read from the repository's results (`reference_ladder`).
-Framework-free at import: a framework is imported only when its ladder runs.
+Framework-free at import: a framework is imported only when its ladder runs. The rungs are rows
+of `labkit.course.levers`.
+
+The rest of notebook 04, beside the ladder in this package:
+
+    loss_scaling   fp16 started from an absurd loss scale: skipped steps until the scale fits
+    tensor_cores   matmuls at sizes on and off the tensor cores' tiles
+    cuda_graphs    CUDA graphs and the whole step as one graph, from the H100 results files
 """
 
 from __future__ import annotations
