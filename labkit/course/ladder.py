@@ -5,7 +5,8 @@ slow spell of the machine hits all of them. A setting's runs become one row (`su
 the min–max range, the runs themselves), and a verdict against another row comes from
 `labkit.core.stats.compare`: "no measurable difference here" when the ranges overlap.
 
-Notebook 04's precision ladder and notebook 09's capstone climb both measure this way.
+Notebook 03's input ladder, notebook 04's precision ladder and notebook 09's capstone climb
+measure this way.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ from typing import Any, TypeVar
 from labkit.core import stats
 
 K = TypeVar("K")
+T = TypeVar("T")
 
 WARM_UP_STEPS = 2  # the discarded first run of each setting is this many steps long
 
 
-def in_turns(measures: Mapping[K, Callable[[], dict[str, Any]]], *, repeats: int,
-             warm_up_with: Mapping[K, Callable[[], object]], desc: str | None = None) -> dict[K, list[dict[str, Any]]]:
+def in_turns(measures: Mapping[K, Callable[[], T]], *, repeats: int,
+             warm_up_with: Mapping[K, Callable[[], object]], desc: str | None = None) -> dict[K, list[T]]:
     """One discarded warm-up of each setting (`warm_up_with[key]`, e.g. a `WARM_UP_STEPS` run),
     then `repeats` rounds of every setting in turn; each setting's runs in order."""
     return stats.round_robin(measures, repeats=repeats, warmup=1, warm_up_with=warm_up_with, desc=desc)
