@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from labkit.course.hardware_plots import allreduce_title, plot_allreduce_bandwidth
+from labkit.course.multinode import allreduce_title, plot_allreduce_bandwidth
 from labkit.course.tables import table
 from labkit.hardware import allreduce as c
 

@@ -15,7 +15,7 @@ Rows (100 KB records, CRC verified everywhere):
 Ratios printed at the end are the course's targets: labkit torch / ceiling >= 0.70 and
 labkit torch / tf.data >= 1.0. With --images, the decoded image rate of the torch loader with
 workers is compared to 1.5x labkit's best ResNet-50 training rate measured on one H100, read from
-benchmarks/results (`labkit.course.read_rates.reference_resnet()`).
+benchmarks/results (`labkit.course.input_pipeline.read_rates.reference_resnet()`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from labkit.core.frameworks import has_tf, has_torch, missing_reason  # noqa: E402
-from labkit.course.read_rates import reference_resnet  # noqa: E402
+from labkit.course.input_pipeline.read_rates import reference_resnet  # noqa: E402
 from labkit.data import ReadConfig, ShardConfig, write_raw_shards  # noqa: E402
 from labkit.data.tfrecord import iter_views  # noqa: E402
 from labkit.data.throughput import (  # noqa: E402

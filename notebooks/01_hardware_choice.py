@@ -67,7 +67,7 @@ key_figure(f"memory copy bandwidth on this {ceilings.device}", ceilings.copy_gbs
 
 # %%
 from labkit.hardware.catalog import catalog_rows, find
-from labkit.course.hardware_plots import plot_rooflines
+from labkit.course.hardware_choice import plot_rooflines
 
 catalog = load_catalog(catalog_path or None)
 here = Roofline(f"this {ceilings.device} (measured)", ceilings.best_tflops, ceilings.copy_gbs)
@@ -125,7 +125,7 @@ mfu = assumed.value
 
 # %%
 from labkit.core import frameworks
-from labkit.course.mlp_throughput import measure_mlp_throughput
+from labkit.course.hardware_choice import measure_mlp_throughput
 
 if frameworks.has_torch():
     measured = measure_mlp_throughput(width=plan["mlp_width"], depth=4, batch_size=plan["mlp_batch"],
@@ -160,7 +160,7 @@ from labkit.hardware.cost import mfu_sensitivity
 print(table(mfu_sensitivity(workload, catalog, CostAssumptions(mfu=mfu, spot=spot), assumed.sensitivity_cases())))
 
 # %%
-from labkit.course.hardware_plots import plot_time_cost
+from labkit.course.hardware_choice import plot_time_cost
 
 plot_time_cost(estimates, title=f"{epochs:g} epoch(s) of {samples_per_epoch:,} samples at {mfu:.0%} of datasheet peak")
 fast, cheap, cheap_spot = estimates.fastest(), estimates.cheapest(), estimates.cheapest(spot=True)

@@ -196,12 +196,10 @@ if ("torch", processes) in comp.runs:
 # all-reduce of two numbers to cost on this machine?
 
 # %%
-from labkit.course import engine_extras
-
 if ddp_cmp is not None and processes > 1:
-    latency_ms = engine_extras.allreduce_latency_ms(processes)
-    print("\n".join(engine_extras.agreement_conclusions(latency_ms, ddp_cmp.recipe.median_step_s(),
-                                                       engine_extras.agreement_ab())))
+    latency_ms = dist.allreduce_latency_ms(processes)
+    print("\n".join(dist.agreement_conclusions(latency_ms, ddp_cmp.recipe.median_step_s(),
+                                               dist.agreement_ab())))
     key_figure("recipe ddp: its extra all-reduce per step", latency_ms, "ms",
                note=f"{latency_ms / (1e3 * ddp_cmp.recipe.median_step_s()):.1%} of its median step here")
 
@@ -242,13 +240,13 @@ if ("tf", processes) in comp.runs:
 # running: how far do you expect the mistaken curve to move from the single-process one?
 
 # %%
-from labkit.course import mistakes, mistakes_explained
+from labkit.course import mistakes
 
 if frameworks.has_torch() and processes > 1:
     ppb = mistakes.per_process_batch(model=model, steps=steps, batch_size=global_batch, nproc=processes, lr=lr,
                                      num_samples=num_samples, device=job.device, scale=job.scale)
-    mistakes_explained.plot_per_process_batch(ppb, out_dir / "per_process_batch.png")
-    print("\n".join(mistakes_explained.per_process_batch(ppb)))
+    mistakes.plot_per_process_batch(ppb, out_dir / "per_process_batch.png")
+    print("\n".join(mistakes.explain_per_process_batch(ppb)))
     key_figure("per-process batch taken for the global batch: largest loss gap vs 1 process",
                ppb["mistaken_max_gap"], note=f"with the batch split right: {ppb['right_max_gap']:.1e}")
 

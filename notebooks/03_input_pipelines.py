@@ -33,7 +33,8 @@ from labkit.notebooks import artifacts_dir, key_figure, route_kernel_stderr
 route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
 
 from labkit.core import config, frameworks
-from labkit.course import crc_demo, input_conclusions, input_ladder as ladder, read_rates, sizing, step_probe
+from labkit.course import sizing
+from labkit.course.input_pipeline import conclusions, ladder, read_rates, step_probe
 from labkit.course.tables import table
 from labkit.data import read_records, decode_example
 
@@ -70,7 +71,7 @@ print("features of record 0:", {k: (v if k != "image" else f"<{len(v[0])} bytes>
 # and the byte offset, never silently wrong training data.
 
 # %%
-print(crc_demo.corruption_demo(data.shards.paths[0], str(out / "corrupted.tfrecord")))
+print(read_rates.corruption_demo(data.shards.paths[0], str(out / "corrupted.tfrecord")))
 
 # %% [markdown]
 # ## 2. Which reading mechanism for PyTorch?
@@ -161,7 +162,7 @@ for lad in measured:
 # ## 6. What this run says
 
 # %%
-print(input_conclusions.conclusions(measured, mechanisms, raw, cfg))
+print(conclusions.conclusions(measured, mechanisms, raw, cfg))
 
 # %% [markdown]
 # ## 7. Does it feed a GPU?

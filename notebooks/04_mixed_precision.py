@@ -30,7 +30,8 @@ route_kernel_stderr()  # C/C++ library and child-process output goes to this not
 
 from IPython.display import Markdown, display
 from labkit.core import config, frameworks
-from labkit.course import loss_scaling, precision, sizing, tensor_cores
+from labkit.course import precision, sizing
+from labkit.course.precision import loss_scaling, tensor_cores
 from labkit.course.tables import table
 
 scale = config.resolve_scale(scale)
@@ -232,12 +233,12 @@ if has_torch:
 # TensorFlow?
 
 # %%
-from labkit.course import mistakes, mistakes_explained
+from labkit.course import mistakes
 
 if has_torch:
     tf32 = mistakes.tf32_defaults()
     print(table(tf32, ["setting, in a fresh process", "value"]))
-    print("\n".join(mistakes_explained.tf32_defaults(tf32)))
+    print("\n".join(mistakes.explain_tf32_defaults(tf32)))
     key_figure("TF32 for float32 matmuls in a fresh PyTorch process",
                "on" if tf32["torch.backends.cuda.matmul.allow_tf32"] else "off",
                note=f"cuDNN convolutions: {'on' if tf32['torch.backends.cudnn.allow_tf32'] else 'off'}")
@@ -256,8 +257,8 @@ if has_torch:
 if has_torch:
     softmax_runs = {opt: mistakes.softmax_into_cross_entropy(model="gpt", steps=30, batch_size=32, optimizer=opt)
                     for opt in ("sgd", "adamw")}
-    mistakes_explained.plot_softmax(softmax_runs["sgd"], softmax_runs["adamw"])
-    print("\n".join(mistakes_explained.softmax(softmax_runs["sgd"], softmax_runs["adamw"])))
+    mistakes.plot_softmax(softmax_runs["sgd"], softmax_runs["adamw"])
+    print("\n".join(mistakes.explain_softmax(softmax_runs["sgd"], softmax_runs["adamw"])))
     key_figure("softmax into cross_entropy: first-step gradient, right / mistaken",
                softmax_runs["sgd"]["gradient_shrink"], "×", note=f"{softmax_runs['sgd']['classes']} classes")
     for opt, r in softmax_runs.items():
@@ -273,12 +274,12 @@ if has_torch:
 # bought on an H100, read from the benchmark results files:
 
 # %%
-from labkit.course import engine_extras
+from labkit.course.precision import cuda_graphs
 
-graph_rows = engine_extras.cuda_graph_gains()
+graph_rows = cuda_graphs.cuda_graph_gains()
 if graph_rows:
     print(table(graph_rows, ["workload", "configuration", "without graphs", "with CUDA graphs", "unit", "gain"]))
-print("\n".join(engine_extras.cuda_graph_conclusions(graph_rows, rows[0]["device"] if rows else "cpu")))
+print("\n".join(cuda_graphs.cuda_graph_conclusions(graph_rows, rows[0]["device"] if rows else "cpu")))
 
 # %% [markdown]
 # ### The same in Keras

@@ -45,7 +45,7 @@ route_kernel_stderr()  # C/C++ library and child-process output goes to this not
 
 from labkit.core import config, frameworks
 from labkit.profiling import ProfileConfig, WorkloadConfig, profile_workload
-from labkit.course import profile_results, sizing
+from labkit.course import profiling, sizing
 from labkit.profiling.run import profile_training, set_cpu_threads
 from labkit.core.train_config import TrainConfig
 
@@ -100,8 +100,8 @@ fixed_cfg = TrainConfig(**{**slow_cfg.__dict__, "num_workers": fixed_num_workers
 if has_torch:
     fixed = profile_training(fixed_cfg, ProfileConfig(out_dir=str(out / "input_fixed"), **schedule), label=f"num_workers={fixed_num_workers}")
     print(fixed.text())
-    input_fix = profile_results.timed_comparison(profile_results.training_rate(slow_cfg), profile_results.training_rate(fixed_cfg), repeats)
-    print(profile_results.compare(slow, fixed, input_fix))
+    input_fix = profiling.timed_comparison(profiling.training_rate(slow_cfg), profiling.training_rate(fixed_cfg), repeats)
+    print(profiling.compare(slow, fixed, input_fix))
     key_figure("verdict after the fix", fixed.verdict.kind)
     key_figure("speed-up from loader workers + prefetch (injected latency)", input_fix.speedup(), "×",
                f"median of {repeats} runs each; " + ("no measurable difference here" if input_fix.winner is None
@@ -111,7 +111,7 @@ if has_torch:
 # ## 3. A CPU-bound input: real image decoding
 # Now the loader does work instead of waiting: every sample is a JPEG photo-sized image that
 # Pillow decodes in the loader (`WorkloadConfig(decode="jpeg")`, built by
-# `profile_results.decode_workload`), feeding a small MLP. Loader workers move the
+# `profiling.decode_workload`), feeding a small MLP. Loader workers move the
 # decoding off the training process, and several workers decode in parallel, but every decode
 # needs a core. The same workload runs with each count in `decode_workers`, the counts taking
 # turns `repeats` times; each row's verdict is against the count before it.
@@ -121,9 +121,9 @@ from labkit.core import devices
 from labkit.course.tables import table
 
 if has_torch:
-    sweep = profile_results.decode_worker_sweep(profile_results.decode_workload(plan["decode_steps"], cpu_threads), decode_workers, repeats=repeats)
+    sweep = profiling.decode_worker_sweep(profiling.decode_workload(plan["decode_steps"], cpu_threads), decode_workers, repeats=repeats)
     print(table(sweep, ["workers", "samples_per_s", "range", "speedup", "vs previous"]))
-    print(profile_results.decode_verdict(sweep, devices.usable_cpu_count()))
+    print(profiling.decode_verdict(sweep, devices.usable_cpu_count()))
     best_decode = max(sweep, key=lambda r: r["samples_per_s"])
     key_figure("CPU-bound decode: best loader workers here", best_decode["workers"],
                note=f"{devices.usable_cpu_count()} usable cores; {best_decode['speedup']:.2f}× {sweep[0]['workers']} workers")
@@ -152,10 +152,10 @@ if has_torch:
     big = profile_workload(WorkloadConfig(shape="deep_narrow", batch_size=large_batch, threads=0),
                            ProfileConfig(out_dir=str(out / "launch_fixed"), **schedule), label=f"batch {large_batch}")
     print(big.text())
-    launch_fix = profile_results.timed_comparison(
-        profile_results.workload_rate(WorkloadConfig(shape="deep_narrow", batch_size=small_batch, threads=0)),
-        profile_results.workload_rate(WorkloadConfig(shape="deep_narrow", batch_size=large_batch, threads=0)), repeats)
-    print(profile_results.compare(tiny, big, launch_fix))
+    launch_fix = profiling.timed_comparison(
+        profiling.workload_rate(WorkloadConfig(shape="deep_narrow", batch_size=small_batch, threads=0)),
+        profiling.workload_rate(WorkloadConfig(shape="deep_narrow", batch_size=large_batch, threads=0)), repeats)
+    print(profiling.compare(tiny, big, launch_fix))
     key_figure("verdict with the larger batch", big.verdict.kind)
     key_figure("throughput gain (samples/s) from the larger batch", launch_fix.speedup(), "×",
                f"median of {repeats} runs each; " + ("no measurable difference here" if launch_fix.winner is None
@@ -163,7 +163,7 @@ if has_torch:
 
 # %%
 if has_torch:
-    profile_results.plot_breakdowns([slow, fixed, tiny, big])
+    profiling.plot_breakdowns([slow, fixed, tiny, big])
 
 # %% [markdown]
 # ## 5. NVTX ranges and GPU utilisation
@@ -175,7 +175,7 @@ if has_torch:
 
 # %%
 if has_torch:
-    print("labkit ranges in the last trace:", profile_results.nvtx_ranges(big))
+    print("labkit ranges in the last trace:", profiling.nvtx_ranges(big))
     print("NVTX ranges emitted:", "yes (CUDA in use)" if big.gpu is not None else "no: NVTX needs a CUDA GPU")
     print("GPU utilisation:", big.gpu if big.gpu is not None else big.notes)
     print(f"open in Perfetto: {big.trace_path}\nTensorBoard: tensorboard --logdir {big.tensorboard_dir}")

@@ -40,7 +40,7 @@ route_kernel_stderr()  # C/C++ library and child-process output goes to this not
 from labkit import vertex
 from labkit.core import config, devices, frameworks, metrics
 from labkit.course import sizing
-from labkit.course.hardware_plots import allreduce_title, plot_allreduce_bandwidth
+from labkit.course.multinode import allreduce_title, plot_allreduce_bandwidth
 from labkit.course.tables import table
 from labkit.hardware import allreduce as collectives
 from labkit.vertex.emulator import describe_environments, replica_envs, LocalPaths, run_local
@@ -178,7 +178,7 @@ if fw.torch:
 
 # %%
 if fw.torch:
-    from labkit.course import grad_compression as gc
+    from labkit.course import multinode as gc
     from labkit.core.train_config import TrainConfig
 
     comp_base = TrainConfig(model="gpt", scale=plan["model_scale"], steps=plan["compression_steps"],
@@ -279,11 +279,11 @@ else:
 # sends fewer bytes per rank?
 
 # %%
-from labkit.course import mistakes, mistakes_explained
+from labkit.course import mistakes
 
 if fw.torch:
     emb = mistakes.embedding_gradient_traffic(world_size=nodes * gpus_per_node)
-    print("\n".join(mistakes_explained.embedding_gradient_traffic(emb)))
+    print("\n".join(mistakes.explain_embedding_gradient_traffic(emb)))
     key_figure("embedding rows touched by one batch of 8 × 1024 tokens", 100 * emb["rows_touched_fraction"], "%",
                note=f"of {emb['vocab_size']:,}")
     key_figure(f"sparse row gather / dense all-reduce, bytes per rank at {emb['world_size']} ranks",

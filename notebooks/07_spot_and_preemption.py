@@ -45,7 +45,8 @@ route_kernel_stderr()  # C/C++ library and child-process output goes to this not
 
 from labkit import vertex
 from labkit.core import config, frameworks
-from labkit.course import drill, sizing, spot
+from labkit.course import sizing
+from labkit.course.preemption import drill, spot
 from labkit.course.tables import table
 from labkit.vertex import pricing
 
@@ -269,11 +270,11 @@ if frameworks.has_torch():
 # where do those bytes go?
 
 # %%
-from labkit.course import mistakes, mistakes_explained
+from labkit.course import mistakes
 
 if frameworks.has_torch():
     url_demo = mistakes.save_to_bucket_url(workdir / "save_to_url")
-    print("\n".join(mistakes_explained.save_to_bucket_url(url_demo)))
+    print("\n".join(mistakes.explain_save_to_bucket_url(url_demo)))
     key_figure("torch.save to a gs:// string wrote into", f"a local folder named {url_demo['mistake_local_folder']!r}")
 
 # %% [markdown]
@@ -286,11 +287,11 @@ if frameworks.has_torch():
 # training less time than a synchronous one, counting everything until the write is done?
 
 # %%
-from labkit.course import engine_extras
+from labkit.course.preemption import writes
 
 if frameworks.has_torch():
-    saves = engine_extras.background_save()
-    print("\n".join(engine_extras.save_conclusions(saves, engine_extras.checkpoint_reference())))
+    saves = writes.background_save()
+    print("\n".join(writes.save_conclusions(saves, writes.checkpoint_reference())))
     key_figure("background checkpoint: training stall / synchronous save", saves["stall_over_sync"], "×",
                note=f"medians, {saves['state_mb']:.0f} MB of state")
     key_figure(f"background checkpoint: a save + {saves['steps_after']} steps until written / synchronous",

@@ -114,11 +114,11 @@ if has_torch:
 
 # %%
 if has_torch:
-    from labkit.course import sharding as fsdp
+    from labkit.course import memory
 
     shard_cfg = TrainConfig(model=model, scale=plan["sharding_scale"], device=plan["sharding_device"],
                             steps=sharding_steps, batch_size=sharding_processes * 4, progress=False)
-    shard = fsdp.compare_sharding(shard_cfg, sharding_processes)
+    shard = memory.compare_sharding(shard_cfg, sharding_processes)
     display(Markdown(table(shard, ["mode", "processes", "param_mib", "grad_mib", "optimizer_mib", "state_mib", "final_loss"],
                            markdown=True)))
     ratio = shard[1]["state_mib"] / shard[0]["state_mib"]
@@ -162,11 +162,11 @@ if has_torch:
 # training step to need, as a multiple of 440 MB?
 
 # %%
-from labkit.course import mistakes, mistakes_explained
+from labkit.course import mistakes
 
 if has_torch:
     mem = [mistakes.training_memory(precision=p) for p in ("fp32", "bf16")]
-    display(Markdown(table(mistakes_explained.memory_rows(*mem), markdown=True, title="GB, counted from the tensors:")))
-    print("\n".join(mistakes_explained.training_memory(*mem)))
+    display(Markdown(table(mistakes.memory_rows(*mem), markdown=True, title="GB, counted from the tensors:")))
+    print("\n".join(mistakes.explain_training_memory(*mem)))
     key_figure("110M-parameter GPT, one AdamW step at batch 8 × 512: memory / (parameters × 4 bytes)",
                mem[0]["total_over_guess"], "×", note=f"{mem[0]['total_bytes'] / 1e9:.2f} GB counted, fp32")

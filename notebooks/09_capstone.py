@@ -169,4 +169,4 @@ print(dry.preflight.text())
 # %%
 from labkit.course import recipe_view
 
-display(Markdown(table(recipe_view.lever_rows(baseline.framework, [*tried, *not_here]), markdown=True)))
+display(Markdown(table(recipe_view.lever_code_rows(baseline.framework, [*tried, *not_here]), markdown=True)))

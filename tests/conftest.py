@@ -13,6 +13,7 @@ from labkit.core import devices, gcp, gcs
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = REPO / "notebooks"
+RESULTS_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"  # made-up results files
 
 
 def child_pids(pid: int) -> list[int]:

@@ -9,7 +9,7 @@ import pytest
 
 from labkit.core.config import ParameterError
 from labkit.core.train_config import TrainConfig
-from labkit.course import capstone
+from labkit.course import capstone, ladder
 from labkit.course.capstone import CapstoneConfig, Hardware
 from labkit.hardware.machines import Price
 
@@ -90,8 +90,8 @@ def test_climb_keeps_what_pays_and_drops_the_rest():
                                                      "no measurable difference here", "faster"]
     # one short discarded run of each of the 6 configurations the first time it is seen, then
     # each of the 5 comparisons and the final one alternate 3 + 3 runs
-    warm_ups = [c for c in calls if c.steps == capstone.WARM_UP_STEPS]
-    assert len(warm_ups) == 6 and calls[0].steps == capstone.WARM_UP_STEPS
+    warm_ups = [c for c in calls if c.steps == ladder.WARM_UP_STEPS]
+    assert len(warm_ups) == 6 and calls[0].steps == ladder.WARM_UP_STEPS
     assert len(calls) == 6 + 6 * 6
     assert calls[-2] == result.baseline and calls[-1] == result.optimised
     assert len(result.spread_of(result.baseline).values) == 3 + 3  # first comparison and the final one
@@ -173,7 +173,7 @@ def test_conclusions_flag_a_configuration_that_swung():
     speeds = iter([20.0, 100.0, 30.0, 100.0, 500.0, 100.0] + [100.0] * 100)
 
     def measure(cfg: TrainConfig):
-        return {"samples_per_s": next(speeds) if cfg.steps != capstone.WARM_UP_STEPS else 1.0,
+        return {"samples_per_s": next(speeds) if cfg.steps != ladder.WARM_UP_STEPS else 1.0,
                 "step_time_ms": 10.0, "data_fraction": 0.02, "peak_memory_mib": None, "final_loss": 1.0,
                 "device": "cpu"}
 

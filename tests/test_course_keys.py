@@ -4,10 +4,14 @@ compute."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from labkit.course import capstone, input_conclusions, input_ladder, precision
-from labkit.course.read_rates import ReadRates
+from labkit.course import capstone, levers, precision
+from labkit.course.input_pipeline import conclusions as input_conclusions
+from labkit.course.input_pipeline import ladder as input_ladder
+from labkit.course.input_pipeline.read_rates import ReadRates
 
 
 def _precision_rows(relabel: str) -> list[dict]:
@@ -42,8 +46,8 @@ def test_input_conclusions_survive_new_labels(monkeypatch):
 
 
 def test_capstone_climb_and_conclusions_survive_new_labels(monkeypatch):
-    for key in list(capstone.LABELS["torch"]):
-        monkeypatch.setitem(capstone.LABELS["torch"], key, f"renamed {key}")
+    for key, lever in list(levers.LEVERS["torch"].items()):
+        monkeypatch.setitem(levers.LEVERS["torch"], key, replace(lever, label=f"renamed {key}"))
 
     def measure(cfg):
         speed = 100.0 * (2.0 if cfg.precision == "bf16" else 1.0) * (0.9 if cfg.channels_last else 1.0)
@@ -57,3 +61,14 @@ def test_capstone_climb_and_conclusions_survive_new_labels(monkeypatch):
     text = " ".join(capstone.conclusions(result, capstone.cost_rows(result, None, 1000)))
     assert "renamed bf16 2.00× (100–100 → 200–200 samples/s)" in text
     assert "renamed channels_last (0.90×, slower)" in text
+
+
+def test_a_new_rung_is_one_row(monkeypatch):
+    """A rung added to the registry is climbed by the ladder, and a lever that is also a rung
+    shows the rung's label."""
+    extra = levers.Rung("bf16_new", "bf16 + something new", "bf16", channels_last=True)
+    monkeypatch.setitem(levers.RUNGS, "torch", (*levers.RUNGS["torch"], extra))
+    assert precision.rungs("torch", include_compile=False)[-1] == extra
+    assert levers.lever("torch", "bf16").label == levers.rung("torch", "bf16").label == "bf16 autocast"
+    assert levers.lever("tf", "bf16").label == levers.rung("tf", "bf16").label
+    assert levers.lever("torch", "no such lever") is None

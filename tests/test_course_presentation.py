@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from labkit.course import hardware_plots, plots
+from labkit.course import hardware_choice, multinode, plots
 from labkit.course.tables import cell, table
 from labkit.hardware.allreduce import AllReduceReport, AllReduceResult
 from labkit.hardware.catalog import load_catalog
@@ -53,11 +53,11 @@ def test_finish_lays_out_and_saves(tmp_path):
 def test_hardware_plots(tmp_path):
     report = AllReduceReport("gloo", 2, "CPU process", [AllReduceResult(4096, 3, 1e-4, 0.04, 0.04),
                                                         AllReduceResult(1 << 20, 3, 1e-3, 1.0, 1.0)])
-    fig = hardware_plots.plot_allreduce_bandwidth(report, tmp_path / "bw.png", link_limit_gbps=2.0)
+    fig = multinode.plot_allreduce_bandwidth(report, tmp_path / "bw.png", link_limit_gbps=2.0)
     assert (tmp_path / "bw.png").stat().st_size > 0 and fig.axes[0].get_xscale() == "log"
-    assert hardware_plots.allreduce_title(report) in table(report.results, title=hardware_plots.allreduce_title(report))
-    roof = hardware_plots.plot_rooflines([Roofline("here", 1.0, 10.0)], [("matmul", 100.0, 0.9)])
+    assert multinode.allreduce_title(report) in table(report.results, title=multinode.allreduce_title(report))
+    roof = hardware_choice.plot_rooflines([Roofline("here", 1.0, 10.0)], [("matmul", 100.0, 0.9)])
     assert roof.axes[0].get_yscale() == "log"
     estimates = estimate_costs(Workload(1e15, 8, 1000), load_catalog(), CostAssumptions())
-    cost = hardware_plots.plot_time_cost(estimates, title="t", path=tmp_path / "cost.png")
+    cost = hardware_choice.plot_time_cost(estimates, title="t", path=tmp_path / "cost.png")
     assert cost.axes[0].get_title() == "t" and (tmp_path / "cost.png").stat().st_size > 0

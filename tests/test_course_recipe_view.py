@@ -166,10 +166,10 @@ def test_the_request_the_service_received_is_described_from_its_fields():
 def test_every_capstone_lever_has_code_or_a_recipe():
     hw = capstone.Hardware("cuda", fp8=True, cpu_count=8)
     tried, skipped = capstone.levers("torch", "gpt", hw, True)
-    rows = recipe_view.lever_rows("torch", [*tried, *skipped])
+    rows = recipe_view.lever_code_rows("torch", [*tried, *skipped])
     assert len(rows) == len(tried) + len(skipped) and all(r["plain code"] for r in rows)
     assert "labkit train flag only" not in {r["plain code"] for r in rows}
     bf16 = next(r for r in rows if "bf16" in r["lever"])
     assert bf16["recipe"] == "mixed_precision" and bf16["recipe lines"] == recipe_view.lines_of_code("mixed_precision")
-    tf_rows = recipe_view.lever_rows("tf", capstone.levers("tf", "cnn", hw, True)[0])
+    tf_rows = recipe_view.lever_code_rows("tf", capstone.levers("tf", "cnn", hw, True)[0])
     assert tf_rows[0]["recipe"] == "keras_mixed_precision"

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from labkit.course.crc_demo import corruption_demo
-from labkit.course.input_conclusions import conclusions
-from labkit.course.input_ladder import (
+from labkit.course.input_pipeline.conclusions import conclusions
+from labkit.course.input_pipeline.ladder import (
     INPUT_RUNGS,
     CachedBatches,
     InputLadder,
@@ -15,9 +14,10 @@ from labkit.course.input_ladder import (
     InputRung,
     write_ladder_data,
 )
-from labkit.course.read_rates import (
+from labkit.course.input_pipeline.read_rates import (
     ReadRates,
     best_torch_mechanism,
+    corruption_demo,
     workers_to_feed,
     write_bench_shards,
 )
@@ -95,8 +95,8 @@ def test_bench_shards(tmp_path):
 @pytest.mark.timeout(180)
 def test_tiny_torch_ladder(tmp_path):
     pytest.importorskip("torch")
-    from labkit.course.input_ladder import torch_ladder
-    from labkit.course.step_probe import torch_image_step
+    from labkit.course.input_pipeline.ladder import torch_ladder
+    from labkit.course.input_pipeline.step_probe import torch_image_step
 
     lad = torch_ladder(write_ladder_data(tmp_path, TINY), torch_image_step(10, width=4, device="cpu"))
     assert [r.key for r in lad.rungs] == list(INPUT_RUNGS)
@@ -109,7 +109,7 @@ def test_tiny_torch_ladder(tmp_path):
 @pytest.mark.timeout(180)
 def test_tiny_mechanism_comparison(tmp_path):
     pytest.importorskip("torch")
-    from labkit.course.read_rates import compare_mechanisms
+    from labkit.course.input_pipeline.read_rates import compare_mechanisms
 
     mech = compare_mechanisms(write_ladder_data(tmp_path, TINY), repeats=1)
     assert len(mech) == 4 and all(len(v.values) == 3 and v.median > 0 for v in mech.values())
@@ -119,8 +119,8 @@ def test_tiny_mechanism_comparison(tmp_path):
 @pytest.mark.timeout(180)
 def test_tiny_tf_ladder(tmp_path):
     pytest.importorskip("tensorflow")
-    from labkit.course.input_ladder import tf_ladder
-    from labkit.course.step_probe import tf_image_step
+    from labkit.course.input_pipeline.ladder import tf_ladder
+    from labkit.course.input_pipeline.step_probe import tf_image_step
 
     lad = tf_ladder(write_ladder_data(tmp_path, TINY), tf_image_step(10, width=4))
     assert [r.key for r in lad.rungs] == list(INPUT_RUNGS)

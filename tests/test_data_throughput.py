@@ -86,7 +86,7 @@ def test_latency_opener_charges_per_file_and_caps_bandwidth(shards):
 
 
 def test_timed_epoch_separates_wait_from_compute(monkeypatch):
-    import labkit.course.input_ladder as ladder
+    import labkit.course.input_pipeline.ladder as ladder
 
     clock = [0.0]  # a fake clock: the loader waits 20 ms per batch, the step takes 5 ms
     def batches():
@@ -106,8 +106,8 @@ def test_timed_epoch_separates_wait_from_compute(monkeypatch):
 @pytest.mark.slow
 def test_torch_step_behind_the_loader(shards):
     pytest.importorskip("torch")
-    from labkit.course.input_ladder import timed_epoch
-    from labkit.course.step_probe import torch_image_step
+    from labkit.course.input_pipeline.ladder import timed_epoch
+    from labkit.course.input_pipeline.step_probe import torch_image_step
     from labkit.data.torch_loader import LoaderConfig, make_loader
 
     step = torch_image_step(num_classes=3, width=8, device="cpu")
@@ -119,7 +119,7 @@ def test_torch_step_behind_the_loader(shards):
 @pytest.mark.slow
 def test_tf_step_behind_tf_data(shards):
     pytest.importorskip("tensorflow")
-    from labkit.course.step_probe import tf_image_step
+    from labkit.course.input_pipeline.step_probe import tf_image_step
     from labkit.data.tf_pipeline import TFPipelineConfig, make_tf_dataset
 
     step = tf_image_step(num_classes=3, width=8)
@@ -130,8 +130,8 @@ def test_tf_step_behind_tf_data(shards):
 
 @pytest.mark.gpu
 def test_torch_step_on_the_gpu_with_pinned_batches(shards):
-    from labkit.course.input_ladder import timed_epoch
-    from labkit.course.step_probe import torch_image_step
+    from labkit.course.input_pipeline.ladder import timed_epoch
+    from labkit.course.input_pipeline.step_probe import torch_image_step
     from labkit.data.torch_loader import LoaderConfig, make_loader
 
     step = torch_image_step(num_classes=3, width=8)  # auto → cuda

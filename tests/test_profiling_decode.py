@@ -41,7 +41,7 @@ def _row(workers, runs, vs):
 
 
 def test_decode_verdict_says_where_workers_stopped_paying_off():
-    from labkit.course.profile_results import decode_verdict
+    from labkit.course.profiling import decode_verdict
 
     rows = [_row(0, [100, 101, 99], "reference"), _row(1, [130, 131, 129], "faster"),
             _row(2, [170, 171, 169], "faster"), _row(4, [168, 175, 165], "no measurable difference here")]
@@ -51,14 +51,14 @@ def test_decode_verdict_says_where_workers_stopped_paying_off():
 
 
 def test_decode_verdict_when_no_count_paid_off():
-    from labkit.course.profile_results import decode_verdict
+    from labkit.course.profiling import decode_verdict
 
     rows = [_row(0, [100, 101, 99], "reference"), _row(1, [99, 100, 102], "no measurable difference here")]
     assert "No number of workers was measurably faster" in decode_verdict(rows, cores=2)
 
 
 def test_before_after_speed_verdict_comes_from_repeated_runs():
-    from labkit.course.profile_results import timed_comparison
+    from labkit.course.profiling import timed_comparison
 
     calls = []
 

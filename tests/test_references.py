@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from labkit.course import precision, read_rates
+from labkit.course import precision
+from labkit.course.input_pipeline import read_rates
 from labkit.hardware import results
 from labkit.hardware.catalog import find, load_catalog
 

@@ -6,7 +6,8 @@ import pytest
 
 pytest.importorskip("tensorflow")
 from labkit.core.config import ParameterError  # noqa: E402
-from labkit.course import loss_scaling, precision  # noqa: E402
+from labkit.course import precision  # noqa: E402
+from labkit.course.precision import loss_scaling  # noqa: E402
 
 
 @pytest.mark.slow

@@ -7,8 +7,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from labkit.core.train_config import TrainConfig  # noqa: E402
-from labkit.course import loss_scaling, precision  # noqa: E402
 from labkit.course import memory as course_memory  # noqa: E402
+from labkit.course import precision  # noqa: E402
+from labkit.course.precision import loss_scaling  # noqa: E402
 from labkit.torch import distributed, memory  # noqa: E402
 from labkit.torch.precision import PrecisionPolicy  # noqa: E402
 
@@ -159,7 +160,7 @@ def test_ladder_rows_and_conclusions():
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_fsdp_holds_half_the_state_per_process_with_the_same_losses():
-    from labkit.course.sharding import compare_sharding
+    from labkit.course.memory import compare_sharding
 
     ddp, fsdp = compare_sharding(TrainConfig(model="gpt", steps=2, batch_size=8, device="cpu"), 2)
     assert fsdp["state_mib"] == pytest.approx(ddp["state_mib"] / 2, rel=0.05)

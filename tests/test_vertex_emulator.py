@@ -10,7 +10,6 @@ import pytest
 
 from labkit import vertex
 from labkit.core import cluster
-from labkit.course.vertex_demo import demo_job
 from labkit.vertex.emulator import (
     CANCELLED,
     DEFAULT_TIMEOUT_S,
@@ -22,6 +21,7 @@ from labkit.vertex.emulator import (
     replica_envs,
     run_local,
 )
+from tests.fixtures.vertex_demo import demo_job
 
 OUT = "gs://bkt/job"
 
@@ -281,7 +281,7 @@ def test_two_worker_tf_job_finishes(tmp_path):
 @pytest.mark.timeout(400)
 def test_preemption_drill_resumes_to_the_uninterrupted_result(tmp_path):
     pytest.importorskip("torch")
-    from labkit.course.drill import DrillConfig, preemption_drill
+    from labkit.course.preemption.drill import DrillConfig, preemption_drill
 
     r = preemption_drill(DrillConfig(steps=8, preempt_step=4, checkpoint_every=3,
                                      input_latency_ms=100), tmp_path)

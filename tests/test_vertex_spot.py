@@ -1,5 +1,5 @@
 """Spot: the preemption model (`labkit.hardware.spot`) and notebook 07's checkpoint interval vs
-lost work vs cost (`labkit.course.spot`), which prices each interval with that model."""
+lost work vs cost (`labkit.course.preemption.spot`), which prices each interval with that model."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from labkit.core import checkpoint
 from labkit.core.config import ParameterError
-from labkit.course import spot
+from labkit.course.preemption import spot
 from labkit.course.tables import table
 from labkit.hardware.spot import SpotModel, young_daly_interval
 

@@ -7,19 +7,26 @@ Shared by every notebook:
     tables       the one table formatter (plain text or Markdown)
     plots        the one start and finish of every plot (headless backend, layout, saving)
     summary      the report `labkit course` writes of what this machine measured
+    ladder       the one way settings are compared by training: warm-up, turns, summary, verdict
+    levers       the one registry of rungs and levers: key, label, settings, the code that shows each
+    references   the benchmark results files a notebook quotes, and what it says when they are absent
+    recipe_view  a recipe shown from its file, run, and compared with the engine
+    sizing       a notebook's sizes for this machine (the plan announced before the long cells)
+    mistakes     mistakes guides make, each measured beside its fix (02, 04, 06, 07, 08)
 
 By notebook:
     00  tour
-    01  mlp_throughput (MLP throughput and MFU), hardware_plots (roofline, time against cost)
-    02  distribution (DDP vs tf.distribute)
-    03  input_ladder, read_rates, input_conclusions, crc_demo, step_probe
-    04  precision (the ladder and its conclusions), loss_scaling, tensor_cores
-    05  profile_results
-    06  hardware_plots (all-reduce bandwidth)
-    07  drill (the preemption drill), spot (checkpoint interval against cost)
-    08  memory, sharding
+    01  hardware_choice (MLP throughput and MFU, roofline, time against cost)
+    02  distribution (DDP vs tf.distribute; the engine's DDP agreement)
+    03  input_pipeline: ladder, read_rates, step_probe, conclusions
+    04  precision (the ladder and its conclusions): loss_scaling, tensor_cores, cuda_graphs
+    05  profiling
+    06  multinode (all-reduce bandwidth, gradient compression)
+    07  preemption: drill, spot, writes
+    08  memory (accumulation, activation checkpointing, FSDP next to DDP)
     09  capstone
-    vertex_demo: small real distributed programs a local Vertex job runs (`python -m`)
+    10  model_parallel
+    11  tuning
 
 Running notebooks (papermill, the kernel and its log, key figures) is `labkit.notebooks`'s, below
 this layer. Rungs and levers are found by key; their labels are only for display.

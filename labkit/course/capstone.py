@@ -16,6 +16,8 @@ here". Every run of every configuration is kept (`CapstoneResult.runs`), so the 
 say when the same configuration measured very differently during the run.
 
 Levers are found by key (`Lever.key`, the `key` of each trial row); labels are for display.
+The levers themselves (key, label, settings, the code that shows them) are rows of
+`labkit.course.levers`; the measuring is `labkit.course.ladder`'s.
 Every lever is a change to `labkit.core.train_config.TrainConfig`, so the optimised
 configuration is exactly what `labkit train` (or a Vertex AI job built by
 `labkit.vertex.training_job`) runs. The price comes from `labkit.hardware.machines`.
@@ -24,7 +26,7 @@ configuration is exactly what `labkit train` (or a Vertex AI job built by
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -41,6 +43,8 @@ from labkit.core.config import (
 from labkit.core.models import MODEL_NAMES
 from labkit.core.progress import track
 from labkit.core.train_config import TrainConfig
+from labkit.course import ladder
+from labkit.course.levers import LEVERS, Lever, loader_workers
 from labkit.course.precision import compile_included, default_batch
 from labkit.hardware.machines import Price
 
@@ -118,20 +122,6 @@ class CapstoneConfig:
         return self.repeats or stats.MIN_REPEATS
 
 
-@dataclass(frozen=True)
-class Lever:
-    """One switch of the course. `key` is what code finds it by, `label` what a reader sees;
-    `changes` are the TrainConfig fields it sets; `needs` are fields the configuration must
-    already have (a lever built on another one that was dropped is not tried); `lesson` names
-    where the course teaches it."""
-
-    key: str
-    label: str
-    changes: Mapping[str, Any]
-    lesson: str
-    needs: Mapping[str, Any] = field(default_factory=dict)
-
-
 class SkippedLever(NamedTuple):
     """A lever not tried, or not finished, on this machine, and why."""
 
@@ -161,13 +151,6 @@ class Hardware:
                    facts is None or facts.supports("bf16"))
 
 
-# Lever key -> label, per framework (the loader lever's label depends on the machine).
-LABELS = {
-    "torch": {"bf16": "bf16 autocast", "channels_last": "channels_last", "compile": "torch.compile",
-              "cuda_graphs": "CUDA graphs + kernel tuning", "step_graph": "whole step as one CUDA graph",
-              "fp8_head": "fp8 output head"},
-    "tf": {"bf16": "bf16 (mixed_bfloat16)", "compile": "XLA (jit_compile)"},
-}
 # Why the compile levers are not tried unless asked for: at smoke scale compiling takes minutes on
 # a small CPU; at full scale the plan leaves them out where recompiling for every run would be
 # most of the notebook (`labkit.course.sizing`).
@@ -175,53 +158,51 @@ COMPILE_OFF = "include_compile is off (the plan above says why); include_compile
 
 
 def levers(framework: str, model: str, hw: Hardware, include_compile: bool) -> tuple[list[Lever], list[SkippedLever]]:
-    """(the levers to try, in order; the levers that do not apply here, with why). Input first,
-    so later levers are not hidden behind a starved device; then precision, layout, compiler."""
-    label = LABELS[framework]
+    """(the levers to try, in order; the levers that do not apply here, with why), from the
+    registry (`labkit.course.levers`). Input first, so later levers are not hidden behind a
+    starved device; then precision, layout, compiler."""
+    lv = LEVERS[framework]
     tried: list[Lever] = []
     skipped: list[SkippedLever] = []
+
+    def skip(key: str, why: str) -> None:
+        skipped.append(SkippedLever(key, lv[key].label, why))
+
     if framework == "tf":
-        tried.append(Lever("bf16", label["bf16"], {"precision": "bf16"}, "04 mixed precision"))
+        tried.append(lv["bf16"])
         if include_compile:
-            tried.append(Lever("compile", label["compile"], {"compile": True}, "04 mixed precision"))
+            tried.append(lv["compile"])
         else:
-            skipped.append(SkippedLever("compile", label["compile"], COMPILE_OFF))
+            skip("compile", COMPILE_OFF)
         return tried, skipped
-    workers = max(1, min(8, hw.cpu_count // 2))
-    tried.append(Lever("loader_workers", f"{workers} loader worker{'s' if workers > 1 else ''}"
-                       + (" + pinned memory" if hw.device_type == "cuda" else ""),
-                       {"num_workers": workers, "pin_memory": hw.device_type == "cuda"}, "03 input pipelines"))
+    tried.append(loader_workers(max(1, min(8, hw.cpu_count // 2)), hw.device_type == "cuda"))
     if hw.bf16:
-        tried.append(Lever("bf16", label["bf16"], {"precision": "bf16"}, "04 mixed precision"))
+        tried.append(lv["bf16"])
     else:
-        tried.append(Lever("fp16", "fp16 autocast + GradScaler", {"precision": "fp16"}, "04 mixed precision"))
-        skipped.append(SkippedLever("bf16", label["bf16"], "this GPU has no bf16 tensor cores (compute "
-                                    "capability below 8.0): fp16 with a GradScaler instead"))
+        tried.append(lv["fp16"])
+        skip("bf16", "this GPU has no bf16 tensor cores (compute capability below 8.0): fp16 with a GradScaler instead")
     if model in CONV_MODELS:
-        tried.append(Lever("channels_last", label["channels_last"], {"channels_last": True}, "04 mixed precision"))
+        tried.append(lv["channels_last"])
     else:
-        skipped.append(SkippedLever("channels_last", label["channels_last"], "GPT has no convolutions"))
+        skip("channels_last", "GPT has no convolutions")
     if not include_compile:
-        skipped.append(SkippedLever("compile", label["compile"], COMPILE_OFF))
+        skip("compile", COMPILE_OFF)
     else:
-        tried.append(Lever("compile", label["compile"], {"compile": True}, "04 mixed precision, 05 profiling"))
+        tried.append(lv["compile"])
         if hw.device_type == "cuda":
-            tried.append(Lever("cuda_graphs", label["cuda_graphs"], {"compile_mode": "tuned"}, "05 profiling",
-                               needs={"compile": True}))
+            tried.append(lv["cuda_graphs"])
         else:
-            skipped.append(SkippedLever("cuda_graphs", label["cuda_graphs"], "needs a CUDA GPU"))
+            skip("cuda_graphs", "needs a CUDA GPU")
     if hw.device_type == "cuda":
         # With or without torch.compile: it also removes an eager step's launch gaps.
-        tried.append(Lever("step_graph", label["step_graph"], {"cuda_graph_step": True}, "05 profiling"))
+        tried.append(lv["step_graph"])
     else:
-        skipped.append(SkippedLever("step_graph", label["step_graph"], "needs a CUDA GPU"))
+        skip("step_graph", "needs a CUDA GPU")
     if model == "gpt":
         if hw.fp8:
-            tried.append(Lever("fp8_head", label["fp8_head"], {"fp8_head": True}, "benchmarks/RESULTS.md",
-                               needs={"precision": "bf16"}))
+            tried.append(lv["fp8_head"])
         else:
-            skipped.append(SkippedLever("fp8_head", label["fp8_head"],
-                                        "needs fp8 tensor cores (compute capability 8.9+: L4, H100, H200)"))
+            skip("fp8_head", "needs fp8 tensor cores (compute capability 8.9+: L4, H100, H200)")
     return tried, skipped
 
 
@@ -243,9 +224,6 @@ def measure(config: TrainConfig) -> dict[str, Any]:
             "data_fraction": s["median_data_time_s"] / step if s.get("median_data_time_s") is not None else None,
             "peak_memory_mib": peak / 2**20 if peak and log.run.get("device", "").startswith("cuda") else None,
             "final_loss": s["final_loss"], "device": log.run.get("device", "")}
-
-
-WARM_UP_STEPS = 2  # the discarded first run of each configuration
 
 
 @dataclass
@@ -312,34 +290,17 @@ class _Bench:
 
     def _warm(self, config: TrainConfig) -> None:
         if repr(config) not in self.warmed:
-            self.measure_fn(replace(config, steps=min(config.steps, WARM_UP_STEPS)))
+            self.measure_fn(replace(config, steps=min(config.steps, ladder.WARM_UP_STEPS)))
             self.warmed.add(repr(config))
 
     def compare(self, a: TrainConfig, b: TrainConfig, min_effect: float) -> tuple[dict, dict, stats.Comparison]:
         """`a` and `b` in turns after their warm-ups: each one's summary row and the comparison
         of b against a."""
-        runs = stats.round_robin({"a": lambda: self._run(a), "b": lambda: self._run(b)}, repeats=self.repeats,
-                                 warmup=1, warm_up_with={"a": lambda: self._warm(a), "b": lambda: self._warm(b)})
-        rows = [_summary(runs[k]) for k in ("a", "b")]
+        runs = ladder.in_turns({"a": lambda: self._run(a), "b": lambda: self._run(b)}, repeats=self.repeats,
+                               warm_up_with={"a": lambda: self._warm(a), "b": lambda: self._warm(b)})
+        rows = [ladder.summary(runs[k]) for k in ("a", "b")]
         return rows[0], rows[1], stats.compare(rows[0]["runs_samples_per_s"], rows[1]["runs_samples_per_s"],
                                               min_effect=min_effect)
-
-
-def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One configuration's runs in a comparison as one row: medians, the range of samples/s, the
-    runs themselves, the last run's loss and device."""
-    rates = stats.Spread(tuple(r["samples_per_s"] for r in runs))
-    fractions = [r["data_fraction"] for r in runs if r.get("data_fraction") is not None]
-    peaks = [r["peak_memory_mib"] for r in runs if r.get("peak_memory_mib") is not None]
-    return {**runs[-1], "samples_per_s": rates.median, "range": rates.range_text(),
-            "runs_samples_per_s": list(rates.values), "repeats": len(runs),
-            "step_time_ms": stats.Spread(tuple(r["step_time_ms"] for r in runs)).median,
-            "data_fraction": stats.Spread(tuple(fractions)).median if fractions else None,
-            "peak_memory_mib": max(peaks) if peaks else None}
-
-
-def _verdict(c: stats.Comparison) -> str:
-    return stats.NO_DIFFERENCE if c.winner is None else ("faster" if c.b_is_better else "slower")
 
 
 def optimise(config: CapstoneConfig, *, hardware: Hardware | None = None,
@@ -393,7 +354,7 @@ def _climb(config: CapstoneConfig, base: TrainConfig, hw: Hardware,
         trials.append({"key": lever.key, "lever": lever.label, "lesson": lever.lesson,
                        "before_samples_per_s": before["samples_per_s"], "before_range": before["range"],
                        "samples_per_s": after["samples_per_s"], "range": after["range"],
-                       "gain": c.speedup(), "verdict": _verdict(c), "kept": kept,
+                       "gain": c.speedup(), "verdict": ladder.verdict(c), "kept": kept,
                        "sentence": c.sentence(f"without {lever.label}", f"with {lever.label}"),
                        "final_loss": after["final_loss"], "repeats": after["repeats"]})
         if kept:

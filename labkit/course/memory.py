@@ -1,8 +1,26 @@
 """Notebook 08's measurements: gradient accumulation against one big batch, activation
-checkpointing's time-for-memory trade, and the state bytes per GPU of each sharding scheme."""
+checkpointing's time-for-memory trade, the state bytes per GPU of each sharding scheme, and
+sharded data parallelism (FSDP2 `fully_shard`, ZeRO-3 style) next to DDP, measured per rank.
+
+`compare_sharding(config, nproc)` runs the same few training steps twice with `nproc` local
+processes (gloo on CPU, nccl on GPUs): once replicated with DDP, once with every block and the
+root sharded by `fully_shard`. Each rank reports the bytes of parameters, gradients and optimizer
+state it actually holds, and the losses, so the notebook shows both the memory saved and that
+the maths did not change.
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
+import sys
+import tempfile
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from labkit.core.progress import track
+from labkit.core.train_config import TrainConfig
 from labkit.torch import engine
 from labkit.torch.distributed import DistInfo
 from labkit.torch.memory import activation_bytes, gradients
@@ -59,3 +77,104 @@ def sharding_table(num_params: int, world_sizes=(1, 2, 4, 8)) -> list[dict]:
 def is_cuda(device: str = "auto") -> bool:
     """Whether a `TrainConfig.device` choice resolves to a CUDA device here."""
     return engine.resolve_device(device, DistInfo()).type == "cuda"
+
+
+# ---------------------------------------------------------------- FSDP next to DDP
+
+
+def _local_bytes(tensors) -> int:
+    total = 0
+    for t in tensors:
+        t = t.to_local() if hasattr(t, "to_local") else t
+        total += t.numel() * t.element_size()
+    return total
+
+
+def _worker(config: TrainConfig, mode: str, out: str) -> None:
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from labkit.core.config import resolve_scale
+    from labkit.core.models import build_config
+    from labkit.torch import distributed
+    from labkit.torch.data import ResumableLoader, make_dataset, to_float_images
+    from labkit.torch.engine import loss_fn, micro_batch_size, resolve_device
+    from labkit.torch.models import build_model
+
+    info = distributed.info_from_env()
+    device = resolve_device(config.device, info)
+    distributed.init(device.type, info)
+    model_cfg = build_config(config.model, resolve_scale(config.scale))
+    torch.manual_seed(config.seed)
+    model = build_model(model_cfg).to(device)
+    if mode == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(device.type, (info.world_size,))  # else CUDA whenever a GPU exists
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        net = model
+    else:
+        net = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr)
+    micro = micro_batch_size(config, info.world_size)
+    loader = ResumableLoader(make_dataset(model_cfg, config.num_samples_or_default(), config.seed), micro,
+                             world_size=info.world_size, rank=info.rank, seed=config.seed)
+    losses = []
+    for _ in range(config.steps):
+        x, y = next(loader)
+        x, y = to_float_images(x.to(device)), y.to(device)
+        loss = loss_fn(net(x), y)
+        loss.backward()
+        opt.step()
+        grads = _local_bytes(p.grad for p in model.parameters() if p.grad is not None)
+        opt.zero_grad(set_to_none=True)
+        t = loss.detach().clone()
+        dist.all_reduce(t)
+        losses.append(t.item() / info.world_size)
+    state = _local_bytes(v for s in opt.state.values() for v in s.values()
+                         if isinstance(v, torch.Tensor) and v.dim() > 0)
+    record = {"mode": mode, "rank": info.rank, "world_size": info.world_size, "losses": losses,
+              "param_bytes": _local_bytes(model.parameters()), "grad_bytes": grads,
+              "optimizer_bytes": state}
+    Path(out).write_text(json.dumps(record))
+    dist.barrier()
+    distributed.exit_if_replica(0)  # FSDP's gloo teardown can abort a finalizing process
+
+
+def compare_sharding(config: TrainConfig, nproc: int = 2, *, timeout_s: float | None = None) -> list[dict[str, Any]]:
+    """Rows (one per mode): per-rank MiB of parameters, gradients, optimizer state, and losses.
+    The model must have `.blocks` (GPT, ResNet, CNN all do)."""
+    from labkit.torch.launch import launch_replicas
+
+    rows = []
+    tmp = Path(tempfile.mkdtemp(prefix="labkit-fsdp-"))
+    for mode in track(("ddp", "fsdp"), "sharding comparison", unit="mode"):
+        def cmd(rank: int, mode: str = mode) -> list[str]:
+            return [sys.executable, "-m", "labkit.course.memory", "--mode", mode, "--out",
+                    str(tmp / f"{mode}-{rank}.json"), "--config", json.dumps(asdict(config))]
+
+        launch_replicas(cmd, nproc, timeout_s=timeout_s, what=f"{mode} replica")
+        r0 = json.loads((tmp / f"{mode}-0.json").read_text())
+        mib = 2**20
+        rows.append({"mode": mode, "processes": nproc, "param_mib": r0["param_bytes"] / mib,
+                     "grad_mib": r0["grad_bytes"] / mib, "optimizer_mib": r0["optimizer_bytes"] / mib,
+                     "state_mib": (r0["param_bytes"] + r0["grad_bytes"] + r0["optimizer_bytes"]) / mib,
+                     "final_loss": r0["losses"][-1], "losses": r0["losses"]})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description="one replica of labkit.course.memory.compare_sharding")
+    p.add_argument("--mode", choices=("ddp", "fsdp"), required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--config", required=True, help="TrainConfig fields as JSON")
+    args = p.parse_args(argv)
+    _worker(replace(TrainConfig(), **json.loads(args.config)), args.mode, args.out)
+
+
+if __name__ == "__main__":
+    main()

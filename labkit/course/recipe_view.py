@@ -461,31 +461,16 @@ def request_conclusions(submitted: dict[str, Any]) -> list[str]:
 
 # ---------------------------------------------------------------- the capstone's levers
 
-# Where each capstone lever is shown as plain framework code: a recipe, or the line(s) it takes
-# when no recipe needs more (a flag of the engine's only, for what has no short plain version).
-LEVER_CODE = {
-    "loader_workers": ("tfrecord_pipeline", "DataLoader(..., num_workers=N, pin_memory=True)"),
-    "bf16": ("mixed_precision", "with torch.autocast('cuda', dtype=torch.bfloat16): ..."),
-    "channels_last": (None, "model.to(memory_format=torch.channels_last); x.to(memory_format=...)"),
-    "compile": (None, "model = torch.compile(model)"),
-    "cuda_graphs": (None, "torch.compile(model, mode='reduce-overhead')"),
-    "step_graph": (None, "labkit train --cuda-graph-step (engine only: the whole step, optimizer "
-                         "included, captured with torch.cuda.graph)"),
-    "fp8_head": (None, "labkit train --fp8-head (engine only: labkit.torch.fp8)"),
-}
-TF_LEVER_CODE = {
-    "bf16": ("keras_mixed_precision", "keras.mixed_precision.set_global_policy('mixed_bfloat16')"),
-    "compile": (None, "model.compile(..., jit_compile=True) or @tf.function(jit_compile=True)"),
-}
 
-
-def lever_rows(framework: str, levers: list[Any]) -> list[dict[str, Any]]:
+def lever_code_rows(framework: str, levers: list[Any]) -> list[dict[str, Any]]:
     """For each capstone lever (objects with `key` and `label`): the recipe that shows it with its
-    lines of code, or the plain code it takes."""
-    table = TF_LEVER_CODE if framework == "tf" else LEVER_CODE
+    lines of code, or the plain code it takes (`labkit.course.levers`)."""
+    from labkit.course.levers import ENGINE_ONLY, lever
+
     rows = []
-    for lever in levers:
-        recipe, code = table.get(lever.key, (None, "labkit train flag only"))
-        rows.append({"lever": lever.label, "recipe": recipe or "–",
+    for lv in levers:
+        entry = lever(framework, lv.key)
+        recipe, code = (entry.recipe, entry.code) if entry else (None, ENGINE_ONLY)
+        rows.append({"lever": lv.label, "recipe": recipe or "–",
                      "recipe lines": lines_of_code(recipe) if recipe else None, "plain code": code})
     return rows

@@ -4,7 +4,7 @@
 CPU, nccl with one process per GPU), all-reduces float32 buffers from kilobytes to hundreds of
 megabytes, and reports for each size the median time, the algorithm bandwidth
 (size / time) and the bus bandwidth (algbw x 2(n-1)/n: the traffic a ring all-reduce puts on
-each link, comparable with the link's limit, as in nccl-tests). `labkit.course.hardware_plots.plot_allreduce_bandwidth` draws it.
+each link, comparable with the link's limit, as in nccl-tests). `labkit.course.multinode.plot_allreduce_bandwidth` draws it.
 
 ``python -m labkit.hardware.allreduce worker ...`` is the per-process entry point.
 """

@@ -1,15 +1,54 @@
-"""The plots of `labkit.hardware`'s results (the hardware package returns data; the course draws
-it): rooflines with measured points and time against cost per option (notebook 01), all-reduce
-bandwidth against message size (notebook 06)."""
+"""Notebook 01's measurements and plots: an MLP's training throughput timed on this machine,
+turned into achieved TFLOP/s and model FLOPs utilisation (MFU); rooflines with measured points
+and time against cost per option (`labkit.hardware` returns the data, this module draws it).
+
+The profiling workload's MLP is timed unprofiled (after warm-up steps) and its FLOPs are known
+exactly (matmuls: 6 × weights × batch), so achieved FLOP/s over the measured matmul ceiling is
+this machine's model FLOPs utilisation for a simple, matmul-heavy model.
+"""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
+from labkit.core.config import check_int
 from labkit.course.plots import finish, new_figure
-from labkit.hardware.allreduce import AllReduceReport
 from labkit.hardware.cost import EstimateTable
+from labkit.hardware.flops import mlp_training_flops
 from labkit.hardware.roofline import Roofline
+
+
+@dataclass(frozen=True)
+class Throughput:
+    step_s: float
+    samples_per_s: float
+    flops_per_step: float
+
+    @property
+    def achieved_tflops(self) -> float:
+        return self.flops_per_step / self.step_s / 1e12
+
+    def mfu(self, peak_tflops: float) -> float:
+        return self.achieved_tflops / peak_tflops
+
+
+def measure_mlp_throughput(width: int = 512, depth: int = 4, batch_size: int = 128, steps: int = 10,
+                           warmup: int = 2, device: str = "auto", threads: int = 0) -> Throughput:
+    """Time `steps` training steps of the MLP (after `warmup` untimed ones)."""
+    from labkit.profiling.workload import WorkloadConfig, run_workload
+
+    check_int("steps", steps, minimum=1)
+    check_int("warmup", warmup, minimum=0)
+    cfg = WorkloadConfig(batch_size=batch_size, width=width, depth=depth, device=device, threads=threads)
+    if warmup:
+        run_workload(WorkloadConfig(**{**cfg.__dict__, "steps": warmup}))
+    timed = run_workload(WorkloadConfig(**{**cfg.__dict__, "steps": steps}))
+    step_s = timed["seconds"] / steps
+    return Throughput(step_s, batch_size / step_s, mlp_training_flops(width, depth, batch_size))
+
+
+# ---------------------------------------------------------------- plots
 
 
 def plot_rooflines(rooflines: list[Roofline], points: list[tuple[str, float, float]] = (),
@@ -53,26 +92,3 @@ def plot_time_cost(table: EstimateTable, title: str = "", path: str | os.PathLik
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.3)
     return finish(fig, path)
-
-
-def plot_allreduce_bandwidth(report: AllReduceReport, path: str | os.PathLike | None = None,
-                             link_limit_gbps: float | None = None):
-    """Algorithm and bus bandwidth against message size (log scale)."""
-    fig, ax = new_figure((7, 4))
-    sizes = [r.size_bytes for r in report.results]
-    ax.plot(sizes, [r.busbw_gbps for r in report.results], "o-", label="bus bandwidth")
-    ax.plot(sizes, [r.algbw_gbps for r in report.results], "s--", label="algorithm bandwidth")
-    if link_limit_gbps:
-        ax.axhline(link_limit_gbps, color="grey", linestyle=":", label="link limit")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("message size (bytes)")
-    ax.set_ylabel("GB/s")
-    ax.set_title(allreduce_title(report))
-    ax.legend()
-    ax.grid(True, which="both", alpha=0.3)
-    return finish(fig, path)
-
-
-def allreduce_title(report: AllReduceReport) -> str:
-    """What was measured: processes, device, backend (the heading of its table and plot)."""
-    return f"all-reduce, {report.world_size} x {report.device}, backend {report.backend}"

@@ -1,5 +1,5 @@
 """Notebook 03's conclusions, as sentences over this run's measurements: the input ladders
-(`labkit.course.input_ladder`) and the page-cache reading rates (`labkit.course.read_rates`).
+(`ladder`) and the page-cache reading rates (`read_rates`).
 Rungs and readers are found by key, so relabelling one for display changes no sentence's logic."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 
 from labkit.core import stats
-from labkit.course.input_ladder import InputLadder, InputLadderConfig
-from labkit.course.read_rates import ReadRates, best_torch_mechanism
+from labkit.course.input_pipeline.ladder import InputLadder, InputLadderConfig
+from labkit.course.input_pipeline.read_rates import ReadRates, best_torch_mechanism
 
 
 def conclusions(ladders: list[InputLadder], mechanisms: dict[str, stats.Spread] | dict[str, float] | None,

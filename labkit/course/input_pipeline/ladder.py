@@ -2,15 +2,15 @@
 the torch DataLoader and for tf.data, each rung measured as real training epochs behind
 injected Cloud-Storage-like latency: samples/s and the share of step time spent waiting for data.
 After a discarded warm-up of each rung, the rungs take turns epoch by epoch `repeats` times
-(`labkit.core.stats.round_robin`); a rung reports its median epoch and keeps every epoch, so the
+(`labkit.course.ladder`); a rung reports its median epoch and keeps every epoch, so the
 conclusions can say whether a step up the ladder is measurably faster.
 
     data = write_ladder_data(out_dir, InputLadderConfig())
     ladder = torch_ladder(data, step)       # or tf_ladder(data, step)
     ladder.rung("shards").samples_per_s     # rungs are found by key; labels are for display
 
-The page-cache reading rates and the ceilings are `labkit.course.read_rates`; the sentences
-computed from both, `labkit.course.input_conclusions`.
+The page-cache reading rates and the ceilings are `read_rates` beside this module; the
+sentences computed from both, `conclusions`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 
 from labkit.core import stats
 from labkit.core.config import check_float, check_int
+from labkit.course import ladder
 from labkit.course.plots import finish, new_figure
 from labkit.data.latency import StorageLatency
 from labkit.data.reader import ReadConfig
@@ -168,10 +169,10 @@ def measure_rungs(engine: str, rungs: Mapping[str, Iterable], step: Callable[[ob
     """Epochs of every rung in turns: a discarded warm-up of each (`warm_up[key]`, default the
     first two batches of an epoch), then `repeats` epochs of each, round-robin. One `InputRung`
     per key, in order, holding the median epoch and every epoch's time."""
-    warm = {key: (warm_up or {}).get(key, lambda b=batches: list(itertools.islice(iter(b), 2)))
+    warm = {key: (warm_up or {}).get(key, lambda b=batches: list(itertools.islice(iter(b), ladder.WARM_UP_STEPS)))
             for key, batches in rungs.items()}
-    runs = stats.round_robin({key: (lambda k=key, b=batches: timed_epoch(engine, k, b, step))
-                              for key, batches in rungs.items()}, repeats=repeats, warm_up_with=warm)
+    runs = ladder.in_turns({key: (lambda k=key, b=batches: timed_epoch(engine, k, b, step))
+                            for key, batches in rungs.items()}, repeats=repeats, warm_up_with=warm)
     out = []
     for key in rungs:
         epochs = runs[key]

@@ -9,12 +9,19 @@ Both frameworks climb fp32 → tf32 → bf16 → fp16 with loss scaling, then th
 adds channels_last and torch.compile; TensorFlow, channels last natively, adds XLA
 (`jit_compile`). Each measurement is a full run of the engine `labkit train` uses
 (`labkit.torch.engine`, `labkit.tf.engine`). After one short discarded run of every rung, the
-rungs take turns `repeats` times (`labkit.core.stats.round_robin`), so a slow spell of the machine
+rungs take turns `repeats` times (`labkit.course.ladder`), so a slow spell of the machine
 hits all of them; a row holds the median throughput and the min–max range, and a speed verdict
 against the first rung comes from `labkit.core.stats.compare` ("no measurable difference here"
 when the ranges overlap). Both frameworks give rows with the same keys, so one table holds them.
 The H100 reference ladder is read from the repository's results (`reference_ladder`).
-Framework-free at import: a framework is imported only when its ladder runs.
+Framework-free at import: a framework is imported only when its ladder runs. The rungs are rows
+of `labkit.course.levers`.
+
+The rest of notebook 04, beside the ladder in this package:
+
+    loss_scaling   fp16 started from an absurd loss scale: skipped steps until the scale fits
+    tensor_cores   matmuls at sizes on and off the tensor cores' tiles
+    cuda_graphs    CUDA graphs and the whole step as one graph, from the H100 results files
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from labkit.core import stats
 from labkit.core.config import by_scale, check_bool, check_choice, check_int, resolve_scale
 from labkit.core.models import MODEL_NAMES
 from labkit.core.train_config import TrainConfig
+from labkit.course import ladder
+from labkit.course.levers import RUNGS, Rung
 
 
 @dataclass(frozen=True)
@@ -74,36 +83,6 @@ def compile_included(include_compile: bool | None, scale: str) -> bool:
     return include_compile if include_compile is not None else scale == "full"
 
 
-@dataclass(frozen=True)
-class PrecisionRung:
-    """One rung: `key` is what code finds it by, `label` what a reader sees; the rest are the
-    TrainConfig switches it sets (`compile`: torch.compile, or XLA for TensorFlow)."""
-
-    key: str
-    label: str
-    precision: str
-    channels_last: bool = False
-    compile: bool = False
-
-
-RUNGS = {
-    "torch": (
-        PrecisionRung("fp32", "fp32", "fp32"),
-        PrecisionRung("tf32", "tf32", "tf32"),
-        PrecisionRung("bf16", "bf16 autocast", "bf16"),
-        PrecisionRung("fp16", "fp16 + GradScaler", "fp16"),
-        PrecisionRung("bf16_channels_last", "bf16 + channels_last", "bf16", channels_last=True),
-        PrecisionRung("bf16_channels_last_compile", "bf16 + channels_last + compile", "bf16",
-                      channels_last=True, compile=True),
-    ),
-    "tf": (
-        PrecisionRung("fp32", "fp32", "fp32"),
-        PrecisionRung("tf32", "tf32", "tf32"),
-        PrecisionRung("bf16", "bf16 (mixed_bfloat16)", "bf16"),
-        PrecisionRung("fp16", "fp16 + loss scaling", "fp16"),
-        PrecisionRung("bf16_xla", "bf16 + XLA", "bf16", compile=True),
-    ),
-}
 # The columns each framework's table shows (TensorFlow has no activation count).
 # `samples_per_s` is the median of the repeats, `range` their min–max, `vs_first` the verdict.
 COLUMNS = {
@@ -114,15 +93,12 @@ COLUMNS = {
 }
 
 
-def rungs(framework: str, include_compile: bool, formats: tuple[str, ...] | None = None) -> list[PrecisionRung]:
+def rungs(framework: str, include_compile: bool, formats: tuple[str, ...] | None = None) -> list[Rung]:
     """The rungs a ladder climbs: all of `framework`'s, less the compile rung unless included and
     rungs in number formats outside `formats` (a GPU without their tensor cores)."""
     check_choice("framework", framework, tuple(RUNGS))
     return [r for r in RUNGS[framework] if (include_compile or not r.compile)
             and (formats is None or r.precision in formats)]
-
-
-WARM_UP_STEPS = 2  # a discarded run this long per rung: first-use costs (thread pools, kernels)
 
 
 def run_ladder(config: PrecisionLadderConfig, framework: str = "torch") -> list[dict[str, Any]]:
@@ -134,18 +110,18 @@ def run_ladder(config: PrecisionLadderConfig, framework: str = "torch") -> list[
     train = _train_torch if framework == "torch" else _train_tf
     if framework == "tf":
         release_torch_gpu_memory()  # TensorFlow grows into what torch's allocator gives back
-    runs = stats.round_robin(
+    runs = ladder.in_turns(
         {r.key: (lambda r=r: train(config, r, scale, steps, batch)) for r in climb},
-        repeats=config.repeats, warm_up_with={r.key: (lambda r=r: train(config, r, scale, WARM_UP_STEPS, batch))
+        repeats=config.repeats, warm_up_with={r.key: (lambda r=r: train(config, r, scale, ladder.WARM_UP_STEPS, batch))
                                               for r in climb},
         desc=f"precision ladder ({framework})")
     if framework == "torch":
         release_torch_gpu_memory()
-    rows = [_summary(runs[r.key]) for r in climb]
+    rows = [ladder.summary(runs[r.key]) for r in climb]
     base = rows[0]
     for r in rows:
         r["speedup"] = r["samples_per_s"] / base["samples_per_s"] if base["samples_per_s"] else None
-        r["vs_first"] = ("reference" if r is base else _verdict(base, r))
+        r["vs_first"] = ("reference" if r is base else ladder.verdict(ladder.comparison(base, r)))
     return rows
 
 
@@ -161,38 +137,7 @@ def release_torch_gpu_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One row from a rung's repeated runs: the median samples/s and step time, the range, the
-    measurements themselves (`runs_samples_per_s`), the largest peak memory."""
-    rates = stats.Spread(tuple(r["samples_per_s"] for r in runs))
-    row = dict(runs[-1])
-    row.update(samples_per_s=rates.median, runs_samples_per_s=list(rates.values), range=rates.range_text(),
-               step_time_ms=stats.Spread(tuple(r["step_time_ms"] for r in runs)).median,
-               repeats=len(runs))
-    peaks = [r["peak_memory_mib"] for r in runs if r.get("peak_memory_mib") is not None]
-    row["peak_memory_mib"] = max(peaks) if peaks else None
-    return row
-
-
-def _comparison(base: dict[str, Any], row: dict[str, Any]) -> stats.Comparison | None:
-    """The comparison of a rung's runs with the first rung's, or None when either has fewer
-    than the repeats a verdict needs."""
-    a, b = base.get("runs_samples_per_s") or [], row.get("runs_samples_per_s") or []
-    if min(len(a), len(b)) < stats.MIN_REPEATS:
-        return None
-    return stats.compare(a, b)
-
-
-def _verdict(base: dict[str, Any], row: dict[str, Any]) -> str:
-    c = _comparison(base, row)
-    if c is None:
-        return f"fewer than {stats.MIN_REPEATS} runs: no verdict"
-    if c.winner is None:
-        return stats.NO_DIFFERENCE
-    return "faster" if c.b_is_better else "slower"
-
-
-def _row(framework: str, rung: PrecisionRung, log: Any, **extra: Any) -> dict[str, Any]:
+def _row(framework: str, rung: Rung, log: Any, **extra: Any) -> dict[str, Any]:
     s = log.to_dict()["summary"]
     return {"framework": framework, "key": rung.key, "rung": rung.label, "precision": rung.precision,
             "channels_last": rung.channels_last, "compile": rung.compile,
@@ -200,7 +145,7 @@ def _row(framework: str, rung: PrecisionRung, log: Any, **extra: Any) -> dict[st
             "final_loss": s["final_loss"], "device": log.run["device"], **extra}
 
 
-def _train_torch(config: PrecisionLadderConfig, rung: PrecisionRung, scale: str, steps: int,
+def _train_torch(config: PrecisionLadderConfig, rung: Rung, scale: str, steps: int,
                  batch: int) -> dict[str, Any]:
     from labkit.torch.engine import fit
     from labkit.torch.memory import activation_bytes
@@ -219,7 +164,7 @@ def _train_torch(config: PrecisionLadderConfig, rung: PrecisionRung, scale: str,
                 activation_mib=activation_bytes(cfg) / 2**20)
 
 
-def _train_tf(config: PrecisionLadderConfig, rung: PrecisionRung, scale: str, steps: int,
+def _train_tf(config: PrecisionLadderConfig, rung: Rung, scale: str, steps: int,
               batch: int) -> dict[str, Any]:
     from labkit.tf.engine import fit
 
@@ -233,7 +178,7 @@ def _train_tf(config: PrecisionLadderConfig, rung: PrecisionRung, scale: str, st
 
 
 def find(rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
-    """The row of the rung with this key (a `PrecisionRung.key`, or a reference row's key)."""
+    """The row of the rung with this key (a `Rung.key`, or a reference row's key)."""
     for r in rows:
         if r["key"] == key:
             return r
@@ -276,12 +221,12 @@ def conclusions(rows: list[dict[str, Any]]) -> list[str]:
     line = (f"Highest median here: {best['rung']} at {best['samples_per_s']:,.0f} samples/s"
             + (f" (range {best['range']}, {best['repeats']} runs)" if best.get("range") else "")
             + f", {best['speedup']:.2f}× the {base['rung']} rung ({best['device']})")
-    c = _comparison(base, best) if best is not base else None
+    c = ladder.comparison(base, best) if best is not base else None
     if best is not base and c is not None and c.winner is None:
         line += f"; its runs overlap the {base['rung']} rung's, so it is not measurably faster"
     out = [line + "."]
     for r in rows[1:]:
-        c = _comparison(base, r)
+        c = ladder.comparison(base, r)
         speed = (c.sentence(base["rung"], r["rung"]) if c is not None else
                  f"{r['rung']}: {r['speedup']:.2f}× {base['rung']} (fewer than {stats.MIN_REPEATS} runs: no verdict)")
         line = f"{speed}; final loss {r['final_loss']:.4f} vs {base['final_loss']:.4f}"

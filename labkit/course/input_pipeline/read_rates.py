@@ -1,5 +1,7 @@
 """Notebook 03's reading rates from the page cache: how fast one core reads and verifies shards,
-which torch reading mechanism delivers the most, and how many loader processes would feed a GPU.
+which torch reading mechanism delivers the most, how many loader processes would feed a GPU,
+and the checksums every read verifies (a flipped bit on disk is an error naming the file and
+byte offset: `corruption_demo`).
 
 Readers are found by key (`READERS`); their labels are for display.
 """
@@ -14,7 +16,7 @@ from typing import Any
 
 from labkit.core import stats
 from labkit.core.config import check_int
-from labkit.course.input_ladder import LadderData
+from labkit.course.input_pipeline.ladder import LadderData
 from labkit.course.plots import finish, new_figure
 from labkit.data.reader import ReadConfig
 from labkit.data.shards import ShardConfig, ShardSet
@@ -228,3 +230,25 @@ def plot_rates(rates: ReadRates, path: str | os.PathLike | None = None):
     ax.set_xlabel("GB/s of shard bytes (page cache, CRC verified)")
     ax.legend(loc="lower right")
     return finish(fig, path)
+
+
+# ---------------------------------------------------------------- checksums
+
+
+def corruption_demo(path: str, out_path: str) -> str:
+    """Copy a shard with one payload byte flipped in its second record and read it back: the
+    error message (which names the file and byte offset)."""
+    from labkit.data.tfrecord import CorruptRecordError, read_records
+
+    with open(path, "rb") as f:
+        raw = bytearray(f.read())
+    first_len = int.from_bytes(raw[:8], "little")
+    raw[16 + first_len + 12 + 5] ^= 0x40
+    with open(out_path, "wb") as f:
+        f.write(bytes(raw))
+    try:
+        for _ in read_records(out_path):
+            pass
+    except CorruptRecordError as e:
+        return str(e)
+    raise AssertionError("a flipped byte went unnoticed")

@@ -1,6 +1,7 @@
-"""Notebook 06's gradient compression: what DDP's fp16, bf16 and PowerSGD communication hooks
-save in bytes, what they cost in compute and in loss, and the interconnect bandwidth below which
-they pay off.
+"""Notebook 06's measurements beyond the library's: all-reduce bandwidth against message size
+(the plot of `labkit.hardware.allreduce`'s report), and gradient compression: what DDP's fp16,
+bf16 and PowerSGD communication hooks save in bytes, what they cost in compute and in loss, and
+the interconnect bandwidth below which they pay off.
 
 `compare(base, nproc)` trains `base` once per hook (`labkit train --grad-compression ...` on
 `nproc` local processes) and reads back the bytes each rank sent per step (counted from the
@@ -11,12 +12,15 @@ saved bytes take on the link exceed that cost: break-even bandwidth = saved byte
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass, replace
 from typing import Any
 
 from labkit.core.train_config import TrainConfig
+from labkit.course.plots import finish, new_figure
+from labkit.hardware.allreduce import AllReduceReport
 
 
 @dataclass(frozen=True)
@@ -114,3 +118,29 @@ def break_even(rows: list[dict[str, Any]], costs: dict[str, dict[str, float]]) -
                     "break_even_MB_per_s": saved / (cost["cost_ms"] / 1000) / 1e6 if measurable and saved > 0 else None,
                     "max_loss_gap": row["max_loss_gap"]})
     return out
+
+
+# ---------------------------------------------------------------- all-reduce bandwidth
+
+
+def plot_allreduce_bandwidth(report: AllReduceReport, path: str | os.PathLike | None = None,
+                             link_limit_gbps: float | None = None):
+    """Algorithm and bus bandwidth against message size (log scale)."""
+    fig, ax = new_figure((7, 4))
+    sizes = [r.size_bytes for r in report.results]
+    ax.plot(sizes, [r.busbw_gbps for r in report.results], "o-", label="bus bandwidth")
+    ax.plot(sizes, [r.algbw_gbps for r in report.results], "s--", label="algorithm bandwidth")
+    if link_limit_gbps:
+        ax.axhline(link_limit_gbps, color="grey", linestyle=":", label="link limit")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("GB/s")
+    ax.set_title(allreduce_title(report))
+    ax.legend()
+    ax.grid(True, which="both", alpha=0.3)
+    return finish(fig, path)
+
+
+def allreduce_title(report: AllReduceReport) -> str:
+    """What was measured: processes, device, backend (the heading of its table and plot)."""
+    return f"all-reduce, {report.world_size} x {report.device}, backend {report.backend}"
