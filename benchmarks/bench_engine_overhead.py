@@ -67,7 +67,7 @@ if "--child" not in sys.argv:  # a child imports labkit from its PYTHONPATH (thi
 VARIANTS = ("recipe", "labkit", "labkit +progress", "labkit +tensorboard", "data: engine", "data: recipe")
 BASELINE = "baseline "  # prefix of a variant that imports labkit from the --baseline checkout
 REPORTING = ("none", "progress", "tensorboard", "progress + tensorboard")
-LOSS_TOLERANCE = 1e-5  # fp32, as tests/test_recipes_torch.py
+LOSS_TOLERANCE = 1e-5  # fp32, as tests/recipes/test_torch.py
 PROTOCOL = "@@bench "  # prefix of a child's lines to the orchestrator (the loops print too)
 
 

@@ -6,7 +6,7 @@
 
 Every variant starts from the same initial weights and trains on the same fixed batch for the
 same number of steps; its final loss shows that it trains, no more (on an H100, repeats of one
-variant differed by about ±0.5 after 76 steps; tests/test_torch_fp8.py checks the fp8 maths).
+variant differed by about ±0.5 after 76 steps; tests/torch/test_fp8.py checks the fp8 maths).
 One profiled step per variant splits GPU time into matmuls, attention, fused Triton kernels
 (Inductor), the optimizer and the rest.
 

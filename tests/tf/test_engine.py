@@ -20,7 +20,7 @@ from labkit.core.metrics import load_metrics
 from labkit.core.train_config import PREEMPTED_EXIT_CODE, Preempted, TrainConfig
 
 pytest.importorskip("tensorflow")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SMALL = ["--model", "cnn", "--batch-size", "32", "--num-samples", "256"]
 
 

@@ -22,7 +22,7 @@ from labkit.core.train_config import Preempted, TrainConfig  # noqa: E402
 from labkit.train import run_replicas, run_training  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BASE = TrainConfig(model="gpt", steps=4, batch_size=8, device="cpu", progress=False)
 DEEPSPEED = pytest.mark.skipif(
     __import__("labkit.core.frameworks", fromlist=["x"]).is_installed("deepspeed") is False,

@@ -15,7 +15,7 @@ from labkit import vertex
 from labkit.core.config import ParameterError
 from labkit.vertex import images
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 tomllib = pytest.importorskip("tomllib")
 
 

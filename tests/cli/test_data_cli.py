@@ -13,7 +13,7 @@ import pytest
 from labkit.cli import main
 from labkit.data import ReadConfig, read_batches
 
-from .conftest import REPO
+from tests.conftest import REPO
 
 
 def _run(capsys, *argv):

@@ -22,7 +22,7 @@ from labkit.core.train_config import TrainConfig  # noqa: E402
 from labkit.vertex.fake_service import FakeVertex  # noqa: E402
 from labkit.vertex.submit import job_service_client  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PARENT = "projects/p/locations/us-central1"
 POOL = {"machine_spec": {"machine_type": "n1-standard-4"}, "replica_count": 1,
         "container_spec": {"image_uri": "us-docker.pkg.dev/p/r/img:1", "command": ["python"]}}

@@ -14,7 +14,7 @@ import pytest
 
 from labkit.core import host_memory
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # Allocate, touch and free blocks of these sizes in turn (MiB): the heap reaches its peak at 24.
 SIZES_MB = (4, 8, 16, 24, 8, 24, 16, 4)

@@ -15,7 +15,7 @@ import pytest
 from labkit import vertex
 from labkit.vertex.emulator import run_local
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HELLO = REPO / "labkit" / "assets" / "hello.ipynb"
 
 

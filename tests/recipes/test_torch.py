@@ -19,7 +19,7 @@ from labkit.core.train_config import PREEMPTED_EXIT_CODE  # noqa: E402
 from labkit.recipes.common import engine_config_from_argv  # noqa: E402
 from labkit.train import run_replicas, run_training  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SMALL = ["--batch-size", "16", "--num-samples", "64"]  # 4 steps per epoch: runs cross epochs
 TOLERANCE = {"fp32": 1e-5, "tf32": 1e-5, "bf16": 1e-3, "fp16": 1e-3}
 

@@ -16,7 +16,7 @@ from labkit.course.input_pipeline import read_rates
 from labkit.hardware import results
 from labkit.hardware.catalog import find, load_catalog
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9]*.py"))
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("[0-9]*.py"))
 # A number followed by a throughput or bandwidth unit (or "% MFU"), as a sentence would quote it.
 QUOTED = re.compile(r"(\d[\d,]*(?:\.\d+)?)\s*(?:k|K|M)?\s*(images/s|img/s|tokens/s|samples/s|TFLOP/s|GB/s|TB/s|% MFU)")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")

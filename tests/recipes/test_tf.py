@@ -17,7 +17,7 @@ pytest.importorskip("tensorflow")
 
 from labkit.recipes.common import engine_config_from_argv  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SMALL = ["--batch-size", "16", "--num-samples", "64"]  # 4 steps per epoch: runs cross epochs
 TOLERANCE = {"fp32": 1e-5, "bf16": 1e-3, "fp16": 1e-3}
 
