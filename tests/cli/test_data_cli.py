@@ -12,7 +12,6 @@ import pytest
 
 from labkit.cli import main
 from labkit.data import ReadConfig, read_batches
-
 from tests.conftest import REPO
 
 

@@ -1,6 +1,8 @@
 import json
 import subprocess
 
+import pytest
+
 from labkit.cli import main
 from labkit.core import doctor, gcp
 
@@ -14,6 +16,7 @@ def test_doctor_reports_devices_and_advice():
         assert any("No GPU" in line for line in report.advice())
 
 
+@pytest.mark.slow
 def test_doctor_json_from_the_installed_command(python):
     out = subprocess.run([python, "-m", "labkit", "doctor", "--json"], capture_output=True,
                          text=True, check=True, timeout=120).stdout

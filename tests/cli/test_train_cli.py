@@ -197,6 +197,7 @@ def test_every_field_has_help_and_every_choice_list_is_a_flag_choice():
             assert tuple(actions[f.name].choices) == tuple(f.metadata["choices"]), f.name
 
 
+@pytest.mark.slow
 def test_a_setting_the_machine_cannot_run_is_named_without_a_traceback():
     r = train("--steps", "1", "--cuda-graph-step", "--device", "cpu")
     assert r.returncode == 2, r.stdout + r.stderr

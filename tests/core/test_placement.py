@@ -74,6 +74,7 @@ def test_the_engine_puts_every_local_process_on_the_cpu_without_a_gpu_for_each()
         resolve_device("cuda", DistInfo())
 
 
+@pytest.mark.slow
 def test_labkit_train_says_where_auto_trains_and_refuses_cuda_on_one_line(tmp_path):
     pytest.importorskip("torch")
     import torch

@@ -220,6 +220,7 @@ def test_epoch_job_runs_one_epoch_of_the_optimised_config():
         vertex.validate(spec)
 
 
+@pytest.mark.slow
 def test_real_climb_on_this_cpu():
     pytest.importorskip("torch")
     cfg = CapstoneConfig(framework="torch", model="cnn", scale="smoke", steps=4, repeats=3, device="cpu")

@@ -17,6 +17,7 @@ from labkit.core.models import GPTConfig  # noqa: E402
 from labkit.course import mistakes  # noqa: E402
 
 
+@pytest.mark.slow
 def test_softmax_into_cross_entropy_shrinks_gradients_and_floors_the_logged_loss():
     r = mistakes.softmax_into_cross_entropy(model="gpt", steps=6, batch_size=8, optimizer="sgd")
     assert r["classes"] == 512
@@ -34,6 +35,7 @@ def test_softmax_mistake_with_adamw_hides_in_the_logged_loss():
         mistakes.softmax_into_cross_entropy(optimizer="adam")
 
 
+@pytest.mark.slow
 def test_torch_save_to_a_gs_string_lands_in_a_local_folder(tmp_path):
     r = mistakes.save_to_bucket_url(tmp_path, "my-bucket/run/model.pt")
     assert r["mistake_local_folder"] == "gs:"
@@ -114,6 +116,7 @@ def test_a_learning_curve_is_told_apart_from_a_flat_one():
     assert "stayed flat (6.000 → 5.999)" in text and "fell from 6.000 to 5.000" in text
 
 
+@pytest.mark.slow
 def test_bucket_url_tf32_and_embedding_sentences(tmp_path):
     saved = mistakes.explain_save_to_bucket_url(mistakes.save_to_bucket_url(tmp_path, "b/m.pt"))
     assert "a local folder named 'gs:'" in saved[0] and "read back equal: True" in saved[1]

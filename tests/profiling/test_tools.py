@@ -50,6 +50,7 @@ def test_labkit_profile_cli(tmp_path):
     assert again.returncode == 0 and "input-bound" in again.stdout
 
 
+@pytest.mark.slow
 def test_labkit_profile_bad_parameter(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "labkit", "profile", "--batch-size", "0", "--out", str(tmp_path)],
                           capture_output=True, text=True, cwd=REPO, timeout=120)

@@ -81,6 +81,7 @@ def test_sample_dataset_batches_are_the_engine_batches():
             assert x.dtype == ex.dtype and torch.equal(x, ex) and torch.equal(y, ey)
 
 
+@pytest.mark.slow
 def test_mixed_precision_fp32_equals_the_engine(tmp_path):
     argv = ["--model", "cnn", "--steps", "6", *SMALL, "--metrics-out", str(tmp_path / "m.json")]
     _recipe("mixed_precision", *argv)
@@ -100,6 +101,7 @@ def test_mixed_precision_modes_equal_the_engine(tmp_path, model, precision):
     _assert_equal(_losses(tmp_path / "m.json"), _engine(argv), precision)
 
 
+@pytest.mark.slow
 def test_preemption_drill_then_resume_gives_the_uninterrupted_curve(tmp_path):
     """SIGTERM to itself in step 3: checkpoint, exit 143; the rerun resumes at step 4. The two
     metrics files together are the engine's uninterrupted run, and the checkpoint folders are

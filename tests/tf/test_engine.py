@@ -77,6 +77,7 @@ def test_metrics_schema(reference):
     assert reference["summary"]["num_steps"] == 8
 
 
+@pytest.mark.slow
 def test_preempted_run_resumes_with_the_uninterrupted_losses(tmp_path, reference):
     """The drill (SIGTERM to itself during step 4), then the same run again: it continues with
     step 5 and the per-step losses are the uninterrupted run's, exactly."""
@@ -205,6 +206,7 @@ def test_mixed_precision_runs_train(tmp_path, precision):
     assert steps[-1]["loss"] < 2.6
 
 
+@pytest.mark.slow
 def test_cpu_device_hides_gpus_from_tensorflow():
     code = ("from labkit.tf import runtime; import tensorflow as tf; "
             "print(runtime.configure('cpu'), len(tf.config.get_visible_devices('GPU')))")

@@ -57,6 +57,7 @@ def _worker(rank: int, port: int, results) -> None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_loss_and_stop_ride_with_the_gradients_and_change_nothing():
     (port,) = free_ports(1)
     results = mp.get_context("spawn").Manager().dict()

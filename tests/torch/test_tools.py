@@ -142,6 +142,7 @@ def test_overflow_demo_skips_then_recovers():
             assert b["loss_scale"] == a["loss_scale"] / 2
 
 
+@pytest.mark.slow
 def test_ladder_rows_and_conclusions():
     rows = precision.run_ladder(precision.PrecisionLadderConfig(model="cnn", scale="smoke", steps=2, batch_size=8,
                                                                 include_compile=False, device="cpu"))

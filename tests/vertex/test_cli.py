@@ -26,6 +26,7 @@ def _env(tmp_path):
     return env | {"HOME": str(tmp_path), "PYTHONPATH": str(REPO)}
 
 
+@pytest.mark.slow
 def test_run_vertex_without_cloud_is_a_dry_run(tmp_path):
     out = subprocess.run([sys.executable, "-m", "labkit", "run", str(HELLO), "--vertex", "-p", "size", "16",
                           "--machine-type", "g2-standard-8", "--accelerator-type", "NVIDIA_L4", "--accelerator-count", "1", "--spot",
@@ -40,6 +41,7 @@ def test_run_vertex_without_cloud_is_a_dry_run(tmp_path):
         assert what in text
 
 
+@pytest.mark.slow
 def test_run_vertex_rejects_unknown_parameter(tmp_path):
     out = subprocess.run([sys.executable, "-m", "labkit", "run", str(HELLO), "--vertex", "-p", "nope", "1"],
                          capture_output=True, text=True, env=_env(tmp_path), timeout=120)

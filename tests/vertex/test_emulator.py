@@ -100,6 +100,7 @@ def test_an_error_in_the_code_fails_the_job_at_once(tmp_path):
 
 @pytest.mark.parametrize("code,signal_name", [(6, "SIGABRT"), (134, "SIGABRT"), (11, "SIGSEGV"),
                                               (139, "SIGSEGV")])
+@pytest.mark.slow
 def test_sigabrt_and_sigsegv_exits_restart_the_job_up_to_three_times(tmp_path, code, signal_name):
     ok = run_local(flaky(2, code=code), tmp_path / "ok")
     assert ok.state == SUCCEEDED and ok.job_restarts == 2 and ok.worker_restarts == 0
@@ -120,6 +121,7 @@ def test_a_non_permanent_failure_restarts_the_worker_alone(tmp_path):
     assert job.final("workerpool1[0]").log_path.name == "workerpool1-0.restart2.log"
 
 
+@pytest.mark.slow
 def test_non_permanent_failures_past_the_restarts_retry_the_job_then_fail_it(tmp_path):
     """Five restarts of the worker; failing once more retries the whole job, up to three
     times; then the job fails."""
@@ -130,6 +132,7 @@ def test_non_permanent_failures_past_the_restarts_retry_the_job_then_fail_it(tmp
     assert "after 5 restarts, and the job after 3 retries" in job.error
 
 
+@pytest.mark.slow
 def test_restart_job_on_worker_restart_restarts_everyone(tmp_path):
     job = run_local(script_job(STEPPER, restart_job=True), tmp_path,
                     fault=Fault("workerpool1[0]", at_step=2, signal="SIGKILL"))
@@ -137,6 +140,7 @@ def test_restart_job_on_worker_restart_restarts_everyone(tmp_path):
     assert sorted({(r.job_attempt, r.pool) for r in job.runs}) == [(0, 0), (0, 1), (1, 0), (1, 1)]
 
 
+@pytest.mark.slow
 def test_spot_preemptions_restart_the_job_up_to_six_times(tmp_path):
     job = run_local(script_job(STEPPER, spot=True, workers=0), tmp_path,
                     fault=Fault("workerpool0", at_step=1, signal="SIGTERM", times=7, grace_s=1.0))
@@ -156,6 +160,7 @@ done.write_text("ok")
 
 
 @pytest.mark.parametrize("sig,expected", [("SIGKILL", -9), ("SIGTERM", -15)])
+@pytest.mark.slow
 def test_fault_injection_at_step_then_restart(tmp_path, sig, expected):
     job = run_local(script_job(STEPPER), tmp_path, fault=Fault("workerpool1[0]", at_step=3, signal=sig))
     first = job.runs[[r.name for r in job.runs].index("workerpool1[0]")]
@@ -165,6 +170,7 @@ def test_fault_injection_at_step_then_restart(tmp_path, sig, expected):
     assert any(f"sent {sig} to workerpool1[0]" in e for e in job.events)
 
 
+@pytest.mark.slow
 def test_spot_preemption_restarts_the_whole_job(tmp_path):
     job = run_local(script_job(STEPPER, spot=True), tmp_path,
                     fault=Fault("workerpool0", at_step=2, signal="SIGTERM"))
@@ -172,6 +178,7 @@ def test_spot_preemption_restarts_the_whole_job(tmp_path):
     assert any("preempted (Spot)" in e for e in job.events)
 
 
+@pytest.mark.slow
 def test_timeout_fails_the_job(tmp_path):
     job = run_local(script_job("import time; time.sleep(30)", workers=0), tmp_path, timeout_s=1)
     assert job.state == FAILED and "timeout" in job.error
@@ -210,6 +217,7 @@ def _preempted_once(tmp_path, how):
 
 
 @pytest.mark.parametrize("how", ["fsspec", "mount"])
+@pytest.mark.slow
 def test_a_restarted_job_resumes_through_the_gs_address(tmp_path, how):
     job, log = _preempted_once(tmp_path, how)
     resumed = int(log.split("resumed at ")[1].split()[0])
@@ -217,6 +225,7 @@ def test_a_restarted_job_resumes_through_the_gs_address(tmp_path, how):
     assert (job.local("gs://bkt/job/checkpoints") / "step-00000004" / "COMMITTED").is_file()
 
 
+@pytest.mark.slow
 def test_treating_the_gs_address_as_a_path_loses_the_checkpoints(tmp_path):
     job, log = _preempted_once(tmp_path, "path")
     assert "resumed at 0 " in log  # the restarted job started over

@@ -124,6 +124,7 @@ REPORTER = (
     "    time.sleep(0.4)\n")
 
 
+@pytest.mark.slow
 def test_local_study_stops_a_trial_that_falls_behind(tmp_path):
     pytest.importorskip("optuna")
     trial_job = vertex.custom_job_spec(vertex.PoolConfig(image_uri="gcr.io/p/img",
