@@ -164,7 +164,9 @@ done.write_text("ok")
 def test_fault_injection_at_step_then_restart(tmp_path, sig, expected):
     job = run_local(script_job(STEPPER), tmp_path, fault=Fault("workerpool1[0]", at_step=3, signal=sig))
     first = job.runs[[r.name for r in job.runs].index("workerpool1[0]")]
-    assert first.signal_sent == sig and first.exit_code == expected and first.last_step < 5
+    # The fault fires when any replica reports step 3: the chief may get there before this
+    # replica has printed a step (a slow start on a loaded machine), so it may have none.
+    assert first.signal_sent == sig and first.exit_code == expected and (first.last_step or 0) < 5
     assert job.state == SUCCEEDED and job.worker_restarts == 1
     assert job.final("workerpool1[0]").last_step == 5
     assert any(f"sent {sig} to workerpool1[0]" in e for e in job.events)
