@@ -303,7 +303,7 @@ if frameworks.has_torch() and processes > 1:
 
 # %%
 if len(comp.runs) == 2 * len({1, processes}):
-    t = {fw: comp.runs[(fw, processes)].median_step_s for fw in ("torch", "tf")}
-    faster = min(t, key=t.get)
-    ratio = max(t.values()) / min(t.values())
-    key_figure(f"faster at {processes} processes here", dist.LABELS[faster], note=f"{ratio:.2f}x per step")
+    faster, sentence = dist.framework_verdict(comp, processes)
+    print(sentence)
+    key_figure(f"faster at {processes} processes here", dist.LABELS[faster] if faster else "neither (no verdict)",
+               note=sentence)

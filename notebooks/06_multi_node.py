@@ -221,8 +221,15 @@ key_figure(f"traffic per node, ring / Reduction Server ({nodes} nodes)", ring_tr
 # and this environment has a project, region, bucket and credentials.
 
 # %%
+from labkit.course import recipe_view
+
 dry = vertex.dry_run(big)
-print(dry.text())
+spec_file = workdir / "job_spec.json"
+spec_file.write_text(dry.rest_json)
+print(table(recipe_view.request_rows({"job_spec": big}), title="worker pools"))
+print(dry.cost.text())
+print(dry.preflight.text())
+print(f"the whole spec, as the REST API takes it ({len(dry.rest_json.splitlines())} lines of JSON): {spec_file}")
 key_figure(f"{nodes} × {gpus_per_node} {accelerator_type}: estimated accelerator cost", dry.cost.usd_per_hour,
            "USD/h", note="on-demand; notebook 07 covers Spot")
 if submit and dry.preflight.ready:

@@ -189,21 +189,28 @@ if frameworks.has_torch():
 
 # %% [markdown]
 # ## Checkpoint interval vs lost work vs cost
-# Measured here: the time to write this run's checkpoint, which gives a write bandwidth; the
+# Measured here: three writes of this run's checkpoint, topped up to 64 MB so they measure a
+# bandwidth rather than the file system's latency; the
 # cost model then writes a `checkpoint_gb` checkpoint at that bandwidth (GPT-2 small with AdamW
 # is about 1.5 GB of full state). The preemption rate is **an assumption**
 # (`preemptions_per_hour`): Google publishes none for Spot. A preemption loses half an interval
 # of work on average (nothing when the SIGTERM checkpoint fits in the notice) plus the restart.
+# The **Young/Daly** rule (Young, 1974; Daly, 2006) gives the interval that wastes least with
+# hard kills, √(2·C·M): C the time one checkpoint takes to write, M the mean time between
+# preemptions (1 / `preemptions_per_hour`); the table prices it beside round intervals.
 
 # %%
 if frameworks.has_torch():
     ckpt_dir = str(result.clean.local(f"{cfg.bucket}/clean/checkpoints"))
-    write_s, nbytes = spot.time_checkpoint_write(ckpt_dir)
-    bandwidth = nbytes / write_s
+    write = spot.time_checkpoint_write(ckpt_dir)
+    bandwidth = write.bandwidth
     big_write_s = checkpoint_gb * 1e9 / bandwidth
-    print(f"measured: {nbytes / 1e6:.2f} MB in {write_s * 1e3:.1f} ms = {bandwidth / 1e9:.2f} GB/s; "
-          f"a {checkpoint_gb} GB checkpoint takes {big_write_s:.1f} s at that rate")
-    key_figure("checkpoint write bandwidth (local disk)", bandwidth / 1e9, "GB/s")
+    print(f"measured: {write.nbytes / 1e6:.0f} MB (this run's checkpoint, topped up) in "
+          f"{write.seconds.text()} s = {bandwidth / 1e9:.2f} GB/s at the median; a {checkpoint_gb} GB "
+          f"checkpoint takes about {big_write_s:.1f} s at that rate (a rough figure: a local disk's cache, "
+          "not Cloud Storage through /gcs/, which is slower)")
+    key_figure("checkpoint write bandwidth (local disk)", bandwidth / 1e9, "GB/s",
+               note=f"{write.nbytes / 1e6:.0f} MB writes, {write.seconds.text()} s")
 
 # %%
 from labkit.hardware.spot import SpotModel, young_daly_interval
@@ -230,6 +237,22 @@ if frameworks.has_torch():
           f"Spot ${cheapest.spot_cost:,.0f} with hard kills, ${with_sigterm.spot_cost:,.0f} with SIGTERM checkpoints")
     key_figure("Spot saving with SIGTERM checkpoints", with_sigterm.saving * 100, "%",
                note=f"{preemptions_per_hour}/h preemptions assumed, {restart_overhead_s:.0f} s per restart")
+
+# %% [markdown]
+# ## How far the saving rests on the assumed preemption rate
+# Google publishes no preemption rate for Spot, so everything above rests on
+# `preemptions_per_hour`. The same job at other rates and checkpoint intervals (hard kills),
+# with the cheapest interval at each rate and what the SIGTERM checkpoint adds there.
+#
+# Before running: from which preemption rate do you expect the SIGTERM checkpoint to save at
+# least 1% of the on-demand bill, and is there a rate at which Spot stops saving?
+
+# %%
+if frameworks.has_torch():
+    rates = sorted({0.01, preemptions_per_hour, 0.2, 0.5, 1.0, 2.0})
+    grid = spot.sensitivity(scenario, rates, [300.0, 900.0, 1800.0, 3600.0, 7200.0])
+    print(table(grid))
+    print(spot.sensitivity_text(grid, with_sigterm.on_demand_cost))
 
 # %% [markdown]
 # ## The code

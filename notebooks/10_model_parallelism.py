@@ -11,7 +11,9 @@
 # - **pipeline parallelism**: cut the stack of blocks into stages and stream micro-batches
 #   through them (GPipe, 1F1B), paying a "bubble" of (p−1)/(m+p−1).
 #
-# All of them run on CPU processes with gloo, so this notebook measures them here: the same GPT
+# The same code runs on GPUs with NCCL (one process per GPU) and on CPU processes with gloo where
+# there is not a GPU for each process, so this notebook measures them on whatever this machine
+# has (the plan below says which): the same GPT
 # trained with every mode through `labkit train --parallel ...`, each rank's memory and the
 # bytes it sends per step (counted from the collectives that ran), step time, and the losses
 # against one process at the same global batch. Then the calculator scales the accounting to
@@ -56,7 +58,7 @@ print("DeepSpeed:", deepspeed_missing or "installed")
 # %% [markdown]
 # ## 1. Every mode, measured in one run
 # Each row is one `labkit train --nproc-per-node N --parallel MODE` run on local processes
-# (gloo on loopback, one thread each). `held` is what the largest rank keeps between steps
+# (NCCL with a GPU per process, else gloo on loopback with one thread each). `held` is what the largest rank keeps between steps
 # (weights, optimizer state, and the gradients at the update); `sent` is what a rank sends per
 # optimizer step, counted from the collectives that ran (ring algorithms); `loss_gap` is the
 # largest relative difference from one process. Steps are short CPU steps on a shared machine:
@@ -116,7 +118,9 @@ if has_torch:
 # ## 5. Scaling up: GPT-2 small, 7B and 70B on 80 GB GPUs
 # The same accounting with bf16 weights and gradients and fp32 master weights and moments
 # (2 + 2 + 12 bytes per parameter), plus checkpointed activations of one 4096-token sequence
-# (Korthikanti et al., 2022), on 8 GPUs (one node) and 64 (eight nodes). A calculation,
+# (Korthikanti et al., 2022), on 8 GPUs (one node) and 64 (eight nodes), 8,192 tokens per GPU
+# per step. A pipeline splits a replica's sequences into up to 8 micro-batches per stage, never
+# more micro-batches than sequences (the `layout` column gives the count). A calculation,
 # labelled as such: measured only at CPU scale above.
 
 # %%

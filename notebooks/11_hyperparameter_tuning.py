@@ -86,8 +86,9 @@ summary = vertex.study_summary(records, goal="minimize")
 print(summary.text())
 
 # %%
-tuning.plot_study(records, "lr")
-tuning.plot_study(records, "batch_size", log_x=False)
+# Assigned, not left as the cell's value: Jupyter would show the last figure a second time.
+lr_plot = tuning.plot_study(records, "lr")
+batch_plot = tuning.plot_study(records, "batch_size", log_x=False)
 
 # %% [markdown]
 # ## What the study costs on Spot

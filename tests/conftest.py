@@ -16,6 +16,16 @@ NOTEBOOK_DIR = REPO / "notebooks"
 RESULTS_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"  # made-up results files
 
 
+def recipe_env(**extra: str) -> dict[str, str]:
+    """Environment for a recipe run as a learner runs it: this checkout importable, one thread
+    per process (several share the cores), and no rendezvous variables of an enclosing job."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", **extra)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    return env
+
+
 def child_pids(pid: int) -> list[int]:
     """Processes whose parent is `pid` (from /proc)."""
     found = []

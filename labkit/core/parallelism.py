@@ -321,15 +321,32 @@ def reference_models() -> dict[str, GPTConfig]:
             "70B": GPTConfig(vocab_size=32000, block_size=4096, n_layer=80, n_head=64, n_embd=8192)}
 
 
-def layouts_for(gpus: int, gpus_per_node: int = 8, stages: int | None = None) -> dict[str, Layout]:
+def layouts_for(gpus: int, gpus_per_node: int = 8, stages: int | None = None,
+                batch: int | None = None) -> dict[str, Layout]:
     """The six modes on `gpus` GPUs: tp within a node (degree min(gpus, gpus_per_node)), pp over
-    all GPUs up to `stages`, 8 micro-batches per stage."""
+    all GPUs up to `stages`, with `pipeline_microbatches` of the `batch` sequences (global)."""
     t = min(gpus, gpus_per_node)
     p = min(gpus, stages or gpus)
     while gpus % p:
         p -= 1
-    return {m: Layout(m, gpus, tp=t if m == "tp" else 1, pp=p if m == "pp" else 1,
-                      microbatches=8 * p if m == "pp" else 1) for m in MODES}
+    m = pipeline_microbatches(p, None if batch is None else batch // (gpus // p))
+    return {mode: Layout(mode, gpus, tp=t if mode == "tp" else 1, pp=p if mode == "pp" else 1,
+                         microbatches=m if mode == "pp" else 1) for mode in MODES}
+
+
+def pipeline_microbatches(stages: int, sequences: int | None = None) -> int:
+    """Micro-batches per step for `stages` pipeline stages: 8 per stage (a bubble of
+    (p-1)/(m+p-1), under 12%), but no more than the `sequences` one pipeline replica gets per
+    step, and a divisor of them (every micro-batch the same size)."""
+    m = 8 * stages
+    if sequences is None:
+        return m
+    if sequences < 1:
+        raise ValueError(f"a pipeline replica needs at least one sequence per step (got {sequences})")
+    m = min(m, sequences)
+    while sequences % m:
+        m -= 1
+    return m
 
 
 def plan_table(models: dict[str, GPTConfig] | None = None, gpus: tuple[int, ...] = (8, 64),
@@ -340,15 +357,16 @@ def plan_table(models: dict[str, GPTConfig] | None = None, gpus: tuple[int, ...]
     rows = []
     for name, cfg in (models or reference_models()).items():
         for n in gpus:
-            for mode, layout in layouts_for(n, stages=cfg.n_layer).items():
+            batch = max(1, tokens_per_gpu * n // cfg.block_size)
+            for mode, layout in layouts_for(n, stages=cfg.n_layer, batch=batch).items():
                 if layout.mode == "tp" and cfg.n_head % layout.tp:
                     continue
-                batch = max(1, tokens_per_gpu * n // cfg.block_size)
                 e = estimate(cfg, layout, batch_size=batch, precision=precision, activation_bytes=2)
                 acts = activation_estimate(cfg, layout)
                 total = e.total_bytes + acts
                 rows.append({"model": name, "params_B": GPTShape.of(cfg).total / 1e9, "gpus": n,
-                             "mode": mode, "layout": f"dp{layout.dp}·tp{layout.tp}·pp{layout.pp}",
+                             "mode": mode, "layout": f"dp{layout.dp}·tp{layout.tp}·pp{layout.pp}"
+                             + (f" ×{layout.microbatches} micro-batches" if layout.pp > 1 else ""),
                              "weights_GiB": e.params_bytes / GIB, "grads_GiB": e.grads_bytes / GIB,
                              "optimizer_GiB": e.optimizer_bytes / GIB, "activations_GiB": acts / GIB,
                              "total_GiB": total / GIB, "fits": total <= gpu_gib * GIB,
@@ -393,10 +411,10 @@ def decide(cfg: GPTConfig, gpus: int, gpu_gib: float, link: Interconnect, *, pre
     mode (the order of `MODES`). None fits: says so."""
     compute = 6 * GPTShape.of(cfg).total * tokens_per_gpu / (effective_tflops * 1e12)
     best = None
-    for mode, layout in layouts_for(gpus, stages=cfg.n_layer).items():
+    batch = max(1, tokens_per_gpu * gpus // cfg.block_size)
+    for mode, layout in layouts_for(gpus, stages=cfg.n_layer, batch=batch).items():
         if mode == "tp" and cfg.n_head % layout.tp:
             continue
-        batch = max(1, tokens_per_gpu * gpus // cfg.block_size)
         e = estimate(cfg, layout, batch_size=batch, precision=precision, activation_bytes=2)
         total = e.total_bytes + activation_estimate(cfg, layout)
         if total > gpu_gib * GIB:

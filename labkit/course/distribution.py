@@ -72,7 +72,7 @@ class DistRun:
 
     @property
     def median_step_s(self) -> float:
-        times = [s["step_time_s"] for s in self.log.steps[1:] if "step_time_s" in s]
+        times = step_times(self)
         return statistics.median(times) if times else math.nan
 
 
@@ -115,6 +115,23 @@ def compare(config: TrainConfig, processes: tuple[int, ...] = (1, 2),
     for fw, n in track(jobs, "distributed runs", unit="run"):
         result.runs[(fw, n)] = run_job(config, fw, n)
     return result
+
+
+def step_times(run: DistRun) -> list[float]:
+    """A run's step times after the first (which builds graphs and buffers)."""
+    return [s["step_time_s"] for s in run.log.steps[1:] if "step_time_s" in s]
+
+
+def framework_verdict(comp: Comparison, processes: int) -> tuple[str | None, str]:
+    """Which framework stepped faster at `processes` processes, judged on the step times of
+    each run (the median and range over its steps): (the framework, or None for no verdict or
+    no measurable difference, and the sentence with the figures)."""
+    times = {fw: step_times(comp.runs[(fw, processes)]) for fw in ("torch", "tf")}
+    if min(len(t) for t in times.values()) < stats.MIN_REPEATS:
+        return None, f"fewer than {stats.MIN_REPEATS} timed steps per framework at {processes} processes: no verdict"
+    c = stats.compare([1e3 * t for t in times["torch"]], [1e3 * t for t in times["tf"]], higher_is_better=False)
+    sentence = c.sentence(LABELS["torch"], LABELS["tf"], "ms") + " (per step, over the steps of one run each)"
+    return (None if c.winner is None else "tf" if c.b_is_better else "torch"), sentence
 
 
 def batch_semantics(global_batch: int, world_sizes: tuple[int, ...], grad_accum: int = 1

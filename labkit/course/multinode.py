@@ -62,7 +62,8 @@ def compression_cost(base: TrainConfig, hooks: tuple[Hook, ...] = HOOKS, *, repe
     gradients, timed on their own (a whole backward pass varies more than the hooks cost):
     fp16/bf16 cast the flat gradients down and back; PowerSGD of rank r runs, per matrix M,
     P = M·Q, orthogonalises P, Q = Mᵀ·P, rebuilds P·Qᵀ and keeps the error for the next step.
-    Median and spread over `repeats` interleaved repeats of `iterations` steps."""
+    Median and spread over `repeats` interleaved repeats of `iterations` steps, after one
+    discarded round."""
     import torch
 
     from labkit.core.config import resolve_scale
@@ -93,30 +94,34 @@ def compression_cost(base: TrainConfig, hooks: tuple[Hook, ...] = HOOKS, *, repe
     work = {h: (lambda: None) if h.kind == "none" else cast(torch.float16) if h.kind == "fp16"
             else cast(torch.bfloat16) if h.kind == "bf16" else powersgd(h.rank) for h in hooks}
     samples: dict[Hook, list[float]] = {h: [] for h in hooks}
-    for _ in range(repeats):
+    for round_ in range(repeats + 1):  # round 0 warms up (first allocations, thread pools): discarded
         for h, run in work.items():
             start = time.perf_counter()
             for _ in range(iterations):
                 run()
-            samples[h].append((time.perf_counter() - start) / iterations)
+            if round_:
+                samples[h].append((time.perf_counter() - start) / iterations)
     return {h.label: {"cost_ms": 1000 * statistics.median(s), "spread_ms": 1000 * (max(s) - min(s))}
             for h, s in samples.items()}
 
 
 def break_even(rows: list[dict[str, Any]], costs: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     """Per hook: bytes saved per step, its measured cost, and the bandwidth below which the
-    saved bytes take longer to send than the hook takes to compute (None when it saved nothing
-    or cost nothing measurable)."""
+    saved bytes take longer to send than the hook takes to compute. None, with the reason in
+    `note`, when it saved nothing or its cost is not larger than the spread of its repeats (a
+    break-even from a cost lost in the noise would be a guess)."""
     plain = rows[0]["sent_KiB_per_step"] * 1024
     out = []
     for row in rows[1:]:
         saved = plain - row["sent_KiB_per_step"] * 1024
         cost = costs[row["hook"]]
-        measurable = cost["cost_ms"] > 0
+        measurable = cost["cost_ms"] > max(cost["spread_ms"], 0.0)
+        note = ("" if measurable and saved > 0 else "saved no bytes" if saved <= 0
+                else "cost within the spread of its repeats: no break-even")
         out.append({"hook": row["hook"], "saved_KiB_per_step": saved / 1024,
                     "cost_ms_per_step": cost["cost_ms"], "spread_ms": cost["spread_ms"],
-                    "break_even_MB_per_s": saved / (cost["cost_ms"] / 1000) / 1e6 if measurable and saved > 0 else None,
-                    "max_loss_gap": row["max_loss_gap"]})
+                    "break_even_MB_per_s": saved / (cost["cost_ms"] / 1000) / 1e6 if not note else None,
+                    "note": note, "max_loss_gap": row["max_loss_gap"]})
     return out
 
 

@@ -1,4 +1,4 @@
-"""ZeRO stages 1-3 with DeepSpeed, launched by torchrun (on CPU too: gloo, no compiled ops).
+"""ZeRO stages 1-3 with DeepSpeed, launched by torchrun (NCCL on GPUs; gloo on the CPU, no compiled ops).
 
     torchrun --standalone --nproc-per-node 2 -m labkit.recipes.deepspeed_zero --stage 3 --model gpt --steps 20 --batch-size 32
 
@@ -27,12 +27,15 @@ def main(argv: list[str] | None = None) -> common.StepLog:
     for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
                         ("MASTER_PORT", "0"), ("LOCAL_RANK", "0")):
         os.environ.setdefault(name, value)
-    os.environ.setdefault("DS_ACCELERATOR", "cuda" if torch.cuda.is_available() else "cpu")
+    device = common.device(args.device)  # cuda:LOCAL_RANK with a GPU per process, else the CPU
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    os.environ.setdefault("DS_ACCELERATOR", device.type)  # DeepSpeed's choice must match ours
     import deepspeed
 
-    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    model = common.torch_model(args)
+    model = common.torch_model(args).to(device)
     optimizer, scheduler = common.adamw(model, args)
     config = {
         "train_batch_size": args.batch_size,  # global: micro-batch x processes x accumulation
@@ -47,10 +50,10 @@ def main(argv: list[str] | None = None) -> common.StepLog:
 
     data = common.batches(common.torch_dataset(args), args.batch_size // world, args.seed,
                           rank=rank, world_size=world)
-    log = common.StepLog("deepspeed_zero", args, world_size=world, stage=args.stage)
+    log = common.StepLog("deepspeed_zero", args, world_size=world, stage=args.stage, device=str(device))
     for step in range(args.steps):
         lr = scheduler.get_last_lr()[0]
-        x, y = next(data)
+        x, y = common.to_device(next(data), device)
         loss = F.cross_entropy(engine(x).flatten(0, -2).float(), y.flatten())
         engine.backward(loss)
         engine.step()  # clip, update, zero the gradients

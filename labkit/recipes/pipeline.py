@@ -47,7 +47,7 @@ class Stage(nn.Module):
 
     def forward(self, x):
         if self.first:
-            x = self.wte(x) + self.wpe(torch.arange(x.shape[1]))
+            x = self.wte(x) + self.wpe(torch.arange(x.shape[1], device=x.device))
         for block in self.blocks:
             x = block(x)
         return self.head(self.ln_f(x)) if self.last else x
@@ -65,24 +65,27 @@ def main(argv: list[str] | None = None) -> common.StepLog:
     for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
                         ("MASTER_PORT", "0")):
         os.environ.setdefault(name, value)
-    dist.init_process_group("gloo")
+    device = common.device(args.device)  # cuda:LOCAL_RANK with a GPU per process, else the CPU
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     rank, stages = dist.get_rank(), dist.get_world_size()
     if args.model != "gpt" or args.batch_size % args.microbatches:
         p.error("needs --model gpt and --microbatches dividing --batch-size")
 
-    stage = Stage(common.torch_model(args), rank, stages)
+    stage = Stage(common.torch_model(args), rank, stages).to(device)
     optimizer, scheduler = common.adamw(stage, args)
     kind = ScheduleGPipe if args.schedule == "gpipe" else Schedule1F1B
     # the schedule splits the batch, runs forward and backward, and divides the gradients by m
-    schedule = kind(PipelineStage(stage, rank, stages, torch.device("cpu")), args.microbatches,
+    schedule = kind(PipelineStage(stage, rank, stages, device), args.microbatches,
                     loss_fn=loss_fn)
     tied = dist.new_group([0, stages - 1]) if stages > 1 else None
 
     data = common.batches(common.torch_dataset(args), args.batch_size, args.seed)  # all read it
-    log = common.StepLog("pipeline", args, world_size=stages, schedule=args.schedule)
+    log = common.StepLog("pipeline", args, world_size=stages, schedule=args.schedule, device=str(device))
     for step in range(args.steps):
         lr = scheduler.get_last_lr()[0]
-        x, y = next(data)
+        x, y = common.to_device(next(data), device)
         losses = []
         if stage.first and stage.last:
             schedule.step(x, target=y, losses=losses)
@@ -107,7 +110,7 @@ def main(argv: list[str] | None = None) -> common.StepLog:
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
 
-        loss = torch.stack(losses).mean() if losses else torch.zeros(())
+        loss = torch.stack(losses).mean() if losses else torch.zeros((), device=device)
         dist.all_reduce(loss)  # only the last stage has it: the sum is its value
         if rank == 0:
             log.log(step, loss.item(), lr=lr)

@@ -40,16 +40,19 @@ def main(argv: list[str] | None = None) -> common.StepLog:
     for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
                         ("MASTER_PORT", "0")):
         os.environ.setdefault(name, value)
-    dist.init_process_group("gloo")
+    device = common.device(args.device)  # cuda:LOCAL_RANK with a GPU per process, else the CPU
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     world = dist.get_world_size()
     t = args.tp_degree or world
     if args.model != "gpt" or world % t or args.batch_size % (world // t):
         p.error("needs --model gpt, a --tp-degree that divides the processes, and a batch that "
                 "divides by the replicas")
-    mesh = init_device_mesh("cpu", (world // t, t), mesh_dim_names=("dp", "tp"))
+    mesh = init_device_mesh(device.type, (world // t, t), mesh_dim_names=("dp", "tp"))
     dp_rank, dp = mesh["dp"].get_local_rank(), world // t
 
-    model = common.torch_model(args)
+    model = common.torch_model(args).to(device)
     for block in model.blocks:
         qkv = block.attn.qkv
         with torch.no_grad():
@@ -60,11 +63,11 @@ def main(argv: list[str] | None = None) -> common.StepLog:
 
     data = common.batches(common.torch_dataset(args), args.batch_size // dp, args.seed,
                           rank=dp_rank, world_size=dp)
-    log = common.StepLog("tensor_parallel", args, world_size=world, tp_degree=t)
+    log = common.StepLog("tensor_parallel", args, world_size=world, tp_degree=t, device=str(device))
     params = list(model.parameters())
     for step in range(args.steps):
         lr = scheduler.get_last_lr()[0]
-        x, y = next(data)
+        x, y = common.to_device(next(data), device)
         loss = F.cross_entropy(model(x).flatten(0, -2).float(), y.flatten())
         loss.backward()
         grads = [g.to_local() if isinstance(g, DTensor) else g for g in (q.grad for q in params)]
@@ -77,7 +80,7 @@ def main(argv: list[str] | None = None) -> common.StepLog:
                 offset += g.numel()
         if args.grad_clip:  # sharded parts' squares summed over the group, replicated ones once
             sharded = sum(g.pow(2).sum() for q, g in zip(params, grads, strict=True) if isinstance(q, DTensor))
-            sharded = torch.as_tensor(sharded, dtype=torch.float32)
+            sharded = torch.as_tensor(sharded, dtype=torch.float32, device=device)
             dist.all_reduce(sharded, group=mesh["tp"].get_group())
             norm = (sharded + sum(g.pow(2).sum() for q, g in zip(params, grads, strict=True)
                                   if not isinstance(q, DTensor))).sqrt()

@@ -38,12 +38,15 @@ def main(argv: list[str] | None = None) -> common.StepLog:
     for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1"),
                         ("MASTER_PORT", "0")):
         os.environ.setdefault(name, value)  # without torchrun: a group of one
-    dist.init_process_group("gloo")
+    device = common.device(args.device)  # cuda:LOCAL_RANK with a GPU per process, else the CPU
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     if args.batch_size % world:
         p.error(f"--batch-size {args.batch_size} must divide by the {world} processes")
 
-    model = common.torch_model(args)  # same seed: the same weights on every process
+    model = common.torch_model(args).to(device)  # same seed: the same weights on every process
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
@@ -51,7 +54,7 @@ def main(argv: list[str] | None = None) -> common.StepLog:
     if args.stage == 1:
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
-        net = DDP(model)  # gradients all-reduced as usual
+        net = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)  # all-reduce as usual
         optimizer = ZeroRedundancyOptimizer(decay, optimizer_class=torch.optim.AdamW, lr=args.lr,
                                             betas=(0.9, 0.95), weight_decay=0.1)
         optimizer.add_param_group(groups[1])  # each process keeps state for its share only
@@ -61,7 +64,7 @@ def main(argv: list[str] | None = None) -> common.StepLog:
         for group in groups:
             params = group["params"]
             size = -(-sum(p.numel() for p in params) // world)  # slice length (buffer padded)
-            flat = torch.zeros(size * world)
+            flat = torch.zeros(size * world, device=device)
             offset = 0
             for p in params:  # the weights become views into one flat buffer
                 flat[offset:offset + p.numel()] = p.detach().reshape(-1)
@@ -76,7 +79,7 @@ def main(argv: list[str] | None = None) -> common.StepLog:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        mesh = init_device_mesh("cpu", (world,))  # this recipe's processes train on the CPU
+        mesh = init_device_mesh(device.type, (world,))  # where the shards live (FSDP assumes CUDA otherwise)
         for block in getattr(model, "blocks", []):
             fully_shard(block, mesh=mesh, reshard_after_forward=args.reshard_after_forward)
         fully_shard(model, mesh=mesh, reshard_after_forward=args.reshard_after_forward)
@@ -92,10 +95,10 @@ def main(argv: list[str] | None = None) -> common.StepLog:
 
     data = common.batches(common.torch_dataset(args), args.batch_size // world, args.seed,
                           rank=rank, world_size=world)
-    log = common.StepLog("zero", args, world_size=world, stage=args.stage)
+    log = common.StepLog("zero", args, world_size=world, stage=args.stage, device=str(device))
     for step in range(args.steps):
         lr = scheduler.get_last_lr()[0]
-        x, y = common.to_device(next(data), torch.device("cpu"))
+        x, y = common.to_device(next(data), device)
         loss = F.cross_entropy(net(x).flatten(0, -2).float(), y.flatten())
         loss.backward()
         if args.stage == 2:

@@ -103,6 +103,21 @@ def test_plan_table_and_decisions_cover_the_reference_models():
     assert parallelism.pipeline_bubble(2, 4) == pytest.approx(0.2)
 
 
+def test_pipeline_plans_use_only_the_sequences_a_replica_has():
+    # 70B on 64 GPUs at 8,192 tokens per GPU: 128 sequences of 4,096 on one 64-stage pipeline,
+    # so at most 128 micro-batches (8 per stage would ask for 512).
+    assert parallelism.layouts_for(64, stages=80, batch=128)["pp"].microbatches == 128
+    for n in (8, 64):
+        for cfg in parallelism.reference_models().values():
+            batch = 8192 * n // cfg.block_size
+            pp = parallelism.layouts_for(n, stages=cfg.n_layer, batch=batch)["pp"]
+            per_replica = batch // pp.dp
+            assert 1 <= pp.microbatches <= per_replica and per_replica % pp.microbatches == 0
+    assert [parallelism.pipeline_microbatches(2, s) for s in (None, 40, 7, 3)] == [16, 10, 7, 3]
+    with pytest.raises(ValueError, match="at least one sequence"):
+        parallelism.pipeline_microbatches(4, 0)
+
+
 def test_ring_bytes_per_collective():
     pytest.importorskip("torch")
     from labkit.torch.comm_count import sent_bytes

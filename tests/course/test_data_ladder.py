@@ -3,6 +3,8 @@ in-memory cache, the reading rates, and a tiny end-to-end ladder on each framewo
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from labkit.course.input_pipeline.conclusions import conclusions
@@ -80,6 +82,20 @@ def test_conclusions_are_computed_from_the_numbers():
     assert "ceiling 1/(1/raw+1/crc)" in table(raw.rows())
 
 
+def test_a_rung_that_did_not_help_gets_a_reason_from_what_it_adds():
+    epochs = {"naive": (10.0, 10.5, 11.0), "shards": (5.0, 5.2, 5.4), "parallel_reads": (5.1, 5.3, 5.5),
+              "prefetch": (3.0, 3.1, 3.2), "cache": (3.05, 3.1, 3.15)}
+    waits = {"naive": 0.9, "shards": 0.6, "parallel_reads": 0.6, "prefetch": 0.1, "cache": 0.1}
+    for engine, helpers in (("torch", "2 loader processes share"), ("tf", "its reader threads share")):
+        lad = InputLadder(engine, [InputRung(engine, k, 100, statistics.median(e), waits[k], e)
+                                   for k, e in epochs.items()])
+        text = conclusions([lad], None, ReadRates({"raw": 1.0, "crc32c": 1.0}, {}), TINY)
+        flat = [line for line in text.splitlines() if "not measurably faster" in line]
+        assert len(flat) == 2, text  # parallel reads after shards, cache after prefetch
+        assert helpers in flat[0] and "waited for data 60% of the time before it and 60% with it" in flat[0]
+        assert "waited for data 10% of the time before it and 10% with it: there was little to win" in flat[1]
+
+
 def test_workers_to_feed():
     assert workers_to_feed(images_per_s=8000, image_bytes=150_000, gb_per_s=0.5) == 3
     assert workers_to_feed(images_per_s=8000, image_bytes=150_000, gb_per_s=float("nan")) == 0
@@ -125,3 +141,14 @@ def test_tiny_tf_ladder(tmp_path):
     lad = tf_ladder(write_ladder_data(tmp_path, TINY), tf_image_step(10, width=4))
     assert [r.key for r in lad.rungs] == list(INPUT_RUNGS)
     assert all(r.samples == 12 for r in lad.rungs)
+
+
+def test_a_rung_that_cut_the_wait_within_the_noise_is_not_said_to_have_missed_it():
+    epochs = {"naive": (10.0, 10.5, 11.0), "shards": (5.0, 5.2, 5.4), "parallel_reads": (3.0, 3.1, 3.2),
+              "prefetch": (2.0, 2.1, 2.2), "cache": (1.5, 1.9, 2.6)}
+    waits = {"naive": 0.9, "shards": 0.6, "parallel_reads": 0.5, "prefetch": 0.35, "cache": 0.0}
+    lad = InputLadder("torch", [InputRung("torch", k, 100, statistics.median(e), waits[k], e)
+                                for k, e in epochs.items()])
+    text = conclusions([lad], None, ReadRates({"raw": 1.0, "crc32c": 1.0}, {}), TINY)
+    assert "cache: not measurably faster than prefetch here (the step waited for data 35% of the time " \
+           "before it and 0% with it, but the epochs' times vary more than that gain)" in text

@@ -40,3 +40,24 @@ def test_a_missing_results_file_is_said_not_invented(monkeypatch, tmp_path):
 def test_allreduce_latency_is_measured_between_processes():
     pytest.importorskip("torch")
     assert distribution.allreduce_latency_ms(2) > 0
+
+
+def _run(fw: str, n: int, times: list[float]) -> distribution.DistRun:
+    from labkit.core.metrics import MetricsLog
+
+    log = MetricsLog()
+    log.steps = [{"step": i, "loss": 2.0, "step_time_s": t} for i, t in enumerate([9.9, *times])]
+    return distribution.DistRun(fw, n, log, 1.0)
+
+
+def test_the_faster_framework_is_a_verdict_on_the_spread_of_its_steps():
+    comp = distribution.Comparison({("torch", 2): _run("torch", 2, [0.10, 0.11, 0.10, 0.12]),
+                                    ("tf", 2): _run("tf", 2, [0.20, 0.21, 0.19, 0.22])})
+    faster, sentence = distribution.framework_verdict(comp, 2)
+    assert faster == "torch" and "slower" in sentence and "n=4" in sentence  # the first step left out
+    comp.runs[("tf", 2)] = _run("tf", 2, [0.09, 0.13, 0.10, 0.12])  # ranges overlap
+    assert distribution.framework_verdict(comp, 2) == (None, distribution.framework_verdict(comp, 2)[1])
+    assert "no measurable difference" in distribution.framework_verdict(comp, 2)[1]
+    comp.runs[("tf", 2)] = _run("tf", 2, [0.2, 0.2])
+    assert distribution.framework_verdict(comp, 2) == (
+        None, "fewer than 3 timed steps per framework at 2 processes: no verdict")

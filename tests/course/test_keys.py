@@ -72,3 +72,13 @@ def test_a_new_rung_is_one_row(monkeypatch):
     assert levers.lever("torch", "bf16").label == levers.rung("torch", "bf16").label == "bf16 autocast"
     assert levers.lever("tf", "bf16").label == levers.rung("tf", "bf16").label
     assert levers.lever("torch", "no such lever") is None
+
+
+def test_a_slow_16_bit_rung_on_a_cpu_is_explained_from_its_flags():
+    rows = [{**r, "precision": r["key"].split("_")[0]} for r in _precision_rows("")]
+    rows[3] = {**rows[3], "samples_per_s": 7.0, "speedup": 0.07}  # fp16, as on a CPU without AVX-512 FP16
+    without = " ".join(precision._slow_half_on_cpu(rows, frozenset({"avx2"})))
+    assert "fp16 ran at under half of fp32's speed here (fp16 0.07×)" in without
+    assert "avx512_fp16 or amx_fp16" in without and "reports neither" in without
+    assert "reports avx512_fp16" in " ".join(precision._slow_half_on_cpu(rows, frozenset({"avx512_fp16"})))
+    assert precision._slow_half_on_cpu([{**r, "device": "cuda:0"} for r in rows], frozenset()) == []

@@ -61,3 +61,16 @@ def test_hardware_plots(tmp_path):
     estimates = estimate_costs(Workload(1e15, 8, 1000), load_catalog(), CostAssumptions())
     cost = hardware_choice.plot_time_cost(estimates, title="t", path=tmp_path / "cost.png")
     assert cost.axes[0].get_title() == "t" and (tmp_path / "cost.png").stat().st_size > 0
+
+
+def test_compression_break_even_only_from_a_cost_above_its_noise():
+    rows = [{"hook": "none", "sent_KiB_per_step": 100.0, "max_loss_gap": 0.0},
+            {"hook": "fp16", "sent_KiB_per_step": 50.0, "max_loss_gap": 1e-4},
+            {"hook": "powersgd r=1", "sent_KiB_per_step": 5.0, "max_loss_gap": 1e-2},
+            {"hook": "bf16", "sent_KiB_per_step": 100.0, "max_loss_gap": 1e-3}]
+    costs = {"fp16": {"cost_ms": 1.0, "spread_ms": 0.2}, "powersgd r=1": {"cost_ms": 0.028, "spread_ms": 0.88},
+             "bf16": {"cost_ms": 1.0, "spread_ms": 0.1}}
+    fp16, psgd, bf16 = multinode.break_even(rows, costs)
+    assert fp16["break_even_MB_per_s"] == pytest.approx(50 * 1024 / 1e-3 / 1e6) and fp16["note"] == ""
+    assert psgd["break_even_MB_per_s"] is None and "within the spread" in psgd["note"]
+    assert bf16["break_even_MB_per_s"] is None and bf16["note"] == "saved no bytes"

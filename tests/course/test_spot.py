@@ -67,8 +67,10 @@ def test_bad_model_names_parameter():
 
 def test_time_checkpoint_write(tmp_path):
     checkpoint.save(str(tmp_path), 3, {"model.pt": b"x" * 1000}, {"k": 1})
-    seconds, size = spot.time_checkpoint_write(str(tmp_path))
-    assert seconds > 0 and size == 1000
+    write = spot.time_checkpoint_write(str(tmp_path), min_bytes=10_000, repeats=2)
+    assert len(write.seconds.values) == 2 and write.nbytes == 10_000  # topped up to min_bytes
+    assert write.bandwidth == pytest.approx(10_000 / write.seconds.median)
+    assert spot.time_checkpoint_write(str(tmp_path), min_bytes=500, repeats=1).nbytes == 1000
     with pytest.raises(FileNotFoundError):
         spot.time_checkpoint_write(str(tmp_path / "none"))
 
@@ -89,3 +91,32 @@ def test_capacity_options_compare_on_demand_spot_and_flex_start_with_sources():
     assert any(facts.VERTEX_DWS_URL in src for src in flex.sources)
     rows = spot.capacity_rows([on_demand, spot_opt, flex])
     assert rows[2]["USD/h"] == "$5.00-10.00" and "maxWaitDuration" in rows[2]["rules"]
+
+
+def test_sensitivity_shows_where_spot_and_the_sigterm_checkpoint_pay():
+    rows = spot.sensitivity(scenario(checkpoint_write_s=10.0), [0.01, 0.1, 1.0, 3.0], [600, 1800, 7200])
+    assert [r["preemptions/h"] for r in rows] == [0.01, 0.1, 1.0, 3.0]
+    at_30 = [r["saving at 30 min (%)"] for r in rows]
+    assert at_30[0] > at_30[1] > at_30[2]  # more preemptions, less saved
+    assert at_30[3] is None and rows[3]["saving at 120 min (%)"] is None  # restarts outpace the work
+    sigterm = [r["SIGTERM checkpoint saves $"] for r in rows[:3]]
+    assert 0 < sigterm[0] < sigterm[1] < sigterm[2]  # worth more the more often Spot strikes
+    for r in rows[:3]:
+        assert r["saving with it (%)"] > max(v for k, v in r.items() if k.startswith("saving at") and v)
+        hard = spot.tradeoff(scenario(checkpoint_write_s=10.0, preemptions_per_hour=r["preemptions/h"]),
+                             [600, 1800, 7200])
+        assert r["cheapest interval (min)"] * 60 == min(hard, key=lambda t: t.spot_cost).interval_s
+    # A checkpoint too slow for the notice saves nothing on SIGTERM.
+    slow = spot.sensitivity(scenario(checkpoint_write_s=60.0), [1.0], [600])
+    assert slow[0]["SIGTERM checkpoint saves $"] == 0.0
+
+
+def test_sensitivity_text_is_read_from_the_grid():
+    rows = spot.sensitivity(scenario(checkpoint_write_s=10.0), [0.01, 0.1, 1.0, 3.0, 6.0], [600, 1800])
+    text = spot.sensitivity_text(rows, 100.0)
+    first_worth = min(r["preemptions/h"] for r in rows if (r["SIGTERM checkpoint saves $"] or 0) >= 1.0)
+    assert f"from {first_worth:g} preemptions/h" in text
+    assert "never finishes from 6 preemptions/h" in text and "Spot saves at every rate" in text
+    calm = spot.sensitivity(scenario(checkpoint_write_s=60.0), [0.01, 20.0], [600])
+    text = spot.sensitivity_text(calm, 100.0)
+    assert "under 1%" in text and "Spot stops saving from 20 preemptions/h" in text

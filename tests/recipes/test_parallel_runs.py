@@ -6,13 +6,13 @@ each parallelism recipe equal to the engine. Two processes, one 2 × 2 case."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+
+from tests.conftest import recipe_env
 
 torch = pytest.importorskip("torch")
 
@@ -22,7 +22,6 @@ from labkit.core.train_config import Preempted, TrainConfig  # noqa: E402
 from labkit.train import run_replicas, run_training  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-REPO = Path(__file__).resolve().parents[2]
 BASE = TrainConfig(model="gpt", steps=4, batch_size=8, device="cpu", progress=False)
 DEEPSPEED = pytest.mark.skipif(
     __import__("labkit.core.frameworks", fromlist=["x"]).is_installed("deepspeed") is False,
@@ -116,14 +115,6 @@ def test_gradient_compression_sends_fewer_bytes(single, tmp_path):
     assert sent["powersgd"] < full / 10
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    return env
-
-
 @pytest.mark.parametrize("recipe, argv", [
     ("zero", ["--stage", "2"]),
     ("tensor_parallel", []), ("pipeline", ["--schedule", "gpipe", "--microbatches", "2"]),
@@ -134,8 +125,32 @@ def test_parallel_recipes_equal_the_engine(recipe, argv, tmp_path):
     flags = ["--model", "gpt", "--steps", "4", "--batch-size", "8", *argv]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
            "-m", f"labkit.recipes.{recipe}", *flags, "--metrics-out", str(tmp_path / "m.json")]
-    r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+    r = subprocess.run(cmd, env=recipe_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     recipe_losses = [s["loss"] for s in json.loads((tmp_path / "m.json").read_text())["steps"]]
     engine, _ = engine_losses(recipe, flags, nproc=2)
     assert max(abs(a - b) for a, b in zip(recipe_losses, engine, strict=True)) <= 1e-5
+
+
+GPU_RECIPES = [("zero", ["--stage", "1"]), ("zero", ["--stage", "2"]), ("zero", ["--stage", "3"]),
+               ("tensor_parallel", []), ("pipeline", ["--microbatches", "2"]),
+               pytest.param("deepspeed_zero", ["--stage", "2"], marks=DEEPSPEED)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("recipe, argv", GPU_RECIPES, ids=lambda v: "-".join(v) if isinstance(v, list) else v)
+def test_parallel_recipes_train_on_gpus_with_nccl(recipe, argv, tmp_path):
+    """The code a learner copies runs on their GPUs unchanged: one process per GPU (up to two),
+    NCCL, and the losses of the CPU engine within fp32's GPU/CPU rounding."""
+    from labkit.course.recipe_view import engine_losses
+
+    nproc = min(2, torch.cuda.device_count())
+    flags = ["--model", "gpt", "--steps", "4", "--batch-size", "8", *argv]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           "-m", f"labkit.recipes.{recipe}", *flags, "--device", "cuda", "--metrics-out", str(tmp_path / "m.json")]
+    r = subprocess.run(cmd, env=recipe_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    metrics = json.loads((tmp_path / "m.json").read_text())
+    assert metrics["run"]["device"].startswith("cuda"), metrics["run"]["device"]
+    engine, _ = engine_losses(recipe, flags + ["--device", "cpu"], nproc=nproc)
+    assert _relative_gap([s["loss"] for s in metrics["steps"]], engine) <= 1e-3

@@ -5,13 +5,14 @@ labkit.recipes.NAME`, torchrun for ddp and fsdp), the engine with the same setti
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import recipe_env
 
 torch = pytest.importorskip("torch")
 
@@ -24,19 +25,11 @@ SMALL = ["--batch-size", "16", "--num-samples", "64"]  # 4 steps per epoch: runs
 TOLERANCE = {"fp32": 1e-5, "tf32": 1e-5, "bf16": 1e-3, "fp16": 1e-3}
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    return env
-
-
 def _recipe(name: str, *argv: str, nproc: int = 1, expect: int = 0) -> subprocess.CompletedProcess:
     launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"] \
         if nproc > 1 else []
     cmd = [sys.executable, *launcher, "-m", f"labkit.recipes.{name}", *argv]
-    r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+    r = subprocess.run(cmd, env=recipe_env(), capture_output=True, text=True, timeout=300)
     assert r.returncode == expect, r.stdout[-3000:] + r.stderr[-3000:]
     return r
 

@@ -73,10 +73,25 @@ def _ladder_lines(lad: InputLadder, config: InputLadderConfig) -> list[str]:
                      f"(persistent_workers=False); over an epoch of {steps} steps that start-up cost "
                      "more than the overlap saved. The prefetch rung keeps them alive.")
     keys = [r.key for r in lad.rungs]
-    flat = [lad.rung(b).label for a, b in zip(keys, keys[1:], strict=False) if lad.verdict(a, b) != "faster"
-            and lad.comparison(a, b) is not None]
-    if flat:
-        lines.append(f"  Rungs not measurably faster than the rung before them here: {', '.join(flat)} (on "
-                     f"{os.cpu_count()} cores, extra processes compete with the training step; with more "
-                     "cores and real storage they pay off).")
+    for a, b in zip(keys, keys[1:], strict=False):
+        if lad.verdict(a, b) == "faster" or lad.comparison(a, b) is None:
+            continue
+        lines.append(f"  {lad.rung(b).label}: not measurably faster than {lad.rung(a).label} here "
+                     f"({_why_flat(lad, a, b, config)}).")
     return lines
+
+
+def _why_flat(lad: InputLadder, before: str, rung: str, config: InputLadderConfig) -> str:
+    """The likely reason a rung did not help, from what it adds and what the run measured."""
+    waited, waits = lad.rung(before).data_fraction, lad.rung(rung).data_fraction
+    change = f"waited for data {100 * waited:.0f}% of the time before it and {100 * waits:.0f}% with it"
+    if rung in ("parallel_reads", "prefetch"):
+        helpers = (f"{config.num_workers} loader processes" if lad.engine == "torch" and config.num_workers
+                   else "its reader threads")
+        return (f"{helpers} share {os.cpu_count()} cores with the training step, which {change}; "
+                "with more cores and remote storage they pay off")
+    if waits < waited - 0.05:
+        return f"the step {change}, but the epochs' times vary more than that gain"
+    if waited < 0.2:
+        return f"the step {change}: there was little to win"
+    return f"the step {change}: it did not cut the wait"

@@ -125,6 +125,33 @@ def run_ladder(config: PrecisionLadderConfig, framework: str = "torch") -> list[
     return rows
 
 
+# The CPU flags with which oneDNN (the CPU kernel library of torch and TensorFlow) multiplies
+# in a 16-bit format natively; without them it converts around every operation.
+NATIVE_HALF_FLAGS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
+
+
+def _slow_half_on_cpu(rows: list[dict[str, Any]], flags: frozenset[str] | None = None) -> list[str]:
+    """Why a 16-bit rung ran at under half fp32's speed on a CPU, read from this CPU's flags."""
+    from labkit.core.devices import cpu_flags
+
+    base = rows[0]
+    slow = [r for r in rows[1:] if r.get("precision") in NATIVE_HALF_FLAGS and (r.get("speedup") or 1.0) < 0.5]
+    if base["device"] != "cpu" or not slow:
+        return []
+    flags = cpu_flags() if flags is None else flags
+    out = []
+    for fmt in sorted({r["precision"] for r in slow}):
+        names = ", ".join(f"{r['rung']} {r['speedup']:.2f}×" for r in slow if r["precision"] == fmt)
+        wanted = NATIVE_HALF_FLAGS[fmt]
+        has = [f for f in wanted if f in flags]
+        out.append(f"{fmt} ran at under half of fp32's speed here ({names}): on a CPU, oneDNN multiplies in "
+                   f"{fmt} natively only with {' or '.join(wanted)}, and this CPU reports "
+                   + (f"{', '.join(has)}, so the slowdown is elsewhere (small smoke-size matrices)" if has
+                      else "neither, so each operation converts to fp32 and back") +
+                   ". On a GPU the 16-bit rungs run on its tensor cores instead.")
+    return out
+
+
 def release_torch_gpu_memory() -> None:
     """Hand the GPU memory torch's caching allocator keeps back to the driver (when torch has
     used CUDA in this process), so TensorFlow, which allocates through the driver, finds it."""
@@ -233,6 +260,7 @@ def conclusions(rows: list[dict[str, Any]]) -> list[str]:
         if r.get("activation_mib") is not None and base.get("activation_mib") is not None:
             line += f"; activations {r['activation_mib']:.1f} MiB vs {base['activation_mib']:.1f} MiB"
         out.append(line + ".")
+    out += _slow_half_on_cpu(rows)
     if base["device"] == "cpu" and any(r["key"] == "tf32" for r in rows):
         out.append("TF32 is a tensor-core mode of NVIDIA GPUs (Ampere and newer); on a CPU the tf32 "
                    "rung runs the same fp32 kernels, so any difference from fp32 can only be run-to-run noise.")

@@ -3,18 +3,23 @@
 `tradeoff` prices a job at each checkpoint interval with `labkit.hardware.spot.SpotModel` (the
 one model of preemption overhead: lost work and restarts stretch the wall time, checkpoint
 writes add their own), so the cheapest interval and the Spot saving are numbers, not advice.
-`time_checkpoint_write` measures what one checkpoint costs to write here. `capacity_options`
+`sensitivity` shows how that saving moves with the assumed preemption rate and the interval.
+`time_checkpoint_write` measures what writing a checkpoint costs here (at a size that measures
+bandwidth, not latency). `capacity_options`
 compares on-demand, Spot and DWS flex-start for one job, each price and rule with its source.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from labkit.core import stats
 from labkit.core.config import check_float
 from labkit.course.plots import finish, new_figure
 from labkit.hardware import facts
@@ -74,19 +79,87 @@ def table_rows(rows: list[TradeoffRow]) -> list[dict[str, Any]]:
              "saving (%)": 100 * r.saving} for r in rows]
 
 
-def time_checkpoint_write(checkpoint_dir: str) -> tuple[float, int]:
-    """Seconds and bytes to write the newest committed checkpoint of `checkpoint_dir` again
-    (to a temporary folder, with its commit marker): the measured cost of one checkpoint."""
+def sensitivity(s: SpotScenario, rates_per_hour: Sequence[float],
+                intervals_s: Sequence[float]) -> list[dict[str, Any]]:
+    """How the Spot saving depends on what the notebook assumes: per preemption rate (one row
+    each), the saving (%) with hard kills at every checkpoint interval (None: the job never
+    finishes, restarts eat every hour), the cheapest of those intervals, and what a SIGTERM
+    checkpoint then saves in dollars and brings the saving to."""
+    rows = []
+    for rate in rates_per_hour:
+        at = replace(s, spot=replace(s.spot, preemptions_per_hour=rate))
+        hard = tradeoff(at, list(intervals_s))
+        best = min(hard, key=lambda r: r.spot_cost)
+        soft = row(replace(at, spot=replace(at.spot, checkpoint_on_sigterm=True)), best.interval_s)
+        out: dict[str, Any] = {"preemptions/h": rate}
+        for r in hard:
+            out[f"saving at {r.interval_s / 60:g} min (%)"] = 100 * r.saving if math.isfinite(r.spot_cost) else None
+        finite = math.isfinite(best.spot_cost)
+        out |= {"cheapest interval (min)": best.interval_s / 60 if finite else None,
+                "SIGTERM checkpoint saves $": (best.spot_cost - soft.spot_cost) if finite else None,
+                "saving with it (%)": 100 * soft.saving if math.isfinite(soft.spot_cost) else None}
+        rows.append(out)
+    return rows
+
+
+def sensitivity_text(rows: list[dict[str, Any]], on_demand_usd: float) -> str:
+    """What a `sensitivity` grid says, computed from it: from which rate the SIGTERM checkpoint
+    saves at least 1% of the on-demand bill, from which a job with hard kills never finishes,
+    and whether Spot with the SIGTERM checkpoint stops saving."""
+    gains = [(r["preemptions/h"], r["SIGTERM checkpoint saves $"] or 0.0) for r in rows]
+    worth = [rate for rate, usd in gains if usd >= 0.01 * on_demand_usd]
+    best = max(usd for _, usd in gains)
+    first = (f"The SIGTERM checkpoint saves at least 1% of the ${on_demand_usd:,.0f} on-demand bill from "
+             f"{min(worth):g} preemptions/h" if worth else
+             f"The SIGTERM checkpoint saves under 1% of the ${on_demand_usd:,.0f} on-demand bill at every rate "
+             f"here (at most ${best:,.2f})")
+    never = [r["preemptions/h"] for r in rows
+             if all(v is None for k, v in r.items() if k.startswith("saving at"))]
+    lost = [r["preemptions/h"] for r in rows if not (r["saving with it (%)"] or 0) > 0]
+    second = (f"With hard kills the job never finishes from {min(never):g} preemptions/h at these intervals "
+              "(restarts and lost work outpace it); " if never else "")
+    second += (f"Spot stops saving from {min(lost):g} preemptions/h even with the SIGTERM checkpoint."
+               if lost else "with the SIGTERM checkpoint Spot saves at every rate here.")
+    second = second[0].upper() + second[1:]
+    return f"{first}. {second}"
+
+
+@dataclass(frozen=True)
+class CheckpointWrite:
+    """Timed writes of `nbytes` through labkit's checkpoint commit (the files, then the marker)."""
+
+    seconds: stats.Spread
+    nbytes: int
+
+    @property
+    def bandwidth(self) -> float:
+        """Bytes per second, from the median write."""
+        return self.nbytes / self.seconds.median
+
+
+def time_checkpoint_write(checkpoint_dir: str, *, min_bytes: int = 64 * 2**20,
+                          repeats: int = 3) -> CheckpointWrite:
+    """Write the newest committed checkpoint of `checkpoint_dir` again, `repeats` times, to a
+    temporary folder with its commit marker. A small checkpoint is written with its bytes
+    repeated into one more file up to `min_bytes`: a write of a few hundred KB times the
+    file system's latency, not the bandwidth a GB-sized checkpoint gets."""
     from labkit.core import checkpoint
 
     ckpt = checkpoint.load(checkpoint_dir)
     if ckpt is None:
         raise FileNotFoundError(f"{checkpoint_dir}: no committed checkpoint to time")
-    with tempfile.TemporaryDirectory(prefix="labkit-ckpt-") as tmp:
-        start = time.perf_counter()
-        checkpoint.save(tmp, ckpt.step, ckpt.files, ckpt.meta)
-        seconds = time.perf_counter() - start
-    return seconds, sum(len(b) for b in ckpt.files.values())
+    files = dict(ckpt.files)
+    size = sum(len(b) for b in files.values())
+    if 0 < size < min_bytes:
+        own = b"".join(files.values())
+        files["ballast.bin"] = (own * -(-(min_bytes - size) // len(own)))[:min_bytes - size]
+    times = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory(prefix="labkit-ckpt-") as tmp:
+            start = time.perf_counter()
+            checkpoint.save(tmp, ckpt.step, files, ckpt.meta)
+            times.append(time.perf_counter() - start)
+    return CheckpointWrite(stats.Spread(tuple(times)), sum(len(b) for b in files.values()))
 
 
 def plot_tradeoff(rows: list[TradeoffRow], path: str | os.PathLike | None = None):
