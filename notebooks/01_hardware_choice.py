@@ -160,19 +160,16 @@ from labkit.hardware.cost import mfu_sensitivity
 print(table(mfu_sensitivity(workload, catalog, CostAssumptions(mfu=mfu, spot=spot), assumed.sensitivity_cases())))
 
 # %%
-from labkit.course.hardware_choice import plot_time_cost
+from labkit.course.hardware_choice import estimate_basis, plot_time_cost
 
 plot_time_cost(estimates, title=f"{epochs:g} epoch(s) of {samples_per_epoch:,} samples at {mfu:.0%} of datasheet peak")
 fast, cheap, cheap_spot = estimates.fastest(), estimates.cheapest(), estimates.cheapest(spot=True)
-def basis(e):  # a ranking is only as good as the MFU behind it: say where it came from
-    return "measured here" if e.measured else f"estimate: datasheet peak × {mfu:.0%} MFU, not measured on {e.name}"
-
-
-key_figure("fastest option", f"{fast.name}: {fast.hours_per_run:.2f} h, ${fast.on_demand_per_run:,.2f}", note=basis(fast))
+key_figure("fastest option", f"{fast.name}: {fast.hours_per_run:.2f} h, ${fast.on_demand_per_run:,.2f}",
+           note=estimate_basis(fast, mfu))
 key_figure("cheapest on-demand", f"{cheap.name}: ${cheap.on_demand_per_run:,.2f}, {cheap.hours_per_run:.2f} h",
-           note=basis(cheap))
+           note=estimate_basis(cheap, mfu))
 key_figure("cheapest on Spot", f"{cheap_spot.name}: ${cheap_spot.spot_per_run:,.2f}, {cheap_spot.spot_hours_per_run:.2f} h",
-           note=basis(cheap_spot))
+           note=estimate_basis(cheap_spot, mfu))
 print("Pareto front (fastest first):", "; ".join(f"{n} {k} {h:.2f} h ${c:,.2f}" for n, k, h, c in estimates.pareto()))
 
 # %% [markdown]

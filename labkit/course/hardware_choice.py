@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from labkit.core.config import check_int
 from labkit.course.plots import finish, new_figure
-from labkit.hardware.cost import EstimateTable
+from labkit.hardware.cost import Estimate, EstimateTable
 from labkit.hardware.flops import mlp_training_flops
 from labkit.hardware.roofline import Roofline
 
@@ -49,6 +49,12 @@ def measure_mlp_throughput(width: int = 512, depth: int = 4, batch_size: int = 1
 
 
 # ---------------------------------------------------------------- plots
+
+
+def estimate_basis(e: Estimate, mfu: float) -> str:
+    """Where an option's figures come from, for a ranking that is only as good as its MFU:
+    "measured here", or the datasheet peak at the assumed `mfu`."""
+    return "measured here" if e.measured else f"estimate: datasheet peak × {mfu:.0%} MFU, not measured on {e.name}"
 
 
 def plot_rooflines(rooflines: list[Roofline], points: list[tuple[str, float, float]] = (),

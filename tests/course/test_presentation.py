@@ -4,7 +4,7 @@ results (drawn from hand-built data: the measurements themselves are tested with
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -74,3 +74,12 @@ def test_compression_break_even_only_from_a_cost_above_its_noise():
     assert fp16["break_even_MB_per_s"] == pytest.approx(50 * 1024 / 1e-3 / 1e6) and fp16["note"] == ""
     assert psgd["break_even_MB_per_s"] is None and "within the spread" in psgd["note"]
     assert bf16["break_even_MB_per_s"] is None and bf16["note"] == "saved no bytes"
+
+
+def test_an_estimate_says_whether_it_was_measured():
+    from labkit.hardware.cost import Estimate
+
+    guess = Estimate("TPU v6e", 1.0, 1.0, 1.0, 1.0, 1.0, None, None, None)
+    assert hardware_choice.estimate_basis(guess, 0.43) == \
+        "estimate: datasheet peak × 43% MFU, not measured on TPU v6e"
+    assert hardware_choice.estimate_basis(replace(guess, measured=True), 0.43) == "measured here"
