@@ -57,29 +57,27 @@ class DeviceInfo:
         return "cpu"
 
 
-def cpu_model() -> str:
-    """This machine's CPU model name (from /proc/cpuinfo where there is one)."""
+def _cpuinfo(field: str) -> str | None:
+    """The first `field` of /proc/cpuinfo (None where there is no such file or field)."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
-                if line.startswith("model name"):
+                if line.startswith(field):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def cpu_model() -> str:
+    """This machine's CPU model name (from /proc/cpuinfo where there is one)."""
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def cpu_flags() -> frozenset[str]:
     """The instruction-set flags this CPU reports (from /proc/cpuinfo; empty where there is
     none), e.g. "avx512_bf16" or "amx_fp16"."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
+    return frozenset((_cpuinfo("flags") or "").split())
 
 
 def _memory_bytes() -> int | None:
