@@ -27,7 +27,7 @@ steps = 0
 global_batch = 64
 processes = 2
 grad_accum = 2
-lr = 0.001
+lr = 0.0  # 0: the plan's (10^-2 for the smoke model, 10^-3 at full size)
 num_samples = 1024
 device = "auto"
 time_budget_s = 0.0
@@ -58,6 +58,7 @@ plan = sizing.plan("02_distribution_tf_vs_ddp", scale, time_budget_s=time_budget
                    device=device, model=model)
 print(plan.text())
 steps = steps or plan["steps"]
+lr = lr or plan["lr"]
 job = TrainConfig(model=model, scale=plan["model_scale"], steps=steps, batch_size=global_batch, lr=lr,
                   num_samples=num_samples, device=plan["device"], progress=False)
 out_dir = artifacts_dir("02_distribution_tf_vs_ddp")
@@ -90,6 +91,7 @@ comp = dist.compare(job, processes=tuple(sorted({1, processes})))
 for reason in comp.skipped.values():
     print(reason)
 fig = dist.plot_losses(comp, out_dir / "loss_curves.png")
+print("\n".join(dist.learning_lines(comp)))
 print(table(dist.scaling_rows(comp)))
 
 # %% [markdown]
@@ -97,7 +99,10 @@ print(table(dist.scaling_rows(comp)))
 # float summation order). Across frameworks the curves differ a little: initial weights come
 # from each framework's own random generator and sample order from each one's permutation,
 # but the data, model, optimizer (AdamW, β=(0.9, 0.95), weight decay 0.1 on matrices),
-# learning rate and global batch are the same, so the curves fall together.
+# learning rate and global batch are the same, so the curves fall together. The lines above the
+# table say whether each run learned at all: its loss on 256 samples it never trained on
+# (**held-out loss**) against **chance**, the loss of guessing uniformly (ln 10 for ten classes).
+# Curves that sit at chance would "fall together" too, and prove nothing.
 
 # %%
 gaps = {fw: dist.curve_gap(comp.runs[(fw, 1)].log, comp.runs[(fw, processes)].log)

@@ -54,7 +54,8 @@ steps = steps or plan["steps"]
 allreduce_max_mb = allreduce_max_mb or plan["allreduce_max_mb"]
 workdir = artifacts_dir("06_multi_node")
 fw = frameworks.Frameworks.detect()
-train = dict(model="cnn", scale=plan["model_scale"], steps=steps, batch_size=global_batch, device="auto", progress=True)
+train = dict(model="cnn", scale=plan["model_scale"], steps=steps, batch_size=global_batch, lr=plan["lr"],
+             device="auto", progress=True)
 print(f"{steps} steps, global batch {global_batch}, {replicas} nodes; files in {workdir}")
 
 # %% [markdown]
@@ -92,6 +93,7 @@ if fw.torch:
     print(ddp.summary())
     ddp_metrics = metrics.load_metrics(ddp.local("gs://labkit-local/06/ddp/metrics.json"))
     print("per-step loss:", [round(s["loss"], 4) for s in ddp_metrics["steps"]])
+    print(metrics.learning_text(ddp_metrics))
 else:
     print(frameworks.missing_reason("torch"))
 
@@ -121,6 +123,7 @@ if fw.tensorflow:
     print(tf_job.summary())
     tf_metrics = metrics.load_metrics(tf_job.local("gs://labkit-local/06/tf/metrics.json"))
     print("per-step loss:", [round(s["loss"], 4) for s in tf_metrics["steps"]])
+    print(metrics.learning_text(tf_metrics))
     key_figure(f"TF MultiWorkerMirrored, {replicas} workers: final loss", tf_metrics["summary"]["final_loss"])
 else:
     print(frameworks.missing_reason("tensorflow"))

@@ -10,6 +10,9 @@
 #
 # - The study tunes `labkit train` flags: the learning rate on a log scale and the batch size
 #   from a list. Vertex passes each trial's values as `--lr=0.003 --batch-size=32`.
+# - The metric is the **held-out loss**: the loss on 256 samples the trial never trained on,
+#   measured at every checkpoint and at the end. The last minibatch's training loss would rank
+#   trials by the noise of one batch, and reward a run that memorised its data.
 # - Each trial reports its metric the way the tuning service reads it (the cloudml-hypertune
 #   file format, written by labkit itself at every checkpoint and at the end), so the median
 #   stopping rule has something to compare.
@@ -40,8 +43,10 @@ import json
 
 from labkit import vertex
 from labkit.core import config
+from labkit.core.models import build_config
 from labkit.core.train_config import TrainConfig
 from labkit.course import sizing, tables, tuning
+from labkit.data.synthetic import chance_loss
 
 # %%
 scale = config.resolve_scale(scale)
@@ -63,7 +68,7 @@ print(f"scale {scale}: {trials} trials of {steps} steps, {parallel_trials} at a 
 # `aiplatform_v1.types.HyperparameterTuningJob(**spec)` accepts the dict as it is.
 
 # %%
-spec = vertex.tuning_job(base, output_uri=output_uri, metric="loss", goal="minimize",
+spec = vertex.tuning_job(base, output_uri=output_uri, metric="heldout_loss", goal="minimize",
                          parameters={"lr": ("log", *lr_range), "batch_size": list(batch_sizes)},
                          max_trial_count=trials, parallel_trial_count=parallel_trials, machine_type=machine_type,
                          accelerator_type=accelerator_type, accelerator_count=accelerator_count, spot=True)
@@ -107,9 +112,12 @@ print(tables.table(tuning.cost_rows(spot_cost, on_demand_cost)))
 # Every sentence below is computed from the trial records and prices above.
 
 # %%
-print("\n".join(tuning.conclusions(summary, records, spot_cost, on_demand_cost, ["lr", "batch_size"])))
+chance = chance_loss(build_config(model, scale))
+print("\n".join(tuning.conclusions(summary, records, spot_cost, on_demand_cost, ["lr", "batch_size"],
+                                   chance=chance)))
 if summary.best is not None:
-    key_figure("best learning rate found", summary.best.parameters["lr"], note=f"loss {summary.best.metric:.4f}")
+    key_figure("best learning rate found", summary.best.parameters["lr"],
+               note=f"held-out loss {summary.best.metric:.4f}, chance {chance:.4f}")
 key_figure("trials stopped early by the median rule", sum(r.early_stopped for r in records), note=f"of {len(records)}")
 key_figure("study cost on Spot / on demand", spot_cost.total_usd / on_demand_cost.total_usd, "×")
 

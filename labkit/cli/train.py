@@ -108,7 +108,10 @@ def _train_command(args) -> int:
         return 0
     resumed = log.run.get("resumed_from_step")
     after = f" (resumed after step {resumed})" if resumed is not None else ""
-    _say(f"{summary.get('num_steps', 0)} steps{after}, final loss {summary.get('final_loss')}")
+    heldout = log.run.get("heldout")
+    unseen = (f"; held-out loss {heldout['loss']:.4f} on {heldout['samples']} unseen samples "
+              f"(chance {heldout['chance']:.4f})" if heldout else "")
+    _say(f"{summary.get('num_steps', 0)} steps{after}, final loss {summary.get('final_loss')}{unseen}")
     return 0
 
 

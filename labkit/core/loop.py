@@ -87,7 +87,9 @@ class Engine:
       `wait=False` it may return before the write finishes;
     - `wait_for_saves()`: join a save still in flight, re-raising its error;
     - `peak_memory()`: peak bytes of the device (or process) so far, None if unknown;
-    - `final_run_info()`: entries for the metrics `run` section, added before its last write.
+    - `final_run_info()`: entries for the metrics `run` section, added before its last write;
+    - `evaluate()`: after each checkpoint and the last step (not after a stop or a divergence),
+      entries for the `run` section measured on held-out data (`{"heldout": {"loss": ...}}`).
     """
 
     next_batch: Callable[[], Any]
@@ -98,6 +100,7 @@ class Engine:
     wait_for_saves: Callable[[], None] = _nothing
     peak_memory: Callable[[], int | None] = _nothing
     final_run_info: Callable[[], dict[str, Any]] = _no_entries
+    evaluate: Callable[[], dict[str, Any]] = _no_entries
 
 
 @dataclass(frozen=True)
@@ -302,7 +305,21 @@ class _Driver:
             self.guard.chain()
             raise Preempted(step, self.guard.reason, saved=self.save is not None)
         if save:
+            if step + 1 < self.config.steps:
+                self.evaluate()  # so a tuning trial reports held-out loss at every checkpoint
             self.write_metrics()
+
+    def evaluate(self) -> None:
+        """The engine's held-out evaluation after the step just read: kept in the `run` section
+        and on that step's row (`heldout_loss`); its time is left out of the next step's."""
+        t = time.perf_counter()
+        found = self.engine.evaluate()
+        if found:
+            log = self.reporter.log
+            log.run.update(found)
+            if log.steps:
+                log.steps[-1]["heldout_loss"] = found["heldout"]["loss"]
+        self.clock += time.perf_counter() - t
 
     def finish(self, d: _Dispatched) -> bool:
         """Read a dispatched step, report it; returns whether to stop after it."""
@@ -354,5 +371,6 @@ def run(config: TrainConfig, engine: Engine, log: MetricsLog, *, start: int = 0,
                 raise
     finally:
         engine.wait_for_saves()
+    driver.evaluate()
     driver.write_metrics(final=True)
     return log

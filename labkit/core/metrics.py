@@ -33,6 +33,8 @@ class StepMetrics:
     peak_memory_bytes: int | None = None
     lr: float | None = None
     skipped: bool = False  # fp16 overflow: the optimizer step was skipped
+    # loss on held-out samples, measured after this step (checkpoint steps and the last one)
+    heldout_loss: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -56,10 +58,37 @@ def summarize(steps: list[dict[str, Any]], *, warmup: int = 1) -> dict[str, Any]
         values = [s[key] for s in timed if s.get(key) is not None]
         if values:
             out[f"median_{key}"] = statistics.median(values)
+    evaluated = [s["heldout_loss"] for s in steps if s.get("heldout_loss") is not None]
+    if evaluated:
+        out["heldout_loss"] = evaluated[-1]
     peaks = [s["peak_memory_bytes"] for s in steps if s.get("peak_memory_bytes") is not None]
     if peaks:
         out["peak_memory_bytes"] = max(peaks)
     return out
+
+
+# A run counts as having learned when its held-out loss is under this share of chance
+# (ln classes, ln vocabulary): 0.8 × 2.30 = 1.84 for ten classes.
+LEARNED_BELOW = 0.8
+
+
+def learned(metrics: dict[str, Any]) -> bool | None:
+    """Whether the run of a metrics file's content learned (held-out loss under
+    `LEARNED_BELOW` × chance); None when it measured no held-out loss."""
+    heldout = (metrics.get("run") or {}).get("heldout")
+    return None if not heldout else heldout["loss"] < LEARNED_BELOW * heldout["chance"]
+
+
+def learning_text(metrics: dict[str, Any]) -> str:
+    """One line on what the run learned, from its own metrics: its held-out loss against chance."""
+    heldout = (metrics.get("run") or {}).get("heldout")
+    steps = len(metrics.get("steps") or [])
+    if not heldout:
+        return f"{steps} steps; no held-out loss measured (eval_samples=0, or a pipeline run)"
+    verdict = ("learned" if learned(metrics) else
+               f"did NOT learn (not under {LEARNED_BELOW:g} × chance): draw no conclusion from its curve")
+    return (f"held-out loss {heldout['loss']:.3f} on {heldout['samples']} unseen samples after {steps} "
+            f"steps, chance {heldout['chance']:.3f}: {verdict}")
 
 
 class MetricsLog:

@@ -127,6 +127,10 @@ class TrainConfig:
                                    "clipping)")
     seed: int = _opt(0, "seed of weights and data order")
     num_samples: int | None = _opt(None, "synthetic dataset size (default: max(4096, 64 x batch))")
+    # Samples of the same source the run never trains on (labkit.data.synthetic.held_out): their
+    # loss after the last step is the metrics summary's `heldout_loss`, what tuning optimises.
+    eval_samples: int = _opt(256, "held-out samples whose loss is measured after the last step "
+                             "(0: none)")
     # Input pipeline knobs: loader worker processes, pinned host memory, and an injected per-batch
     # input latency (remote storage / decode cost) for building input-bound runs.
     num_workers: int = _opt(0, "DataLoader worker processes")
@@ -201,6 +205,7 @@ class TrainConfig:
         check_float("grad_clip", self.grad_clip, minimum=0.0, allow_none=True)
         check_int("seed", self.seed, minimum=0)
         check_int("num_samples", self.num_samples, minimum=1, allow_none=True)
+        check_int("eval_samples", self.eval_samples, minimum=0)
         check_int("num_workers", self.num_workers, minimum=0)
         check_bool("pin_memory", self.pin_memory)
         check_float("input_latency_ms", self.input_latency_ms, minimum=0.0)

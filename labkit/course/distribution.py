@@ -104,6 +104,14 @@ def run_job(config: TrainConfig, framework: str, processes: int, *,
     return DistRun(framework, processes, log, time.perf_counter() - start)
 
 
+def learning_lines(comp: Comparison) -> list[str]:
+    """One line per run: its held-out loss against chance (`metrics.learning_text`), so a
+    comparison of curves is read only where the curves show a model learning."""
+    from labkit.core.metrics import learning_text
+
+    return [f"{LABELS[fw]} ×{n}: {learning_text(run.log.to_dict())}" for (fw, n), run in comp.runs.items()]
+
+
 def compare(config: TrainConfig, processes: tuple[int, ...] = (1, 2),
             frameworks_: tuple[str, ...] = ("torch", "tf")) -> Comparison:
     """Every framework that is installed, at every process count; missing ones are recorded."""

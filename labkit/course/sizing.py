@@ -375,6 +375,10 @@ def _cpu_run_seconds(steps: int, per_step_s: float, processes: int = 1) -> float
 # CPU step times of the smoke models at the course's smoke batches, one thread per process
 # (the 2-core machine CI runs on: the smoke course's notebook times in benchmarks/RESULTS.md).
 CPU_STEP_S = {"cnn": 0.03, "gpt": 0.05, "resnet": 0.06}
+# AdamW's peak learning rate for the notebooks that show a model learning: the smoke models
+# take 10^-2 and fall well below chance in their 8-24 smoke steps (at 10^-3 the CNN barely
+# moves in 10); the full-size ones the usual 10^-3.
+LEARNING_RATE = {"smoke": 1e-2, "full": 1e-3}
 
 
 # ---------------------------------------------------------------- the notebooks
@@ -402,7 +406,8 @@ def _plan_02(scale: str, machine: Machine, *, processes: int = 2, device: str = 
     where, model_scale = _process_demo(scale, machine, max(1, processes), device)
     full_gpu = model_scale == "full"
     steps = 300 if full_gpu else (100 if scale == "full" else 10)
-    sizes = {"device": where.device, "model_scale": model_scale, "steps": steps}
+    sizes = {"device": where.device, "model_scale": model_scale, "steps": steps,
+             "lr": LEARNING_RATE[model_scale]}
 
     def estimate(s):
         runs = 9  # 1 and N processes × 2 frameworks, accumulation, the recipes, the mistake
@@ -500,7 +505,7 @@ def _plan_06(scale: str, machine: Machine, *, replicas: int = 2, **_: Any) -> _D
     sizes = {"steps": (200 if model_scale == "full" else 60) if full else 8,
              "allreduce_max_mb": 512 if full else 16,
              "compression_steps": 100 if model_scale == "full" else (30 if full else 12),
-             "model_scale": model_scale, "nodes_device": where.device}
+             "model_scale": model_scale, "nodes_device": where.device, "lr": LEARNING_RATE[model_scale]}
     notes = [f"emulated nodes: {where.reason}"]
 
     def estimate(s):

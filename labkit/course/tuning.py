@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from labkit.core.metrics import LEARNED_BELOW
 from labkit.course.plots import finish, new_figure
 from labkit.vertex.tuning import StudyCost, StudySummary, TrialRecord
 
@@ -39,16 +40,24 @@ def cost_rows(spot: StudyCost, on_demand: StudyCost) -> list[dict[str, Any]]:
 
 
 def conclusions(summary: StudySummary, records: Sequence[TrialRecord], spot: StudyCost,
-                on_demand: StudyCost, parameters: Mapping[str, Any]) -> list[str]:
-    """Sentences from this study's records and costs (nothing typed in)."""
+                on_demand: StudyCost, parameters: Mapping[str, Any], *,
+                chance: float | None = None) -> list[str]:
+    """Sentences from this study's records and costs (nothing typed in). With `chance` (the
+    metric of guessing: a loss metric's ln classes), a study whose best trial did not get under
+    `LEARNED_BELOW` × chance names no best configuration: its ranking is noise."""
     out = []
     best = summary.best
     if best is None:
         out.append("No trial finished, so the study has no best configuration.")
+    elif chance is not None and best.metric >= LEARNED_BELOW * chance:
+        out.append(f"No trial learned: the best metric, {best.metric:.4f}, is not under {LEARNED_BELOW:g} × "
+                   f"chance ({chance:.4f}), so the ranking of these trials is noise and names no best "
+                   f"configuration. Give the trials more steps.")
     else:
         values = ", ".join(f"{k}={_fmt(v)}" for k, v in best.parameters.items())
+        against = f" (chance {chance:.4f})" if chance is not None else ""
         out.append(f"Best of {len(records)} trials: trial {best.trial_id} ({values}), metric "
-                   f"{best.metric:.4f} at its last report.")
+                   f"{best.metric:.4f}{against} at its last report.")
         finished = sorted(r.metric for r in records if r.state == "SUCCEEDED" and r.metric is not None)
         if len(finished) > 1:
             spread = (finished[-1] - finished[0]) / abs(finished[0]) if finished[0] else math.inf

@@ -187,7 +187,31 @@ def _loop_engine(config: TrainConfig, strategy, parts, layout, precision, device
         lr=lambda step: scheduled_lr(config, layout.num_replicas, step),
         peak_memory=lambda: peak_memory(device),
         final_run_info=lambda: {"final_weights": weights_fingerprint(model)},
+        evaluate=lambda: heldout_loss(config, model, model_cfg, layout.micro_batch),
         **checkpoints)
+
+
+def heldout_loss(config: TrainConfig, model, model_cfg, micro_batch: int) -> dict:
+    """`{"heldout": {"loss", "samples", "chance"}}`: the mean loss on `config.eval_samples`
+    samples the run never trained on (`synthetic.held_out`, the ones torch's engine measures),
+    `training=False`, in batches of the micro-batch; each worker computes it on its copy of the
+    weights, so all agree. {} with `eval_samples=0`."""
+    import tensorflow as tf
+
+    from labkit.data import synthetic
+
+    if not config.eval_samples:
+        return {}
+    source = synthetic.for_model(model_cfg, config.num_samples_or_default(), config.seed)
+    inputs, targets = synthetic.held_out(source, config.eval_samples)
+    total = 0.0
+    for i in range(0, len(targets), micro_batch):
+        x, y = inputs[i:i + micro_batch], targets[i:i + micro_batch]
+        logits = tf.cast(model(tf.constant(x), training=False), tf.float32)
+        per_sample = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+        total += float(tf.reduce_sum(tf.reduce_mean(tf.reshape(per_sample, (len(y), -1)), axis=1)))
+    return {"heldout": {"loss": total / len(targets), "samples": len(targets),
+                        "chance": synthetic.chance_loss(model_cfg)}}
 
 
 def _barrier(strategy):

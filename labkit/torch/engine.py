@@ -51,6 +51,7 @@ import resource
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -67,6 +68,7 @@ from labkit.core.models import GPTConfig, ModelConfig, build_config, flops_per_s
 from labkit.core.parallelism import Layout, pipeline_bubble
 from labkit.core.schedule import WarmupThenConstant
 from labkit.core.train_config import Preempted, TrainConfig, with_vertex_dirs
+from labkit.data import synthetic
 from labkit.torch import compression, distributed, fp8, peak, state
 from labkit.torch.agreement import StepAgreement
 from labkit.torch.comm_count import CommCounter
@@ -591,6 +593,37 @@ class _StepComm:
         return out
 
 
+@torch.no_grad()
+def heldout_loss(config: TrainConfig, c: Components, micro_batch: int) -> dict:
+    """`{"heldout": {"loss", "samples", "chance"}}`: the mean loss on `config.eval_samples`
+    samples the run never trained on (`synthetic.held_out`), in eval mode, in batches of the
+    run's micro-batch. Every process computes it on the same samples: a sharded model's forward
+    needs all ranks, and a replica's copy gives the same answer. {} without evaluation, and for
+    a pipeline (each stage holds part of the model; its forward is the schedule's)."""
+    if not config.eval_samples or c.layout.mode == "pp":
+        return {}
+    source = synthetic.for_model(c.model_config, config.num_samples_or_default(), config.seed)
+    inputs, targets = synthetic.held_out(source, config.eval_samples)
+    if inputs.ndim == 4:  # images: HWC as generated, NCHW as the model takes them
+        inputs = np.ascontiguousarray(inputs.transpose(0, 3, 1, 2))
+    # Replicas (DDP, ZeRO-1) hold the whole model: its plain module, without DDP or compilation.
+    model = c.model if c.strategy is None or c.layout.mode == "zero1" else c.forward_model
+    was_training = c.model.training
+    c.model.eval()
+    total = torch.zeros((), device=c.device)
+    try:
+        for i in range(0, len(targets), micro_batch):
+            x, y = to_device((torch.from_numpy(inputs[i:i + micro_batch]),
+                              torch.from_numpy(targets[i:i + micro_batch])), c, config.channels_last)
+            with c.policy.autocast():
+                loss = model(x, y) if config.fp8_head else loss_fn(model(x), y)
+            total += loss.float() * len(y)
+    finally:
+        c.model.train(was_training)
+    return {"heldout": {"loss": total.item() / len(targets), "samples": len(targets),
+                        "chance": synthetic.chance_loss(c.model_config)}}
+
+
 def _loop_engine(config: TrainConfig, c: Components, loader: ResumableLoader,
                  saver: state.Saver | state.ShardedSaver | None, start: int = 0) -> loop.Engine:
     """This run's steps as the shared loop drives them (`labkit.core.loop.Engine`)."""
@@ -615,4 +648,4 @@ def _loop_engine(config: TrainConfig, c: Components, loader: ResumableLoader,
         "wait_for_saves": saver.wait}
     return loop.Engine(next_batch, run_step, read_step, lambda step: scheduled_lr(c),
                        peak_memory=lambda: _peak_memory(c.device), final_run_info=comm.run_info,
-                       **checkpoints)
+                       evaluate=lambda: heldout_loss(config, c, loader.micro_batch), **checkpoints)

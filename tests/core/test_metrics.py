@@ -61,3 +61,23 @@ def test_a_write_that_fails_leaves_no_temporary_file(tmp_path):
     with pytest.raises(TypeError):
         log.write(tmp_path / "m.json")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_learned_compares_the_held_out_loss_with_chance():
+    from labkit.core.metrics import learned, learning_text
+
+    run = {"heldout": {"loss": 1.0, "samples": 256, "chance": 2.302585}}
+    assert learned({"run": run}) is True
+    assert "learned" in learning_text({"run": run, "steps": [{}] * 10}) and "1.000" in learning_text({"run": run})
+    flat = {"run": {"heldout": {"loss": 2.29, "samples": 256, "chance": 2.302585}}, "steps": []}
+    assert learned(flat) is False and "did NOT learn" in learning_text(flat)
+    assert learned({"run": {}}) is None and "no held-out loss" in learning_text({"run": {}})
+
+
+def test_the_summary_holds_the_latest_held_out_loss():
+    from labkit.core.metrics import summarize
+
+    rows = [{"step": 0, "loss": 2.3}, {"step": 1, "loss": 2.0, "heldout_loss": 2.1},
+            {"step": 2, "loss": 1.5, "heldout_loss": 1.4}]
+    assert summarize(rows)["heldout_loss"] == 1.4
+    assert "heldout_loss" not in summarize(rows[:1])

@@ -27,6 +27,16 @@ def test_conclusions_come_from_the_records_and_prices():
     assert "(60% less)" in text
 
 
+def test_a_study_in_which_no_trial_learned_names_no_best_configuration():
+    records = _records()
+    flat = tuning.conclusions(study_summary(records), records, _cost(True, 0.2), _cost(False, 0.5),
+                              ["lr", "batch_size"], chance=2.302585)
+    assert "No trial learned" in flat[0] and "lr=1.00e-03" not in " ".join(flat)
+    learned = tuning.conclusions(study_summary(records), records, _cost(True, 0.2), _cost(False, 0.5),
+                                 ["lr", "batch_size"], chance=6.0)
+    assert "trial 1 (lr=1.00e-03" in learned[0] and "chance 6.0000" in learned[0]
+
+
 def test_a_study_with_no_finished_trial_says_so():
     records = [TrialRecord("1", {"lr": 1e-3}, None, "FAILED", 1.0)]
     text = tuning.conclusions(study_summary(records), records, _cost(True, 0.2), _cost(False, 0.5), ["lr"])

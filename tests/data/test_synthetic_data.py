@@ -1,7 +1,9 @@
 import numpy as np
 import pytest
 
+from labkit.core.models import CNNConfig, GPTConfig
 from labkit.data import ImageDatasetConfig, SyntheticImages, SyntheticTokens, TokenDatasetConfig
+from labkit.data.synthetic import chance_loss, class_colours, held_out
 
 
 def test_images_are_a_pure_function_of_seed_and_index():
@@ -23,6 +25,38 @@ def test_images_are_learnable_class_means_differ():
     assert set(y.tolist()) == {0, 1}
     m0, m1 = x[y == 0].mean(axis=0), x[y == 1].mean(axis=0)
     assert np.abs(m0.astype(float) - m1).mean() > 5  # prototypes separate the classes
+
+
+@pytest.mark.parametrize("classes,channels", [(10, 3), (2, 1), (1000, 3), (27, 3), (28, 3)])
+def test_every_class_has_its_own_colour_which_survives_average_pooling(classes, channels):
+    cfg = ImageDatasetConfig(num_samples=300, image_size=4, channels=channels, num_classes=classes)
+    colours = class_colours(cfg)
+    assert colours.shape == (classes, channels) and colours.min() >= 0 and colours.max() <= 1
+    assert len({tuple(c) for c in colours.tolist()}) == classes
+    if classes == 10:  # an image's mean colour names its class: a pooled conv net can see it
+        x, y = SyntheticImages(cfg).batch(range(300))
+        means = x.reshape(300, -1, channels).mean(axis=1) / 255.0
+        nearest = np.argmin(((means[:, None, :] - (0.5 * colours + 0.25)[None]) ** 2).sum(-1), axis=1)
+        assert (nearest == y).mean() > 0.95
+
+
+def test_held_out_samples_come_after_the_training_ones_and_are_repeatable():
+    train = SyntheticImages(ImageDatasetConfig(num_samples=40, image_size=4))
+    x, y = held_out(train, 8)
+    longer = SyntheticImages(ImageDatasetConfig(num_samples=48, image_size=4))
+    expected_x, expected_y = longer.batch(range(40, 48))
+    assert np.array_equal(x, expected_x) and np.array_equal(y, expected_y)
+    assert not any(np.array_equal(x[0], train[i][0]) for i in range(40))
+    tokens = SyntheticTokens(TokenDatasetConfig(num_sequences=10, block_size=8))
+    a, b = held_out(tokens, 3)
+    assert a.shape == b.shape == (3, 8) and np.array_equal(a, held_out(tokens, 3)[0])
+    with pytest.raises(ValueError, match="count"):
+        held_out(tokens, 0)
+
+
+def test_chance_is_the_loss_of_a_uniform_guess():
+    assert chance_loss(CNNConfig(num_classes=10)) == pytest.approx(np.log(10))
+    assert chance_loss(GPTConfig(vocab_size=512)) == pytest.approx(np.log(512))
 
 
 def test_tokens_follow_the_stride_rule_with_noise():

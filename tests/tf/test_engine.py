@@ -62,6 +62,16 @@ def test_tensorboard_scalars(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_smoke_model_learns_on_the_held_out_samples_torch_measures(tmp_path):
+    """TensorFlow's twin of the torch engine's test: ten steps at lr 10^-2 take the held-out loss
+    (the same 256 unseen samples) well under chance."""
+    data = _fit_here(tmp_path, steps=10, batch_size=64, num_samples=None, lr=1e-2)
+    heldout = data["run"]["heldout"]
+    assert heldout["samples"] == 256 and heldout["loss"] < 0.8 * heldout["chance"], heldout
+    assert data["summary"]["heldout_loss"] == heldout["loss"] == data["steps"][-1]["heldout_loss"]
+
+
+@pytest.mark.slow
 def test_metrics_schema(reference):
     steps = reference["steps"]
     assert [s["step"] for s in steps] == list(range(8))

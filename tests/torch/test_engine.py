@@ -44,6 +44,23 @@ def test_fit_writes_metrics_and_learns(tmp_path):
     assert (tmp_path / "m.json").exists()
 
 
+def test_a_smoke_model_learns_on_samples_it_never_saw_and_evaluating_changes_nothing(tmp_path):
+    """The course's smoke task: ten steps of the smoke CNN at lr 10^-2 take the held-out loss well
+    under chance (ln 10); held-out loss is measured at each checkpoint and after the last step,
+    and measuring it leaves the training losses exactly as they were."""
+    cfg = replace(BASE, steps=10, batch_size=64, lr=1e-2, num_samples=None, checkpoint_every=5,
+                  checkpoint_dir=str(tmp_path / "ck"), metrics_out=str(tmp_path / "m.json"))
+    log = engine.fit(cfg)
+    data = log.to_dict()
+    heldout = data["run"]["heldout"]
+    assert heldout["samples"] == 256 and heldout["chance"] == pytest.approx(2.302585, abs=1e-5)
+    assert heldout["loss"] < 0.8 * heldout["chance"], heldout
+    assert [s["step"] for s in log.steps if "heldout_loss" in s] == [4, 9]
+    assert data["summary"]["heldout_loss"] == heldout["loss"] == log.steps[-1]["heldout_loss"]
+    plain = engine.fit(replace(cfg, eval_samples=0, checkpoint_dir=str(tmp_path / "ck0"), metrics_out=None))
+    assert plain.losses == log.losses and "heldout" not in plain.run
+
+
 def test_on_step_callback_sees_every_step():
     seen = []
     engine.fit(replace(BASE, steps=3), on_step=lambda step, m: seen.append((step, m["loss"])))

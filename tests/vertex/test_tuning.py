@@ -178,22 +178,22 @@ def test_a_trial_trains_in_its_own_aip_folders_through_the_mount():
     assert objective({"steps": []}, "loss") is None
 
 
-@pytest.mark.parametrize("framework", ["torch", "tf"])
-def test_both_engines_report_the_trial_metric_once_per_evaluation(framework, tmp_path, monkeypatch):
+@pytest.mark.parametrize("framework,metric", [("torch", "heldout_loss"), ("tf", "heldout_loss"), ("torch", "loss")])
+def test_both_engines_report_the_trial_metric_once_per_evaluation(framework, metric, tmp_path, monkeypatch):
     """Inside a trial each metrics write (every checkpoint and the end) reports the metric in
-    cloudml-hypertune's format, one report per step."""
+    cloudml-hypertune's format, one report per step; the held-out loss is measured there."""
     pytest.importorskip("torch" if framework == "torch" else "tensorflow")
     from labkit.core import hypertune
     from labkit.train import run_training
 
-    monkeypatch.setenv(hypertune.TUNING_METRIC_ENV, "loss")
+    monkeypatch.setenv(hypertune.TUNING_METRIC_ENV, metric)
     monkeypatch.setenv(hypertune.METRIC_FILE_ENV, str(tmp_path / "hypertune" / "output.metrics"))
     log = run_training(TrainConfig(framework=framework, steps=4, batch_size=8, checkpoint_every=2,
                                    checkpoint_dir=str(tmp_path / "ck"), metrics_out=str(tmp_path / "m.json"),
                                    device="cpu", progress=False))
-    reported = hypertune.reported_values(hypertune.read_reports(tmp_path / "hypertune" / "output.metrics"), "loss")
+    reported = hypertune.reported_values(hypertune.read_reports(tmp_path / "hypertune" / "output.metrics"), metric)
     assert [step for step, _ in reported] == [2, 4]
-    assert [value for _, value in reported] == [log.losses[1], log.losses[3]]
+    assert [value for _, value in reported] == [log.steps[1][metric], log.steps[3][metric]]
 
 
 ECHO = ("import os, sys\n"
