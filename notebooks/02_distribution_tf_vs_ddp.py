@@ -85,6 +85,10 @@ print(table(rows))
 # comparison is about distribution, not threading. With the same global batch, a correct
 # data-parallel run follows the single-process loss curve: the all-reduced gradient of two
 # half-batches is the gradient of the whole batch.
+#
+# Before running: two processes on this machine split each step's global batch in half. Do you
+# expect a step to take half the time of one process, about the same, or longer? (The scaling
+# section below answers from the step times of these runs.)
 
 # %%
 comp = dist.compare(job, processes=tuple(sorted({1, processes})))
@@ -123,6 +127,8 @@ if len(gaps) == 2:
 # (`scale="full"` on a multi-GPU VM, `device="cuda"`).
 
 # %%
+print("Your prediction, answered:")
+print("\n".join(dist.scaling_answer(comp, processes)))
 rows = dist.scaling_rows(comp)
 for r in rows:
     if not r["run"].endswith("x1"):

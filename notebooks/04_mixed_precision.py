@@ -62,6 +62,10 @@ fast = plan["recipe_precision"]  # the 16-bit format this GPU has tensor cores f
 # `range` their lowest and highest, and `vs_first` says whether the rung is faster or slower than
 # fp32 or shows **no measurable difference here** (the ranges overlap).
 # `activation_mib` is what autograd keeps for the backward pass, counted on any device.
+#
+# Before running: which rung do you expect to be fastest on this machine, and by how much over
+# fp32? Will fp16 + GradScaler beat bf16 here? (The first lines under "What this run shows"
+# answer from the measured runs.)
 # `include_compile=None` compiles only at full scale: compiling takes minutes on a small CPU.
 
 # %%

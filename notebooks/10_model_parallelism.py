@@ -63,6 +63,11 @@ print("DeepSpeed:", deepspeed_missing or "installed")
 # optimizer step, counted from the collectives that ran (ring algorithms); `loss_gap` is the
 # largest relative difference from one process. Steps are short CPU steps on a shared machine:
 # read the step times as this machine's, not a GPU's.
+#
+# Before running: with 2 processes, what share of DDP's per-rank memory do you expect ZeRO-1,
+# ZeRO-2 and ZeRO-3 to hold? And with 2 pipeline stages and the micro-batches above, what share
+# of each step will a stage sit idle (the **bubble**)? The answers are printed under this table
+# and in section 3, from the measured runs.
 
 # %%
 if has_torch:
@@ -70,6 +75,7 @@ if has_torch:
     reference, results = mp.run_modes(base, modes, workdir / "runs")
     rows = mp.mode_table(reference, results)
     display(Markdown(table(rows, markdown=True)))
+    print("Your prediction, answered: " + mp.memory_answer(rows))
     least = min(rows, key=lambda r: r["vs_ddp"])
     key_figure("least memory per rank vs DDP", least["vs_ddp"], "×", least["mode"])
     key_figure("largest loss gap from one process", max(r["loss_gap"] for r in rows), "", "relative")
@@ -98,6 +104,7 @@ if has_torch:
 if has_torch:
     bubbles = mp.bubble_rows(results)
     display(Markdown(table(bubbles, markdown=True)))
+    print("Your prediction, answered: " + mp.bubble_answer(bubbles))
     first = bubbles[0]
     key_figure("pipeline bubble, measured − (p−1)/(m+p−1)", first["difference"], "",
                f"{first['mode']}: {first['measured']:.2f} vs {first['theory']:.2f}")

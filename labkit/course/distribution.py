@@ -142,6 +142,25 @@ def framework_verdict(comp: Comparison, processes: int) -> tuple[str | None, str
     return (None if c.winner is None else "tf" if c.b_is_better else "torch"), sentence
 
 
+def scaling_answer(comp: Comparison, processes: int) -> list[str]:
+    """Per framework, the answer to "how long does a step take with `processes` processes,
+    same global batch?": its step times against one process's (median and range over the
+    steps of each run), next to the ideal of 1/`processes` of the time."""
+    out = []
+    for fw in ("torch", "tf"):
+        one, many = comp.runs.get((fw, 1)), comp.runs.get((fw, processes))
+        if one is None or many is None or processes == 1:
+            continue
+        a, b = step_times(one), step_times(many)
+        if min(len(a), len(b)) < stats.MIN_REPEATS:
+            out.append(f"{LABELS[fw]}: fewer than {stats.MIN_REPEATS} timed steps: no verdict")
+            continue
+        c = stats.compare([1e3 * t for t in a], [1e3 * t for t in b], higher_is_better=False)
+        out.append(f"{c.sentence('x1', f'{LABELS[fw]} x{processes}', 'ms')} per step; ideal strong "
+                   f"scaling would take {1e3 * statistics.median(a) / processes:.3g} ms")
+    return out
+
+
 def batch_semantics(global_batch: int, world_sizes: tuple[int, ...], grad_accum: int = 1
                     ) -> list[dict[str, Any]]:
     """What each replica sees for a fixed global batch, and what each API is handed."""

@@ -185,6 +185,27 @@ def bubble_rows(results: list[ModeResult]) -> list[dict[str, Any]]:
     return rows
 
 
+def memory_answer(rows: list[dict[str, Any]]) -> str:
+    """The per-rank memory of every mode against DDP's, from `mode_table`'s rows, with the most
+    a mode can save (each rank holding 1/N of everything)."""
+    shares = [f"{r['mode']} {r['vs_ddp']:.2f}×" for r in rows if r["vs_ddp"] is not None]
+    if not shares:
+        return "no DDP run at the same process count to compare with"
+    least = min((r for r in rows if r["vs_ddp"] is not None), key=lambda r: r["vs_ddp"])
+    return (f"per-rank memory against DDP's: {', '.join(shares)}. Least: {least['mode']}; "
+            f"section 2 splits each figure into parameters, gradients and optimizer state.")
+
+
+def bubble_answer(bubbles: list[dict[str, Any]]) -> str:
+    """The measured idle share of each pipeline run against (p−1)/(m+p−1), from `bubble_rows`."""
+    if not bubbles:
+        return "no pipeline run here, so no bubble was measured"
+    parts = [f"{b['mode']}: p={b['stages']}, m={b['microbatches']}, (p−1)/(m+p−1) = {b['theory']:.2f}, "
+             f"measured {b['measured']:.2f} on the busiest stage ({b['difference']:+.2f}: sends and the "
+             f"schedule's bookkeeping count as idle)" for b in bubbles]
+    return "; ".join(parts)
+
+
 def deepspeed_equivalents(base: TrainConfig, nproc: int) -> list[dict[str, Any]]:
     """The DeepSpeed config of each torch mode (what `--sharding-backend deepspeed` passes to
     `deepspeed.initialize`): ZeRO stage 0 is DDP; tp and pp have no config-only equivalent

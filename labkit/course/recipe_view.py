@@ -78,10 +78,45 @@ def source(name: str) -> str:
 
 
 def show(name: str):
-    """The recipe's source, syntax-highlighted in a notebook (plain text elsewhere)."""
+    """The recipe's source, syntax-highlighted in a notebook (plain text elsewhere), followed,
+    folded under one line, by the source of every `common` helper it calls: everything the
+    recipe runs can be read on the page."""
     from IPython.display import Code
 
-    return Code(source(name), language="python")
+    class RecipeCode(Code):
+        def _repr_html_(self) -> str:
+            helpers = common_helpers(name)
+            if not helpers:
+                return super()._repr_html_()
+            folded = Code("\n\n".join(helpers.values()), language="python")._repr_html_()
+            return (super()._repr_html_() + f"<details><summary>recipes/common.py: the {len(helpers)} "
+                    f"helpers this recipe calls ({', '.join(helpers)})</summary>{folded}</details>")
+
+    return RecipeCode(source(name), language="python")
+
+
+def common_helpers(name: str) -> dict[str, str]:
+    """The `common.NAME` functions and classes a recipe uses, in the order it first uses them,
+    each with its source from `recipes/common.py` (and the helpers those call in turn)."""
+    common_path = RECIPE_DIR / "common.py"
+    text = common_path.read_text(encoding="utf-8")
+    defined = {node.name: node for node in ast.parse(text).body
+               if isinstance(node, ast.FunctionDef | ast.ClassDef)}
+
+    def used_by(tree: ast.AST, prefix: bool) -> list[str]:
+        names = []
+        for node in ast.walk(tree):
+            if prefix and isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id == "common":
+                names.append(node.attr)
+            elif not prefix and isinstance(node, ast.Name):
+                names.append(node.id)
+        return [n for n in dict.fromkeys(names) if n in defined]
+
+    order = used_by(ast.parse(source(name)), prefix=True)
+    for helper in order:  # breadth-first: what the helpers call, after them
+        order += [n for n in used_by(defined[helper], prefix=False) if n not in order]
+    return {n: ast.get_source_segment(text, defined[n]) or "" for n in order}
 
 
 def _docstring(name: str) -> str:

@@ -502,7 +502,7 @@ def _plan_05(scale: str, machine: Machine, *, batch_size: int = 16, input_latenc
 def _plan_06(scale: str, machine: Machine, *, replicas: int = 2, **_: Any) -> _Draft:
     where, model_scale = _process_demo(scale, machine, max(1, replicas), "auto")
     full = scale == "full"
-    sizes = {"steps": (200 if model_scale == "full" else 60) if full else 8,
+    sizes = {"steps": (200 if model_scale == "full" else 60) if full else 12,
              "allreduce_max_mb": 512 if full else 16,
              "compression_steps": 100 if model_scale == "full" else (30 if full else 12),
              "model_scale": model_scale, "nodes_device": where.device, "lr": LEARNING_RATE[model_scale]}

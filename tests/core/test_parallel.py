@@ -184,6 +184,12 @@ def test_mode_table_compares_with_ddp_and_one_process():
     assert (bubble["measured"], bubble["theory"]) == (0.3, 0.2)  # the stage that sets the pace
     text = " ".join(mp.conclusions(ref, results))
     assert "zero3 [2] held the least per rank: 0.50×" in text and "1.0e-03" in text
+    # the answers to the notebook's predictions, from the same rows
+    memory = mp.memory_answer(mp.mode_table(ref, results))
+    assert "zero3 [2] 0.50×" in memory and "ddp [2] 1.00×" in memory and "Least: zero3 [2]" in memory
+    answer = mp.bubble_answer(mp.bubble_rows(results))
+    assert "p=2, m=4, (p−1)/(m+p−1) = 0.20, measured 0.30" in answer and "+0.10" in answer
+    assert "no pipeline run" in mp.bubble_answer([])
 
 
 def test_course_modes_and_decisions():

@@ -61,3 +61,14 @@ def test_the_faster_framework_is_a_verdict_on_the_spread_of_its_steps():
     comp.runs[("tf", 2)] = _run("tf", 2, [0.2, 0.2])
     assert distribution.framework_verdict(comp, 2) == (
         None, "fewer than 3 timed steps per framework at 2 processes: no verdict")
+
+
+def test_the_scaling_answer_compares_step_times_with_one_process():
+    comp = distribution.Comparison({("torch", 1): _run("torch", 1, [0.10, 0.11, 0.10, 0.12]),
+                                    ("torch", 2): _run("torch", 2, [0.20, 0.21, 0.19, 0.22]),
+                                    ("tf", 1): _run("tf", 1, [0.1, 0.1])})
+    (line,) = distribution.scaling_answer(comp, 2)
+    assert line.startswith("PyTorch DDP x2: 0.51× x1") and "slower" in line
+    assert "ideal strong scaling would take 52.5 ms" in line  # half the median of 105 ms
+    comp.runs[("tf", 2)] = _run("tf", 2, [0.1, 0.1])
+    assert "tf.distribute MWMS: fewer than 3 timed steps: no verdict" in distribution.scaling_answer(comp, 2)

@@ -20,6 +20,14 @@ def test_every_recipe_is_shown_from_its_file():
     code = recipe_view.show("ddp")
     assert "DistributedDataParallel" in code.data and "no_sync()" in code.data
     assert '<span class="k">def</span>' in code._repr_html_()  # highlighted in a notebook
+    # what the recipe calls from common.py is on the page too, folded under one line
+    helpers = recipe_view.common_helpers("ddp")
+    assert {"torch_model", "torch_dataset", "adamw", "StepLog"} <= set(helpers)
+    assert "model_config" in helpers  # called by torch_model, not by the recipe itself
+    assert helpers["adamw"].startswith("def adamw(")
+    html = code._repr_html_()
+    assert "<details><summary>recipes/common.py" in html and html.count('class="highlight"') == 2
+    assert recipe_view.common_helpers("vertex_job") == {}
     with pytest.raises(ValueError, match="'nope' is not one of"):
         recipe_view.source("nope")
 
