@@ -298,3 +298,83 @@ if fw.torch:
                note=f"of {emb['vocab_size']:,}")
     key_figure(f"sparse row gather / dense all-reduce, bytes per rank at {emb['world_size']} ranks",
                emb["touched_rows_allgather_bytes_per_rank"] / emb["dense_allreduce_bytes_per_rank"], "×")
+
+# %% [markdown]
+# ## Watch the job in Vertex AI TensorBoard
+# A CustomJob can stream its training curves to a **Vertex AI TensorBoard** instance while it
+# runs. Three fields of the job spec do it: `tensorboard` names the instance
+# (`projects/P/locations/L/tensorboards/ID`), `service_account` is the account the job runs as
+# (Vertex requires one with a TensorBoard: it must be able to write the bucket and use Vertex AI),
+# and `base_output_directory`, under which Vertex sets `AIP_TENSORBOARD_LOG_DIR=<base>/logs/`.
+# Whatever the training code writes there as TensorBoard **event files** is uploaded as it is
+# written (Google's "Use Vertex AI TensorBoard with custom training",
+# https://docs.cloud.google.com/gemini-enterprise-agent-platform/machine-learning/experiments/tensorboard-training,
+# read 2026-11-26). `labkit train` writes its scalars there when the variable is set. Below, the
+# same DDP job as above with a TensorBoard, run by the emulator, which sets the variable as Vertex
+# does. Before running: with `replicas` nodes, how many event files do you expect, and which
+# scalars in them?
+
+# %%
+from labkit.course import multinode as mn
+
+tensorboard_name = "projects/YOUR_PROJECT/locations/us-central1/tensorboards/YOUR_TENSORBOARD_ID"
+service_account = "trainer@YOUR_PROJECT.iam.gserviceaccount.com"
+tb_uri = "gs://labkit-local/06/tensorboard"
+tb_spec = vertex.training_job(dict(train, framework="torch"), output_uri=tb_uri, replica_count=replicas,
+                              tensorboard=tensorboard_name, service_account=service_account,
+                              env={"NCCL_DEBUG": "INFO"})
+print(table(mn.tensorboard_spec_rows(tb_spec), title="what Vertex AI TensorBoard needs in the job spec"))
+
+# %%
+if fw.torch:
+    tb_job = run_local(tb_spec, workdir / "tensorboard")
+    tb_logdir = tb_job.local(tb_uri + "/logs/")
+    tb_rows = mn.tensorboard_rows(tb_logdir)
+    print(tb_job.summary().splitlines()[0])
+    print(table(tb_rows, title=f"event files under AIP_TENSORBOARD_LOG_DIR (here {tb_logdir})"))
+    print(f"{len(tb_rows)} event file(s) from {replicas} replicas: only rank 0 writes scalars")
+    print(f"open them here: tensorboard --logdir {tb_logdir}")
+else:
+    print(frameworks.missing_reason("torch"))
+
+# %% [markdown]
+# On Vertex, the job's TensorBoard experiment in the Google Cloud console shows these same scalar
+# tags (`train/loss`, step time, throughput, learning rate), streamed in near real time as the
+# files reach Cloud Storage; locally, `tensorboard --logdir` above shows them at
+# http://localhost:6006. The `vertex_job` recipe passes the same two fields to the SDK:
+# `--tensorboard ... --service-account ...` become `CustomJob.submit(tensorboard=...,
+# service_account=...)`.
+#
+# ## NCCL variables on Vertex GPU jobs
+# **NCCL** (NVIDIA's collective communication library) carries DDP's all-reduce between GPUs;
+# environment variables set in the job's containers steer it. The table lists the ones that
+# matter on Vertex GPU jobs; each entry's default and source URL are in `labkit.vertex.nccl`.
+
+# %%
+from labkit.vertex import nccl
+
+print(table(nccl.rows(), title="NCCL and PyTorch variables for Vertex GPU jobs (labkit.vertex.nccl)"))
+print("sources:", *nccl.sources(), sep="\n  ")
+
+# %% [markdown]
+# A variable reaches every training container through the spec (`env=` of `vertex.training_job`
+# or `vertex.PoolConfig`). `NCCL_DEBUG=INFO` is the first thing to set when a multi-node job is
+# slow or hangs: each rank then logs the network and transport NCCL chose. Before running: in the
+# emulated job above, run with `NCCL_DEBUG=INFO`, how many NCCL lines do you expect in the logs?
+
+# %%
+nccl_spec = vertex.training_job(dict(model="gpt", precision="bf16", steps=5000, batch_size=8 * gpus_per_node * nodes),
+                                output_uri=output_uri, machine_type=machine_type, accelerator_type=accelerator_type,
+                                accelerator_count=gpus_per_node, replica_count=nodes, env={"NCCL_DEBUG": "INFO"})
+print("\n".join(f"workerpool{i}.container_spec.env: "
+                + ", ".join(f"{e['name']}={e['value']}" for e in pool["container_spec"].get("env", []))
+                for i, pool in enumerate(nccl_spec["worker_pool_specs"]) if pool))
+if fw.torch:
+    here_gpus = len(devices.detect().gpus)
+    nccl_lines = mn.nccl_log_lines(tb_job)
+    print(f"emulated job with NCCL_DEBUG=INFO: {nccl_lines} NCCL log line(s) in its replica logs, "
+          f"{here_gpus} GPU(s) on this machine")
+    print("no GPU here: the replicas used gloo, which reads no NCCL_* variable; NCCL variables act only "
+          "between GPUs, and what one changes (all-reduce bus bandwidth with and without it) needs a "
+          "GPU machine to measure, so no such figure is shown" if here_gpus == 0 else
+          "with GPUs, each rank's log shows NCCL's choices (NCCL INFO lines)")

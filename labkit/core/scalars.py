@@ -78,3 +78,29 @@ class ScalarWriter:
     def close(self) -> None:
         if not self._file.closed:
             self._file.close()
+
+
+def event_files(logdir: str | os.PathLike) -> list[str]:
+    """The TensorBoard event files under `logdir` (any depth), sorted; a local folder or any
+    fsspec address."""
+    fs, root = fsspec.core.url_to_fs(str(logdir))
+    if not fs.exists(root):
+        return []
+    return sorted(p for p in fs.find(root) if "tfevents" in p.rsplit("/", 1)[-1])
+
+
+def read_scalars(path: str | os.PathLike) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar in one event file, read back with the `tensorboard` package's own reader
+    (as TensorBoard and Vertex AI TensorBoard's uploader read it): tag -> [(step, value), ...]."""
+    try:
+        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    except ImportError as e:
+        raise ImportError(f"reading {path} needs the tensorboard package (pip install tensorboard): {e}") from e
+    out: dict[str, list[tuple[int, float]]] = {}
+    for event in EventFileLoader(str(path)).Load():
+        for value in event.summary.value:
+            if value.HasField("simple_value"):
+                out.setdefault(value.tag, []).append((int(event.step), float(value.simple_value)))
+            elif value.HasField("tensor") and value.tensor.float_val:  # the loader's migrated form
+                out.setdefault(value.tag, []).append((int(event.step), float(value.tensor.float_val[0])))
+    return out

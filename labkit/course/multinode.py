@@ -8,6 +8,10 @@ the interconnect bandwidth below which they pay off.
 collectives) and the losses. `compression_cost(base)` times the hooks' arithmetic on tensors
 shaped like the model's gradients (interleaved repeats). Compression pays when the seconds the
 saved bytes take on the link exceed that cost: break-even bandwidth = saved bytes / cost.
+
+Watching a job: `tensorboard_spec_rows(spec)` shows the fields Vertex AI TensorBoard needs,
+`tensorboard_rows(logdir)` the event files a job left under AIP_TENSORBOARD_LOG_DIR and their
+scalar tags, `nccl_log_lines(job)` how many lines NCCL logged in an emulated job's replicas.
 """
 
 from __future__ import annotations
@@ -149,3 +153,34 @@ def plot_allreduce_bandwidth(report: AllReduceReport, path: str | os.PathLike | 
 def allreduce_title(report: AllReduceReport) -> str:
     """What was measured: processes, device, backend (the heading of its table and plot)."""
     return f"all-reduce, {report.world_size} x {report.device}, backend {report.backend}"
+
+
+# ---------------------------------------------------------------- Vertex AI TensorBoard, NCCL variables
+
+def tensorboard_rows(logdir: str | os.PathLike) -> list[dict[str, Any]]:
+    """One row per TensorBoard event file under `logdir`: its name, the steps it holds and the
+    scalar tags in it, read back with the `tensorboard` package's reader."""
+    from labkit.core.scalars import event_files, read_scalars
+
+    rows = []
+    for path in event_files(logdir):
+        scalars = read_scalars(path)
+        steps = sorted({s for values in scalars.values() for s, _ in values})
+        rows.append({"event file": str(path).rsplit("/", 1)[-1],
+                     "steps": f"{steps[0]}..{steps[-1]}" if steps else "none",
+                     "scalar tags": ", ".join(sorted(scalars))})
+    return rows
+
+
+def tensorboard_spec_rows(spec: dict[str, Any]) -> list[dict[str, str]]:
+    """The CustomJobSpec fields Vertex AI TensorBoard needs, as the spec has them."""
+    base = (spec.get("base_output_directory") or {}).get("output_uri_prefix", "")
+    return [{"field": "tensorboard", "value": spec.get("tensorboard", "(not set)")},
+            {"field": "service_account", "value": spec.get("service_account", "(not set)")},
+            {"field": "base_output_directory", "value": base or "(not set)"},
+            {"field": "AIP_TENSORBOARD_LOG_DIR (set by Vertex)", "value": f"{base.rstrip('/')}/logs/" if base else "-"}]
+
+
+def nccl_log_lines(job: Any) -> int:
+    """Lines NCCL logged (``NCCL INFO``/``NCCL WARN``) across every replica of an emulated job."""
+    return sum(line.count("NCCL INFO") + line.count("NCCL WARN") for r in job.runs for line in [r.log()])

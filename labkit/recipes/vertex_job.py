@@ -18,6 +18,13 @@ and resume (labkit.recipes.preemptible). The job's outputs go under a base outpu
 Vertex passes its subfolders to the code as AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and
 AIP_TENSORBOARD_LOG_DIR, and mounts the bucket at /gcs/BUCKET.
 
+Vertex AI TensorBoard: --tensorboard projects/P/locations/L/tensorboards/ID streams whatever the
+code writes under AIP_TENSORBOARD_LOG_DIR (TensorBoard event files) to that TensorBoard while the
+job runs; Vertex requires --service-account with it, an account that can write the bucket and
+use Vertex AI (Use Vertex AI TensorBoard with custom training,
+https://docs.cloud.google.com/gemini-enterprise-agent-platform/machine-learning/experiments/tensorboard-training,
+read 2026-11-26). --env NCCL_DEBUG=INFO (repeatable) sets a variable in every training container.
+
 --endpoint sends the request to another JobService, such as the local fake in
 labkit.vertex.fake_service (which needs no sign-in).
 """
@@ -50,6 +57,10 @@ def main(argv: list[str] | None = None) -> aiplatform.CustomJob:
     p.add_argument("--reduction-servers", type=int, default=0, help="Reduction Server replicas")
     p.add_argument("--reduction-server-machine", default="n1-highcpu-16")
     p.add_argument("--spot", action="store_true", help="run on Spot VMs")
+    p.add_argument("--tensorboard", default=None, help="projects/P/locations/L/tensorboards/ID")
+    p.add_argument("--service-account", default=None, help="the account the job runs as")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="environment variable for the training containers, e.g. NCCL_DEBUG=INFO")
     p.add_argument("--display-name", default="labkit-ddp")
     p.add_argument("--endpoint", default=None, help="another JobService, e.g. http://127.0.0.1:PORT")
     p.add_argument("--wait", action="store_true", help="poll the job until it ends")
@@ -60,6 +71,10 @@ def main(argv: list[str] | None = None) -> aiplatform.CustomJob:
         p.error(f"--replicas must be >= 1 (got {args.replicas})")
     if args.reduction_servers and args.replicas < 2:
         p.error("--reduction-servers needs --replicas >= 2: the reducers serve several nodes")
+    if args.tensorboard and not args.service_account:
+        p.error("--tensorboard needs --service-account: Vertex uploads the logs as that account")
+    if any("=" not in e for e in args.env):
+        p.error(f"--env takes NAME=VALUE (got {[e for e in args.env if '=' not in e]})")
     train_args = args.train_args[1:] if args.train_args[:1] == ["--"] else args.train_args
 
     # Outputs of this run; in the container the bucket is a folder under /gcs/, so plain file
@@ -79,7 +94,9 @@ def main(argv: list[str] | None = None) -> aiplatform.CustomJob:
         machine |= {"accelerator_type": args.accelerator, "accelerator_count": args.accelerator_count}
     trainer = {"machine_spec": machine,
                "disk_spec": {"boot_disk_type": "pd-ssd", "boot_disk_size_gb": 100},
-               "container_spec": {"image_uri": args.image_uri, "command": ["bash", "-c", script]}}
+               "container_spec": {"image_uri": args.image_uri, "command": ["bash", "-c", script],
+                                  "env": [dict(zip(("name", "value"), e.split("=", 1), strict=True))
+                                          for e in args.env]}}
     pools = [{**trainer, "replica_count": 1}]  # pool 0: the primary replica
     if args.replicas > 1:
         pools.append({**trainer, "replica_count": args.replicas - 1})  # pool 1: the workers
@@ -94,8 +111,10 @@ def main(argv: list[str] | None = None) -> aiplatform.CustomJob:
     job = aiplatform.CustomJob(display_name=args.display_name, worker_pool_specs=pools,
                                base_output_dir=base_output_dir)
     # DDP cannot continue without one of its processes: when a replica restarts, restart all.
+    # With a TensorBoard, Vertex streams the event files written under AIP_TENSORBOARD_LOG_DIR to it.
     job.submit(scheduling_strategy=Scheduling.Strategy.SPOT if args.spot else None,
-               restart_job_on_worker_restart=args.replicas > 1)
+               restart_job_on_worker_restart=args.replicas > 1,
+               tensorboard=args.tensorboard, service_account=args.service_account)
     print(f"submitted {job.resource_name}; outputs under {base_output_dir}", flush=True)
 
     while args.wait:

@@ -28,6 +28,7 @@ carrying the job's `labels` (a field of the CustomJob, not of its spec) to `subm
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -101,6 +102,27 @@ def check_output_uri(uri: Any, name: str = "output_uri") -> str:
     return uri
 
 
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def check_env(env: Any, name: str = "env") -> dict[str, str]:
+    """A container's environment: a mapping of variable names to values (str, int, float or
+    bool, sent as text), e.g. ``{"NCCL_DEBUG": "INFO"}`` (`labkit.vertex.nccl` lists the NCCL
+    variables that matter on GPU jobs). Returns it with every value as text."""
+    if not isinstance(env, Mapping):
+        raise ParameterError(name, env, "must be a mapping of variable names to values, e.g. "
+                             "{'NCCL_DEBUG': 'INFO'}")
+    out = {}
+    for key, value in env.items():
+        if not isinstance(key, str) or not _ENV_NAME.match(key):
+            raise ParameterError(name, key, "has a key that is not an environment variable name "
+                                 "(letters, digits and _, not starting with a digit)")
+        if value is None or isinstance(value, Mapping | list | tuple | set):
+            raise ParameterError(f"{name}[{key!r}]", value, "must be a str, int, float or bool")
+        out[key] = str(value)
+    return out
+
+
 def _is_gpu(accelerator_type: str | None) -> bool:
     return bool(accelerator_type) and str(accelerator_type).startswith("NVIDIA_")
 
@@ -129,6 +151,7 @@ class PoolConfig:
         check_int("accelerator_count", self.accelerator_count, minimum=0)
         check_str("image_uri", self.image_uri)
         check_int("boot_disk_size_gb", self.boot_disk_size_gb)
+        self.env = check_env(self.env)
         if self.accelerator_count and not self.accelerator_type:
             raise ParameterError("accelerator_type", self.accelerator_type,
                                  f"must be set when accelerator_count is {self.accelerator_count}")
@@ -326,7 +349,7 @@ def _pools_for(
                                  package_uri=package_uri, requirements=requirements, nccl_env=nccl_env)
     pool = {"machine_type": machine_type, "accelerator_type": accelerator_type,
             "accelerator_count": accelerator_count, **container, "args": args,
-            "env": dict(env or {}), "boot_disk_size_gb": boot_disk_size_gb,
+            "env": check_env(env if env is not None else {}), "boot_disk_size_gb": boot_disk_size_gb,
             "tpu_topology": tpu_topology, "reservation": reservation}
     primary = PoolConfig(replica_count=1, **pool)
     workers = PoolConfig(replica_count=replica_count - 1, **pool) if replica_count > 1 else None

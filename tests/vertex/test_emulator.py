@@ -337,3 +337,27 @@ def test_a_local_job_shows_the_furthest_step_any_replica_reported(tmp_path, monk
     assert "local job, 2 replica(s)" in out and "5step" in out
     run_local(script_job(steps, workers=0), tmp_path / "quiet", show_progress=False)
     assert "local job" not in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_training_job_with_a_tensorboard_writes_its_scalars_where_vertex_uploads_them(tmp_path):
+    """Vertex AI TensorBoard uploads what a job writes under AIP_TENSORBOARD_LOG_DIR: a 2-node
+    `labkit train` job, emulated, leaves there an event file whose loss is the metrics' loss."""
+    pytest.importorskip("torch")
+    pytest.importorskip("tensorboard")
+    from labkit.core import metrics
+    from labkit.core.scalars import event_files, read_scalars
+
+    spec = vertex.training_job(dict(model="cnn", scale="smoke", steps=3, batch_size=16, device="cpu"),
+                               output_uri=OUT, replica_count=2, env={"NCCL_DEBUG": "INFO"},
+                               tensorboard="projects/p/locations/us-central1/tensorboards/1",
+                               service_account="trainer@p.iam.gserviceaccount.com")
+    job = run_local(spec, tmp_path)
+    assert job.succeeded, job.summary()
+    files = event_files(job.local(f"{OUT}/logs/"))
+    assert len(files) == 1  # rank 0 writes; the worker does not
+    scalars = read_scalars(files[0])
+    losses = [s["loss"] for s in metrics.load_metrics(job.local(f"{OUT}/metrics.json"))["steps"]]
+    assert len(scalars["train/loss"]) == 3
+    assert [v for _, v in scalars["train/loss"]] == pytest.approx(losses, rel=1e-6)
+    assert "NCCL INFO" not in "".join(r.log() for r in job.runs)  # gloo on CPU: NCCL never ran

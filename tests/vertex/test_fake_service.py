@@ -193,6 +193,27 @@ def test_the_vertex_job_recipe_sends_pools_spot_reduction_server_and_its_command
     assert json.dumps(posted["jobSpec"]["scheduling"]) == '{"restartJobOnWorkerRestart": true, "strategy": 4}'
 
 
+@pytest.mark.slow
+def test_the_vertex_job_recipe_sends_tensorboard_service_account_and_env(fake):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    board, account = "projects/p/locations/us-central1/tensorboards/7", "trainer@p.iam.gserviceaccount.com"
+    base = [sys.executable, "-m", "labkit.recipes.vertex_job", "--project", "p", "--bucket", "gs://b",
+            "--image-uri", "us-docker.pkg.dev/p/r/train:1", "--endpoint", fake.endpoint]
+    r = subprocess.run([*base, "--tensorboard", board, "--service-account", account, "--env", "NCCL_DEBUG=INFO",
+                        "--", "--steps", "5"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    s = fake.created()[0]["job_spec"]
+    assert s["tensorboard"] == board and s["service_account"] == account
+    assert s["base_output_directory"]["output_uri_prefix"].startswith("gs://b/")
+    assert s["worker_pool_specs"][0]["container_spec"]["env"] == [{"name": "NCCL_DEBUG", "value": "INFO"}]
+    posted = next(q.body for q in fake.requests if q.method == "POST")
+    assert posted["jobSpec"]["tensorboard"] == board and posted["jobSpec"]["serviceAccount"] == account
+    # without an account the recipe stops before sending anything, in one line naming both flags
+    r = subprocess.run([*base, "--tensorboard", board], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--tensorboard needs --service-account" in r.stderr.splitlines()[-1]
+    assert len(fake.created()) == 1
+
+
 def _submit(spec, fake, tmp_path, **kw):
     from fsspec.implementations.dirfs import DirFileSystem
     from fsspec.implementations.local import LocalFileSystem
