@@ -24,17 +24,16 @@ RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 RESNET_FILE = "2026-11-22-h100-bench-torch-resnet.json"
 GPT_FILE = "2026-11-22-h100-bench-torch-gpt.json"
 
-# Variant name in the ResNet file -> (rung key of labkit.course.precision, label). The keys are
-# the precision ladder's; the last rung is CUDA graphs on top of compile, which the CPU ladder
-# has no rung for.
+# Variant name in the ResNet file -> rung key of the course's precision ladder (which owns the
+# rungs' labels); the last variant, CUDA graphs on top of compile, has no rung on the course's
+# ladder. A reference is labelled with its variant's own name in the file.
 RESNET_RUNGS = {
-    "labkit fp32": ("fp32", "fp32 (TF32 off)"),
-    "labkit tf32": ("tf32", "tf32"),
-    "labkit bf16": ("bf16", "bf16 autocast"),
-    "labkit bf16 + channels_last": ("bf16_channels_last", "bf16 + channels_last"),
-    "labkit bf16 + channels_last + compile": ("bf16_channels_last_compile", "bf16 + channels_last + compile"),
-    "labkit bf16 + channels_last + compile (reduce-overhead)":
-        ("bf16_channels_last_compile_graphs", "bf16 + channels_last + compile + CUDA graphs"),
+    "labkit fp32": "fp32",
+    "labkit tf32": "tf32",
+    "labkit bf16": "bf16",
+    "labkit bf16 + channels_last": "bf16_channels_last",
+    "labkit bf16 + channels_last + compile": "bf16_channels_last_compile",
+    "labkit bf16 + channels_last + compile (reduce-overhead)": "bf16_channels_last_compile_graphs",
 }
 # The GPT rows the estimator's utilisation can come from: (workload, variant) -> what it is.
 GPT_MFU_ROWS = {
@@ -117,8 +116,8 @@ def resnet_ladder() -> list[Reference]:
     order, in images/s."""
     f = load(RESNET_FILE)
     rows = {r["variant"]: r for r in f.data["rows"]}
-    return [Reference(key, label, float(rows[variant]["rate"]), rows[variant]["unit"], f)
-            for variant, (key, label) in RESNET_RUNGS.items() if variant in rows]
+    return [Reference(key, variant.removeprefix("labkit "), float(rows[variant]["rate"]), rows[variant]["unit"], f)
+            for variant, key in RESNET_RUNGS.items() if variant in rows]
 
 
 def best_resnet() -> Reference:
