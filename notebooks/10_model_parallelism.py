@@ -122,6 +122,30 @@ if has_torch:
         print(f"{row['torch mode']:>6}:", json.dumps(row["deepspeed config"]))
 
 # %% [markdown]
+# ### ZeRO-Offload: the optimizer state in host memory
+# `--offload-optimizer cpu` on the DeepSpeed recipe sets `zero_optimization.offload_optimizer =
+# {"device": "cpu"}`: each rank's optimizer partition (the fp32 master weights and AdamW's two
+# moments, 12 bytes per parameter of the partition) lives in host RAM and the update runs on the
+# CPU. It trades GPU memory for PCIe traffic (every step the gradient partition goes to the host
+# and the updated weights come back) and for CPU time in Adam. It pays when the optimizer state
+# is what does not fit (a large model on few GPUs); when the model already fits, it only slows
+# the step. Stage 3 can also keep the weights on the host (`--offload-param cpu`).
+#
+# **Before you run:** will the offloaded run's losses differ from the same stage without offload?
+# How much of a rank's optimizer state stays on the device?
+
+# %%
+if has_torch and use_deepspeed and not deepspeed_missing:
+    offload_flags = mp.offload_argv(base, stage=2)
+    print(recipe_view.command("deepspeed_zero", offload_flags, nproc=processes))
+    offload = mp.offload_comparison(offload_flags, results, processes)
+    display(Markdown(table(offload["rows"], markdown=True)))
+    for line in mp.offload_lines(offload):
+        print("-", line)
+elif has_torch:
+    print("ZeRO-Offload run skipped:", deepspeed_missing or "use_deepspeed is False")
+
+# %% [markdown]
 # ## 5. Scaling up: GPT-2 small, 7B and 70B on 80 GB GPUs
 # The same accounting with bf16 weights and gradients and fp32 master weights and moments
 # (2 + 2 + 12 bytes per parameter), plus checkpointed activations of one 4096-token sequence

@@ -222,6 +222,52 @@ def deepspeed_equivalents(base: TrainConfig, nproc: int) -> list[dict[str, Any]]
     return rows
 
 
+def offload_argv(base: TrainConfig, stage: int = 2) -> list[str]:
+    """The deepspeed_zero recipe's flags for `base` at ZeRO `stage` with the optimizer offloaded
+    to the CPU (`--offload-optimizer cpu`)."""
+    from labkit.course import recipe_view
+
+    return recipe_view.flags(base, stage=stage, offload_optimizer="cpu")
+
+
+def offload_comparison(argv: list[str], results: list[ModeResult], nproc: int) -> dict[str, Any]:
+    """Run the deepspeed_zero recipe with `argv` (optimizer offloaded) on `nproc` processes and
+    set it beside the run of the same stage without offload in `results` (`labkit train
+    --sharding-backend deepspeed`, same settings): `rows` per step (both losses, relative gap),
+    `gap` (the largest), `held` (each rank's optimizer bytes by the device holding them, offloaded)
+    and `without` (each rank's optimizer bytes without offload, on the training device)."""
+    from labkit.course import recipe_view
+
+    stage = int(argv[argv.index("--stage") + 1])
+    plain = next(r for r in results if r.mode.sharding_backend == "deepspeed"
+                 and r.mode.parallel == f"zero{stage}" and r.mode.nproc == nproc)
+    run = recipe_view.run("deepspeed_zero", argv, nproc=nproc)
+    rows = [{"step": i, "loss without offload": a, "loss with offload": b, "relative gap": abs(b - a) / abs(a)}
+            for i, (a, b) in enumerate(zip(plain.losses, run.losses, strict=True))]
+    return {"rows": rows, "gap": max(r["relative gap"] for r in rows), "device": run.run.get("device", "cpu"),
+            "held": run.run["optimizer_bytes_by_device"],
+            "without": [m["optimizer_bytes"] for m in plain.memory_by_rank if m]}
+
+
+def offload_lines(offload: dict[str, Any]) -> list[str]:
+    """What `offload_comparison` showed, in sentences computed from it."""
+    out = [f"largest relative loss gap, offload vs none: {offload['gap']:.1e} "
+           f"({'within' if offload['gap'] <= 1e-3 else 'OUTSIDE'} DeepSpeed's 1e-3)"]
+    for rank, (held, without) in enumerate(zip(offload["held"], offload["without"], strict=True)):
+        where = ", ".join(f"{b / 1024:,.1f} KiB on {d}" for d, b in sorted(held.items()))
+        out.append(f"rank {rank} optimizer state: offloaded {where}; without offload {without / 1024:,.1f} KiB "
+                   f"on the training device")
+    device = str(offload["device"])
+    if device.startswith("cuda"):
+        on_gpu = sum(h.get("cuda", 0) for h in offload["held"])
+        out.append(f"the GPUs kept {on_gpu / 1024:,.1f} KiB of optimizer state with offload "
+                   f"(vs {sum(offload['without']) / 1024:,.1f} KiB without)")
+    else:
+        out.append(f"these processes trained on {device}: the 'device' is host memory too, so offload moved "
+                   f"nothing here; on a GPU the GPU's share of these bytes drops to ~0")
+    return out
+
+
 def measured_effective_tflops() -> tuple[float, str]:
     """The compute rate the decision table plans with, per GPU: what labkit's own GPT-2 small
     run reached on one H100 (bf16, compiled, batch 48), read from benchmarks/results, and a line

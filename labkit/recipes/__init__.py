@@ -6,7 +6,7 @@ tests to give `labkit train`'s per-step losses for the same settings.
 | ddp                   | torchrun, DistributedSampler + set_epoch, DDP, `no_sync` accumulation  |
 | fsdp                  | FSDP2 `fully_shard`                                                    |
 | zero                  | ZeRO 1 (ZeroRedundancyOptimizer), 2 (reduce-scatter, flat buffers), 3  |
-| deepspeed_zero        | `deepspeed.initialize` with `zero_optimization.stage` 1-3              |
+| deepspeed_zero        | `deepspeed.initialize` with `zero_optimization.stage` 1-3, CPU offload |
 | tensor_parallel       | DTensor `parallelize_module`: column- then row-parallel linears        |
 | pipeline              | `torch.distributed.pipelining` stages, GPipe / 1F1B, tied weights      |
 | mixed_precision       | TF32 switches, autocast bf16 / fp16, GradScaler                        |
