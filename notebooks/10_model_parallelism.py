@@ -38,7 +38,7 @@ route_kernel_stderr()  # C/C++ library and child-process output goes to this not
 import json
 from IPython.display import Markdown, display
 from labkit.core import config, frameworks, parallelism
-from labkit.course import model_parallel as mp, recipe_view, sizing
+from labkit.course import model_parallel as mp, recipe_view, sizing, tables
 from labkit.course.tables import table
 
 # %%
@@ -151,14 +151,16 @@ elif has_torch:
 # (2 + 2 + 12 bytes per parameter), plus checkpointed activations of one 4096-token sequence
 # (Korthikanti et al., 2022), on 8 GPUs (one node) and 64 (eight nodes), 8,192 tokens per GPU
 # per step. A pipeline splits a replica's sequences into up to 8 micro-batches per stage, never
-# more micro-batches than sequences (the `layout` column gives the count). A calculation,
-# labelled as such: measured only at CPU scale above.
+# more micro-batches than sequences. A calculation, labelled as such: measured only at CPU
+# scale above. The page shows which modes fit; the file printed below it holds every mode's
+# breakdown (its `layout` column gives the pipeline's micro-batches).
 
 # %%
 plan = parallelism.plan_table(gpus=(8, 64), gpu_gib=80)
-display(Markdown(table(plan, ["model", "params_B", "gpus", "mode", "layout", "weights_GiB", "grads_GiB",
-                              "optimizer_GiB", "activations_GiB", "total_GiB", "fits", "sent_GB_per_step"],
-                       markdown=True)))
+display(Markdown(table(mp.plan_summary(plan), markdown=True)))
+plan_csv = tables.write_csv(plan, workdir / "plan.csv")
+print(f"every mode's GiB per rank (weights, gradients, optimizer, activations) and GB sent: {plan_csv} "
+      f"({len(plan)} rows)")
 fit_70b = [r["mode"] for r in plan if r["model"] == "70B" and r["gpus"] == 64 and r["fits"]]
 print("70B on 64 × 80 GB fits with:", ", ".join(fit_70b) or "none")
 
@@ -175,8 +177,24 @@ print("70B on 64 × 80 GB fits with:", ", ".join(fit_70b) or "none")
 effective_tflops, rate_source = mp.measured_effective_tflops()
 print(f"planning rate: {effective_tflops:,.0f} TFLOP/s per GPU ({rate_source})")
 decisions = mp.decision_rows(gpus=(8, 64), gpu_gib=(40, 80), effective_tflops=effective_tflops)
-display(Markdown(table(decisions, markdown=True)))
+display(Markdown(table(mp.decision_summary(decisions), markdown=True)))
+print(f"every decision with its compute and communication times: "
+      f"{tables.write_csv(decisions, workdir / 'decisions.csv')} ({len(decisions)} rows)")
 
+# %% [markdown]
+# ### Combining them: TP × PP × DP
+# Large runs combine the three: tensor parallelism inside a node, pipeline stages across nodes,
+# data parallelism over the copies. Every layout whose degrees multiply to the GPU count, with
+# tp dividing the heads (and at most a node's 8 GPUs), pp at most one stage per block, dp
+# dividing the batch, and never more micro-batches than a replica has sequences, is checked
+# against the GPU's memory (the rank holding the most: its stage's weights split by tp, their
+# gradients, 1/dp of the optimizer state, checkpointed activations). Among those that fit, the
+# rules of Megatron-LM at scale (Narayanan et al., 2021) pick: the smallest model-parallel size
+# tp·pp, then tensor before pipeline, then the smallest bubble. The `rule` column says which.
+
+# %%
+grid = mp.grid_rows(gpus=(8, 64), gpu_gib=(40, 80))
+display(Markdown(table(grid, markdown=True)))
 # %% [markdown]
 # ## The code
 # Each technique as a plain PyTorch script (`labkit/recipes/`), run with torchrun, giving

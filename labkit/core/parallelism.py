@@ -375,6 +375,103 @@ def plan_table(models: dict[str, GPTConfig] | None = None, gpus: tuple[int, ...]
 
 
 @dataclass(frozen=True)
+class Grid:
+    """One TP × PP × DP layout of a model on `tp·pp·dp` GPUs: `microbatches` per pipeline step,
+    and the optimizer state sharded over the `dp` replicas (ZeRO-1, Megatron's distributed
+    optimizer) when there are several."""
+
+    tp: int
+    pp: int
+    dp: int
+    microbatches: int
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def bubble(self) -> float:
+        return pipeline_bubble(self.pp, self.microbatches)
+
+    def label(self) -> str:
+        return f"tp{self.tp}·pp{self.pp}·dp{self.dp}" + (f" ×{self.microbatches} micro-batches" if self.pp > 1 else "")
+
+
+def grids(cfg: GPTConfig, gpus: int, batch: int, gpus_per_node: int = 8) -> list[Grid]:
+    """Every feasible TP × PP × DP layout of `cfg` on `gpus` GPUs for a global batch of `batch`
+    sequences: tp within a node (≤ `gpus_per_node`: its all-reduces need NVLink) and dividing
+    the heads, pp at most one stage per block, dp the rest and dividing the batch, and
+    `pipeline_microbatches` of each replica's sequences (never more micro-batches than it has)."""
+    out = []
+    for tp in range(1, min(gpus, gpus_per_node) + 1):
+        if gpus % tp or cfg.n_head % tp:
+            continue
+        for pp in range(1, min(gpus // tp, cfg.n_layer) + 1):
+            if (gpus // tp) % pp:
+                continue
+            dp = gpus // (tp * pp)
+            if batch % dp:
+                continue
+            out.append(Grid(tp, pp, dp, pipeline_microbatches(pp, batch // dp) if pp > 1 else 1))
+    return out
+
+
+def grid_bytes(cfg: GPTConfig, grid: Grid, precision: Bytes = MIXED) -> float:
+    """Bytes the fullest rank of `grid` holds: its pipeline stage's parameters (the blocks, and
+    the token table on the first and last stages, split by tp as Megatron's vocabulary-parallel
+    embedding is), their gradients, its 1/dp of the optimizer state, and checkpointed
+    activations (`activation_estimate`)."""
+    shape = GPTShape.of(cfg)
+    worst = 0.0
+    for stage in range(grid.pp):
+        base, extra = divmod(shape.layers, grid.pp)
+        n = (base + (stage < extra)) * (shape.block_matrices / grid.tp + shape.block_other)
+        if stage == 0:
+            n += shape.embedding / grid.tp
+        if stage == grid.pp - 1:
+            n += shape.final + (shape.vocab_embedding / grid.tp if grid.pp > 1 else 0)
+        worst = max(worst, n)
+    states = worst * (precision.param + precision.grad + precision.optimizer / grid.dp)
+    acts = activation_estimate(cfg, Layout("pp", grid.model_parallel, tp=grid.tp, pp=grid.pp))
+    return states + acts
+
+
+def choose_grid(cfg: GPTConfig, gpus: int, gpu_gib: float, *, tokens_per_gpu: int = 8192,
+                gpus_per_node: int = 8, precision: Bytes = MIXED) -> dict[str, Any]:
+    """The layout to start from, by the rules of Narayanan et al. 2021 (Megatron-LM at scale,
+    https://arxiv.org/abs/2104.04473, read 2026-11-26): among the feasible `grids` that fit
+    `gpu_gib`, (1) the smallest model-parallel size tp·pp (the rest is data parallelism, whose
+    all-reduce overlaps the backward pass), (2) then tensor parallelism before pipeline stages
+    (tp inside a node on NVLink; pp across nodes, where only activations cross), (3) then the
+    smallest bubble. Returns the chosen row with its `rule`, and how many layouts fit."""
+    batch = max(1, tokens_per_gpu * gpus // cfg.block_size)
+    feasible = grids(cfg, gpus, batch, gpus_per_node)
+    fitting = [(g, grid_bytes(cfg, g, precision)) for g in feasible]
+    fitting = [(g, b) for g, b in fitting if b <= gpu_gib * GIB]
+    out = {"gpus": gpus, "gpu_GiB": gpu_gib, "layouts_feasible": len(feasible), "layouts_fit": len(fitting)}
+    if not fitting:
+        least = min((grid_bytes(cfg, g, precision) for g in feasible), default=math.inf)
+        return {**out, "layout": "none fits", "GiB_per_rank": None, "bubble": None,
+                "rule": f"no TP × PP × DP layout of {gpus} GPUs fits {gpu_gib:g} GiB (the leanest needs "
+                        f"{least / GIB:,.0f} GiB per GPU): more GPUs, or ZeRO-3 / offload"}
+    grid, used = min(fitting, key=lambda gb: (gb[0].model_parallel, -gb[0].tp, gb[0].bubble))
+    smallest = grid.model_parallel
+    if smallest == 1:
+        rule = f"fits on one GPU's memory: pure data parallelism over {grid.dp} (ZeRO-1 shards the optimizer)"
+    else:
+        parts = [f"the smallest tp·pp that fits is {smallest}"]
+        if grid.tp > 1:
+            parts.append(f"tp {grid.tp} inside a node (its all-reduces need NVLink)")
+        if grid.pp > 1:
+            parts.append(f"pp {grid.pp} " + ("across nodes" if grid.model_parallel > gpus_per_node else "stages")
+                         + f", {grid.microbatches} micro-batches: bubble {grid.bubble:.0%}")
+        parts.append(f"dp {grid.dp} for the rest")
+        rule = "; ".join(parts)
+    return {**out, "layout": grid.label(), "tp": grid.tp, "pp": grid.pp, "dp": grid.dp,
+            "GiB_per_rank": used / GIB, "bubble": grid.bubble, "rule": rule}
+
+
+@dataclass(frozen=True)
 class Interconnect:
     """A link between the GPUs of a data-parallel or pipeline group (GB/s per GPU, one way),
     and the faster link inside a node that tensor parallelism needs."""

@@ -297,6 +297,43 @@ def decision_rows(models: dict[str, GPTConfig] | None = None, gpus: tuple[int, .
     return rows
 
 
+def plan_summary(plan: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per model and GPU count of `parallelism.plan_table`: which single modes fit, and
+    the leanest one with its GiB per rank."""
+    rows = []
+    for key in dict.fromkeys((r["model"], r["gpus"]) for r in plan):
+        mine = [r for r in plan if (r["model"], r["gpus"]) == key]
+        leanest = min(mine, key=lambda r: r["total_GiB"])
+        rows.append({"model": key[0], "params_B": mine[0]["params_B"], "gpus": key[1],
+                     "modes that fit": ", ".join(r["mode"] for r in mine if r["fits"]) or "none",
+                     "leanest": leanest["mode"], "leanest_GiB": leanest["total_GiB"]})
+    return rows
+
+
+def decision_summary(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`decision_rows` with one column per interconnect: the mode chosen there and its step."""
+    rows: dict[tuple, dict[str, Any]] = {}
+    for d in decisions:
+        row = rows.setdefault((d["model"], d["gpus"], d["GiB"]), {"model": d["model"], "gpus": d["gpus"], "GiB": d["GiB"]})
+        row[d["interconnect"]] = d["mode"] + (f" ({d['step_s']:.2f} s/step)" if d["step_s"] is not None else "")
+    return list(rows.values())
+
+
+def grid_rows(models: dict[str, GPTConfig] | None = None, gpus: tuple[int, ...] = (8, 64),
+              gpu_gib: tuple[float, ...] = (40, 80)) -> list[dict[str, Any]]:
+    """The TP × PP × DP layout to start from (`parallelism.choose_grid`) for each model, GPU
+    count and GPU memory, with the rule that chose it."""
+    rows = []
+    for name, cfg in (models or parallelism.reference_models()).items():
+        for n in gpus:
+            for mem in gpu_gib:
+                g = parallelism.choose_grid(cfg, n, mem)
+                rows.append({"model": name, "gpus": n, "GiB": mem, "layout": g["layout"],
+                             "fit / feasible": f"{g['layouts_fit']} / {g['layouts_feasible']}",
+                             "GiB_per_rank": g["GiB_per_rank"], "rule": g["rule"]})
+    return rows
+
+
 def course_modes(processes: int = 2, four: bool = True, deepspeed: bool = True,
                  microbatches: int = 4) -> list[Mode]:
     """The runs of notebook 10: every torch mode on `processes` processes (zero3 with and

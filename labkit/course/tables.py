@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 MISSING = "–"
@@ -74,3 +75,17 @@ def table(rows: Iterable[Any] | Mapping[str, Any], columns: Sequence[str] | None
         return "  ".join(v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right, strict=True)).rstrip()
 
     return "\n".join(head + [line(columns), "  ".join("-" * w for w in widths)] + [line(row) for row in cells])
+
+
+def write_csv(rows: Iterable[Any], path: str | Path, columns: Sequence[str] | None = None) -> Path:
+    """The whole of a long table as a CSV file (a click away from the summary a page shows)."""
+    import csv
+
+    dicts = _as_dicts(rows, columns)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(columns or (dicts[0] if dicts else [])), extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(dicts)
+    return path

@@ -221,3 +221,39 @@ def test_tf_refuses_torch_parallel_settings_and_missing_deepspeed_is_one_line(mo
     monkeypatch.setattr(parallelism, "is_installed", lambda name: False)
     with pytest.raises(ParameterError, match="sharding_backend.*not installed.*labkit\\[deepspeed\\]"):
         TrainConfig(parallel="zero2", sharding_backend="deepspeed").check_world_size(2)
+
+
+def test_tp_pp_dp_layouts_are_feasible_and_the_choice_follows_its_rules():
+    models = parallelism.reference_models()
+    big = models["70B"]
+    batch = 8192 * 64 // big.block_size
+    layouts = parallelism.grids(big, 64, batch)
+    assert layouts and all(g.tp * g.pp * g.dp == 64 for g in layouts)
+    assert all(big.n_head % g.tp == 0 and g.tp <= 8 and g.pp <= big.n_layer for g in layouts)
+    assert all(batch % g.dp == 0 and 1 <= g.microbatches <= batch // g.dp for g in layouts)
+    assert any(g.tp > 1 and g.pp > 1 and g.dp > 1 for g in layouts)  # combinations are considered
+    # 70B on 64 × 40 GB: neither tp nor pp alone within the limits fits; tp 8 × pp 2 × dp 4 does
+    chosen = parallelism.choose_grid(big, 64, 40)
+    assert (chosen["tp"], chosen["pp"], chosen["dp"]) == (8, 2, 4)
+    assert chosen["GiB_per_rank"] <= 40 and "smallest tp·pp that fits is 16" in chosen["rule"]
+    fitting = [g for g in layouts if parallelism.grid_bytes(big, g) <= 40 * parallelism.GIB]
+    assert min(g.model_parallel for g in fitting) == 16 and all(g.model_parallel > 1 for g in fitting)
+    # a model that fits one GPU stays data parallel; one that fits nowhere says why in one line
+    assert parallelism.choose_grid(models["GPT-2 small"], 8, 80)["layout"] == "tp1·pp1·dp8"
+    none = parallelism.choose_grid(big, 8, 80)
+    assert none["layout"] == "none fits" and "leanest needs" in none["rule"] and "\n" not in none["rule"]
+
+
+def test_the_notebook_tables_are_summaries_with_the_whole_a_file_away(tmp_path):
+    from labkit.course import model_parallel as mp
+    from labkit.course import tables
+
+    plan = parallelism.plan_table(gpus=(8, 64), gpu_gib=80)
+    summary = mp.plan_summary(plan)
+    assert len(summary) == 6 and len(plan) > 20
+    row = next(r for r in summary if r["model"] == "70B" and r["gpus"] == 64)
+    assert "zero3" in row["modes that fit"]
+    path = tables.write_csv(plan, tmp_path / "plan.csv")
+    assert len(path.read_text().splitlines()) == len(plan) + 1
+    grid = mp.grid_rows(gpus=(64,), gpu_gib=(40,))
+    assert [r["layout"] for r in grid if r["model"] == "70B"] == ["tp8·pp2·dp4 ×16 micro-batches"]
