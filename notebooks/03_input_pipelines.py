@@ -167,20 +167,23 @@ print(conclusions.conclusions(measured, mechanisms, raw, cfg))
 # %% [markdown]
 # ## 7. Does it feed a GPU?
 # This machine may have no GPU. The reference point is the fastest ResNet-50 training rate
-# labkit measured on one NVIDIA H100 (batch 256, synthetic 224×224 images), read below from the
-# repository's benchmark results with the file, device, software, date and command. Feeding it
+# labkit measured on one GPU (batch 256, synthetic 224×224 images): notebook 04's from the newest
+# full-size course run on a GPU in the repository's results, else labkit's H100 benchmark, read
+# below with the file, device, software, date and command. Feeding it
 # with margin (1.5×) at 224×224×3 uint8 pixels per image gives the decoded images per second and
 # the bytes per second the input pipeline must deliver. `benchmarks/bench_input.py --images 224`
 # measures that on the training machine; below, the rate of this machine's one-process torch
-# path from section 3 is turned into the number of loader workers that appetite needs.
+# path from section 3 is turned into the number of loader workers that appetite needs, and so
+# is the rate at which one process here decodes 224² JPEGs (timed below): real images arrive
+# compressed, and decoding, not reading, is then what sets the count (notebook 05 measures it).
 
 # %%
 if torch_gb:
-    feed = read_rates.feed_estimate(torch_gb)
+    feed = read_rates.feed_estimate(torch_gb, read_rates.jpeg_decodes_per_s())
     print(feed.text(bench_record_kb))
     if feed.reference is not None:
-        key_figure("loader workers to feed 1.5× H100 ResNet-50 (estimate from this machine)", feed.workers,
-                   note=f"{feed.reference.value:,.0f} images/s, {feed.reference.source.name}")
+        key_figure("loader workers to feed 1.5× the reference GPU's ResNet-50 (estimate from this machine)", feed.workers,
+                   note=f"{feed.reference.value:,.0f} images/s, reading and JPEG decoding; {feed.reference.source.name}")
 else:
     print(frameworks.missing_reason("torch"))
 

@@ -366,15 +366,6 @@ print("sources:", *nccl.sources(), sep="\n  ")
 nccl_spec = vertex.training_job(dict(model="gpt", precision="bf16", steps=5000, batch_size=8 * gpus_per_node * nodes),
                                 output_uri=output_uri, machine_type=machine_type, accelerator_type=accelerator_type,
                                 accelerator_count=gpus_per_node, replica_count=nodes, env={"NCCL_DEBUG": "INFO"})
-print("\n".join(f"workerpool{i}.container_spec.env: "
-                + ", ".join(f"{e['name']}={e['value']}" for e in pool["container_spec"].get("env", []))
-                for i, pool in enumerate(nccl_spec["worker_pool_specs"]) if pool))
+print("\n".join(mn.pool_env_lines(nccl_spec)))
 if fw.torch:
-    here_gpus = len(devices.detect().gpus)
-    nccl_lines = mn.nccl_log_lines(tb_job)
-    print(f"emulated job with NCCL_DEBUG=INFO: {nccl_lines} NCCL log line(s) in its replica logs, "
-          f"{here_gpus} GPU(s) on this machine")
-    print("no GPU here: the replicas used gloo, which reads no NCCL_* variable; NCCL variables act only "
-          "between GPUs, and what one changes (all-reduce bus bandwidth with and without it) needs a "
-          "GPU machine to measure, so no such figure is shown" if here_gpus == 0 else
-          "with GPUs, each rank's log shows NCCL's choices (NCCL INFO lines)")
+    print(mn.nccl_here_text(tb_job, len(devices.detect().gpus)))

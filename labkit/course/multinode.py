@@ -184,3 +184,22 @@ def tensorboard_spec_rows(spec: dict[str, Any]) -> list[dict[str, str]]:
 def nccl_log_lines(job: Any) -> int:
     """Lines NCCL logged (``NCCL INFO``/``NCCL WARN``) across every replica of an emulated job."""
     return sum(line.count("NCCL INFO") + line.count("NCCL WARN") for r in job.runs for line in [r.log()])
+
+
+def pool_env_lines(spec: dict[str, Any]) -> list[str]:
+    """One line per worker pool of a job spec: the environment its container gets."""
+    return [f"workerpool{i}.container_spec.env: "
+            + ", ".join(f"{e['name']}={e['value']}" for e in pool["container_spec"].get("env", []))
+            for i, pool in enumerate(spec["worker_pool_specs"]) if pool]
+
+
+def nccl_here_text(job: Any, gpus: int) -> str:
+    """What an emulated job run with NCCL_DEBUG=INFO logged, and what that means on a machine
+    with `gpus` GPUs (none: its replicas used gloo, which reads no NCCL variable)."""
+    text = (f"emulated job with NCCL_DEBUG=INFO: {nccl_log_lines(job)} NCCL log line(s) in its replica logs, "
+            f"{gpus} GPU(s) on this machine\n")
+    if gpus == 0:
+        return text + ("no GPU here: the replicas used gloo, which reads no NCCL_* variable; NCCL variables act "
+                       "only between GPUs, and what one changes (all-reduce bus bandwidth with and without it) "
+                       "needs a GPU machine to measure, so no such figure is shown")
+    return text + "with GPUs, each rank's log shows NCCL's choices (NCCL INFO lines)"

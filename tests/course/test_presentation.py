@@ -83,3 +83,24 @@ def test_an_estimate_says_whether_it_was_measured():
     assert hardware_choice.estimate_basis(guess, 0.43) == \
         "estimate: datasheet peak × 43% MFU, not measured on TPU v6e"
     assert hardware_choice.estimate_basis(replace(guess, measured=True), 0.43) == "measured here"
+
+
+def test_nccl_lines_say_what_each_pool_gets_and_what_a_cpu_run_cannot_show():
+    spec = {"worker_pool_specs": [{"container_spec": {"env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}}, {},
+                                  {"container_spec": {}}]}
+    assert multinode.pool_env_lines(spec) == ["workerpool0.container_spec.env: NCCL_DEBUG=INFO",
+                                              "workerpool2.container_spec.env: "]
+
+    class Run:
+        def __init__(self, text):
+            self.text = text
+
+        def log(self):
+            return self.text
+
+    class Job:
+        runs = [Run("x NCCL INFO a\nNCCL INFO b"), Run("NCCL WARN c")]
+
+    assert multinode.nccl_log_lines(Job()) == 3
+    assert "no such figure is shown" in multinode.nccl_here_text(Job(), 0)
+    assert "3 NCCL log line(s)" in multinode.nccl_here_text(Job(), 8) and "gloo" not in multinode.nccl_here_text(Job(), 8)

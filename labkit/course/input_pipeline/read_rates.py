@@ -8,7 +8,9 @@ Readers are found by key (`READERS`); their labels are for display.
 
 from __future__ import annotations
 
+import math
 import os
+import statistics
 import time
 import warnings
 from dataclasses import dataclass
@@ -191,14 +193,25 @@ class FeedEstimate:
     why: str = ""
     margin: float = 1.5
     image_bytes: int = 224 * 224 * 3
+    # 224² JPEGs one process decodes per second here (None: not measured)
+    decodes_per_s: float | None = None
 
     @property
     def images_per_s(self) -> float:
         return self.margin * self.reference.value
 
     @property
-    def workers(self) -> int:
+    def reading_workers(self) -> int:
         return workers_to_feed(images_per_s=self.images_per_s, image_bytes=self.image_bytes, gb_per_s=self.gb_per_s)
+
+    @property
+    def decoding_workers(self) -> int | None:
+        return math.ceil(self.images_per_s / self.decodes_per_s) if self.decodes_per_s else None
+
+    @property
+    def workers(self) -> int:
+        """The loader processes the appetite needs: the more of reading and decoding."""
+        return max(self.reading_workers, self.decoding_workers or 0)
 
     def text(self, record_kb: int) -> str:
         if self.reference is None:
@@ -207,17 +220,46 @@ class FeedEstimate:
                 f"{self.margin:g}× that is {self.images_per_s:,.0f} images/s, "
                 f"{self.images_per_s * self.image_bytes / 1e9:.2f} GB/s of pixels\n"
                 f"one loader process here reads {self.gb_per_s:.2f} GB/s of {record_kb} KB records: about "
-                f"{self.workers} worker(s) would feed {self.margin:g}× that H100 rate (decoding not included)")
+                f"{self.reading_workers} worker(s) would read {self.margin:g}× that H100 rate"
+                + ("" if self.decoding_workers is None else
+                   f"\nbut the images arrive as JPEGs: one process here decodes {self.decodes_per_s:,.0f} of "
+                   f"224² a second, so decoding alone needs about {self.decoding_workers} worker(s); the "
+                   f"pipeline needs the more of the two, {self.workers} (a rough figure: this machine's "
+                   f"cores, no augmentation, which costs more on top)"))
 
 
-def feed_estimate(gb_per_s: float) -> FeedEstimate:
-    """`FeedEstimate` for one loader process reading `gb_per_s`."""
+def feed_estimate(gb_per_s: float, decodes_per_s: float | None = None) -> FeedEstimate:
+    """`FeedEstimate` for one loader process reading `gb_per_s` and decoding `decodes_per_s`
+    224² JPEGs a second (`jpeg_decodes_per_s`; None leaves decoding out, and says so)."""
     from labkit.hardware.results import ResultsUnavailable
 
     try:
-        return FeedEstimate(gb_per_s, reference_resnet())
+        return FeedEstimate(gb_per_s, reference_resnet(), decodes_per_s=decodes_per_s)
     except ResultsUnavailable as e:
-        return FeedEstimate(gb_per_s, None, str(e))
+        return FeedEstimate(gb_per_s, None, str(e), decodes_per_s=decodes_per_s)
+
+
+def jpeg_decodes_per_s(seconds: float = 0.3, size: int = 224, repeats: int = stats.MIN_REPEATS) -> float:
+    """224² JPEGs (quality 90, photo-like) one process decodes to RGB pixels per second here:
+    the median of `repeats` runs of at least `seconds` each, with Pillow, as a loader worker
+    would."""
+    import io
+
+    from PIL import Image
+
+    from labkit.profiling.workload import encoded_images
+
+    images = encoded_images("jpeg", size)
+
+    def one_run() -> float:
+        done, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            for data in images:
+                Image.open(io.BytesIO(data)).convert("RGB").load()
+            done += len(images)
+        return done / (time.perf_counter() - start)
+
+    return statistics.median(one_run() for _ in range(repeats))
 
 
 def plot_rates(rates: ReadRates, path: str | os.PathLike | None = None):
