@@ -135,8 +135,9 @@ def _row(rows: list[dict], t: int, method: str) -> dict:
 
 def doubling(rows: list[dict]) -> list[str]:
     """Sentences computed from `measure`'s rows: how the kept memory grew each time T doubled
-    (or grew), for each method; the memory ratio at the longest T and what the score matrix
-    accounts for; and the time ratio there with its verdict from the spreads."""
+    (or grew), for each method; the memory ratio at the longest T and how much of the written-out
+    version's the score matrix and mask account for; and the time ratio there with its verdict
+    from the spreads."""
     sizes = sorted({r["T"] for r in rows})
     out = []
     if len(sizes) >= 2:
@@ -145,15 +146,18 @@ def doubling(rows: list[dict]) -> list[str]:
                      for a, b in zip(sizes, sizes[1:], strict=False)]
             growth = sizes[-1] / sizes[-2]
             out.append(f"{m}: from T={sizes[0]} to T={sizes[-1]} the memory kept for backward grew "
-                       f"{', '.join(steps)} per step of {growth:g}× in T "
+                       f"{', '.join(steps)} at each {growth:g}× step in T "
                        f"({'T²' if m == 'manual' else 'T'} would be {growth ** (2 if m == 'manual' else 1):g}×).")
     t = sizes[-1]
     man, sd = _row(rows, t, "manual"), _row(rows, t, "sdpa")
-    extra = man["saved_mib"] - sd["saved_mib"]
+    mask_mib = t * t / 2**20  # the causal mask: one byte per (query, key) pair
+    explained = man["score_matrix_mib"] + mask_mib
     out.append(f"At T={t}: manual kept {man['saved_mib']:.1f} MiB, SDPA {sd['saved_mib']:.2f} MiB "
-               f"({man['saved_mib'] / sd['saved_mib']:.0f}× less with SDPA); the difference, "
-               f"{extra:.1f} MiB, is {extra / man['score_matrix_mib']:.2f}× one T×T score matrix "
-               f"({man['score_matrix_mib']:.1f} MiB).")
+               f"({man['saved_mib'] / sd['saved_mib']:.0f}× less with SDPA). One T×T score matrix per "
+               f"head ({man['score_matrix_mib']:.1f} MiB, softmax's output, kept for its own backward and "
+               f"the product with v) and the T×T causal mask ({mask_mib:.1f} MiB, a byte per entry) are "
+               f"{explained / man['saved_mib']:.0%} of manual's; SDPA keeps its output and a maximum and "
+               f"sum per row, which grow with T.")
     if man["peak_mib"] is not None:
         out.append(f"Peak allocated during forward + backward at T={t}: manual {man['peak_mib']:.1f} MiB, "
                    f"SDPA {sd['peak_mib']:.1f} MiB.")
