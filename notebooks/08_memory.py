@@ -11,6 +11,7 @@
 # 3. **Activation checkpointing**: store less, recompute in backward: memory vs time, measured.
 # 4. **Sharding (FSDP / ZeRO-3)**: each process holds 1/N of weights, gradients and optimizer
 #    state instead of a full replica: measured per process with real processes.
+# 5. **Attention through SDPA**: the fused kernels never store the T×T score matrix.
 
 # %% tags=["parameters"]
 scale = "auto"
@@ -152,6 +153,60 @@ if has_torch:
     print(recipe_view.explain(fsdp_cmp))
     key_figure(f"recipe fsdp vs labkit train, {sharding_processes} processes: largest loss difference",
                fsdp_cmp.max_abs_diff, note=f"tolerance {fsdp_cmp.tolerance:.0e}")
+
+# %% [markdown]
+# ## 6. Attention: SDPA instead of the T×T matrix
+# Causal self-attention written out is `softmax(q kᵀ / √d + mask) v` per head, for a sequence of
+# T tokens (the model's block size): the scores `q kᵀ` form a T×T matrix per head, and autograd
+# keeps it (softmax's output) for the backward pass. **SDPA**, PyTorch's
+# `F.scaled_dot_product_attention`, computes the same function with fused kernels that walk over
+# the keys in tiles, keeping only a running maximum and sum per row, and recompute the tiles in
+# backward: the T×T matrix never exists. On CUDA, **FlashAttention-2** runs in fp16/bf16 on
+# compute capability 8.0 and newer (A100, L4, H100, H200) and the **memory-efficient** kernel
+# also in fp32 and on older GPUs (T4, V100); on the CPU a fused CPU kernel; where none applies,
+# SDPA falls back to the written-out maths. labkit's GPT already calls SDPA.
+#
+# Below, one forward and backward of the attention alone at three sequence lengths, both ways:
+# the bytes autograd keeps for backward (counted from the saved tensors, on any device; on a GPU
+# also the peak allocated), the time (median of round-robin repeats, with the range), and the
+# bytes of one T×T score matrix per head (batch × heads × T² × bytes per element) beside them.
+#
+# Before you run: when the sequence doubles, how much more memory does each keep, written out
+# and through SDPA?
+
+# %%
+if has_torch:
+    from labkit.course import attention
+
+    att = attention.measure(plan["attention_block_sizes"], batch=plan["attention_batch"],
+                            heads=plan["attention_heads"], head_dim=plan["attention_head_dim"],
+                            dtype=plan["attention_dtype"], device=device)
+    print(f"batch {plan['attention_batch']}, {plan['attention_heads']} heads of {plan['attention_head_dim']}, "
+          f"{plan['attention_dtype']}, on {att[0]['device']}")
+    display(Markdown(table(att, ["T", "method", "saved_mib", "peak_mib", "score_matrix_mib", "time_ms",
+                                 "time_low_ms", "time_high_ms"], markdown=True)))
+    print("\n".join(attention.doubling(att)))
+    longest = [r for r in att if r["T"] == max(plan["attention_block_sizes"])]
+    key_figure(f"attention memory at T={longest[0]['T']}: manual / SDPA", longest[0]["saved_mib"] / longest[1]["saved_mib"], "×")
+
+# %% [markdown]
+# `labkit/recipes/attention.py` trains labkit's GPT with its attention computed either way: the
+# written-out function and the SDPA call side by side, swapped into each block's attention layer
+# (same weights), and `--backend` to pin one SDPA kernel with `sdpa_kernel`. Before running: the
+# written-out version adds and divides in another order than the fused kernel; do you expect
+# its losses to equal `labkit train`'s?
+
+# %%
+recipe_view.show("attention")
+
+# %%
+if has_torch:
+    att_argv = recipe_view.flags(base, steps=tradeoff_steps, attention="manual")
+    print(recipe_view.command("attention", att_argv))
+    att_cmp = recipe_view.compare("attention", att_argv)
+    print(recipe_view.explain(att_cmp))
+    key_figure("recipe attention (written out) vs labkit train (SDPA): largest loss difference",
+               att_cmp.max_abs_diff, note=f"tolerance {att_cmp.tolerance:.0e}")
 
 # %% [markdown]
 # ### A common mistake: "a 110M-parameter model needs 440 MB"

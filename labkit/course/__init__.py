@@ -23,7 +23,7 @@ By notebook:
     05  profiling
     06  multinode (all-reduce bandwidth, gradient compression)
     07  preemption: drill, spot, writes
-    08  memory (accumulation, activation checkpointing, FSDP next to DDP)
+    08  memory (accumulation, activation checkpointing, FSDP next to DDP), attention (manual vs SDPA)
     09  capstone
     10  model_parallel
     11  tuning

@@ -40,6 +40,7 @@ TRAINING_RECIPES = {
     "mixed_precision": ("torch", None),
     "preemptible": ("torch", None),
     "profile": ("torch", None),
+    "attention": ("torch", None),
     "tfrecord_pipeline": ("torch", None),
     "keras_mixed_precision": ("tf", None),
     "tf_multiworker": ("tf", "tf_config"),
@@ -51,6 +52,7 @@ NOTEBOOKS = {
     "tfrecord_pipeline": "03_input_pipelines", "mixed_precision": "04_mixed_precision",
     "keras_mixed_precision": "04_mixed_precision", "profile": "05_profiling",
     "vertex_job": "06_multi_node", "preemptible": "07_spot_and_preemption", "fsdp": "08_memory",
+    "attention": "08_memory",
     "zero": "10_model_parallelism", "deepspeed_zero": "10_model_parallelism",
     "tensor_parallel": "10_model_parallelism", "pipeline": "10_model_parallelism",
 }

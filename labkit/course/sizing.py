@@ -546,7 +546,14 @@ def _plan_08(scale: str, machine: Machine, *, model: str = "gpt", sharding_proce
             notes.append(f"tradeoff batch {batch} (of {tradeoff_batch}): what fits {machine.gpu.memory_gib:.0f} GiB "
                          f"in fp32 with headroom, a multiple of micro_steps={micro_steps}")
     sizes = {"batch_limit": fitting_batch(machine, model, "fp32", largest=4096) * 4 if full_gpu else 4096,
-             "tradeoff_batch": batch, "sharding_scale": shard_scale, "sharding_device": where.device}
+             "tradeoff_batch": batch, "sharding_scale": shard_scale, "sharding_device": where.device,
+             # Attention, manual vs SDPA: the smoke GPT's heads (2 of 32) on a CPU; GPT-2 small's
+             # (12 of 64) on a GPU, in its 16-bit format (FlashAttention needs fp16 or bf16), at
+             # a batch whose written-out T×T matrices stay a fraction of the GPU's memory.
+             "attention_block_sizes": [1024, 2048, 4096] if full_gpu else [256, 512, 1024],
+             "attention_batch": (8 if machine.gpu.memory_gib >= 40 else 2) if full_gpu else 1,
+             "attention_heads": 12 if full_gpu else 2, "attention_head_dim": 64 if full_gpu else 32,
+             "attention_dtype": machine.gpu.fastest_format() if full_gpu else "fp32"}
 
     def estimate(s):
         if not full_gpu:

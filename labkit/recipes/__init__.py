@@ -10,6 +10,7 @@ tests to give `labkit train`'s per-step losses for the same settings.
 | tensor_parallel       | DTensor `parallelize_module`: column- then row-parallel linears        |
 | pipeline              | `torch.distributed.pipelining` stages, GPipe / 1F1B, tied weights      |
 | mixed_precision       | TF32 switches, autocast bf16 / fp16, GradScaler                        |
+| attention             | `F.scaled_dot_product_attention` against the T×T matrix, `sdpa_kernel` |
 | preemptible           | SIGTERM handler, fsspec checkpoints with a commit marker, resume       |
 | profile               | torch.profiler schedule, record_function, TensorBoard trace            |
 | tfrecord_pipeline     | TFRecord shards, tf.data interleave / map / prefetch, torch DataLoader |

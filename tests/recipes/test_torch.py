@@ -228,3 +228,43 @@ def test_recipes_use_no_engine():
                 [a.name for a in node.names] if isinstance(node, ast.Import) else []
             bad = [n for n in names if n.startswith(banned)]
             assert not bad, f"{path.name} imports {bad}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attention", ["sdpa", "manual"])
+def test_attention_recipe_equals_the_engine(tmp_path, attention):
+    """SDPA is what labkit's GPT calls: the engine's losses. The written-out attention is the same
+    maths summed in another order; over 10 steps and seeds 0-2 its losses differed from SDPA's by
+    at most 4.8e-7 here (one float32 ulp of a loss near 6), so fp32's 1e-5 holds it with room
+    for the rounding that Adam carries from step to step."""
+    argv = ["--model", "gpt", "--steps", "4", *SMALL, "--attention", attention,
+            "--metrics-out", str(tmp_path / "m.json")]
+    _recipe("attention", *argv)
+    data = json.loads((tmp_path / "m.json").read_text())
+    assert data["run"]["attention"] == attention
+    _assert_equal(_losses(tmp_path / "m.json"), _engine(argv))
+
+
+def test_attention_swap_keeps_labkit_s_parameters_and_output():
+    """The recipe's Attention layer reuses labkit's qkv and proj: same parameter names in the
+    same order (so AdamW's groups match), and with SDPA the model's output unchanged."""
+    from labkit.recipes import attention, common
+
+    args = attention.common.parser("t").parse_args(["--model", "gpt"])
+    labkit_model, swapped = common.torch_model(args), common.torch_model(args)
+    for block in swapped.blocks:
+        block.attn = attention.Attention(block.attn, attention.sdpa_attention)
+    assert [n for n, _ in swapped.named_parameters()] == [n for n, _ in labkit_model.named_parameters()]
+    x = torch.randint(0, 512, (2, 64))
+    assert torch.equal(swapped(x), labkit_model(x))
+
+
+def test_attention_flags_fail_with_one_line_naming_the_flag(capsys):
+    from labkit.recipes import attention
+
+    for argv, message in ((["--model", "cnn"], "--model cnn: only gpt has attention"),
+                          (["--model", "gpt", "--attention", "manual", "--backend", "math"], "--backend math: picks an SDPA kernel"),
+                          (["--model", "gpt", "--backend", "efficient", "--device", "cpu"], "--backend efficient: CUDA only")):
+        with pytest.raises(SystemExit) as e:
+            attention.main(argv)
+        assert e.value.code == 2 and message in capsys.readouterr().err

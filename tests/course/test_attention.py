@@ -1,0 +1,58 @@
+"""Notebook 08's attention measurement: the written-out attention and SDPA compute the same
+function, and the memory each keeps for backward grows as its structure says (T² with the score
+matrix, T without). No timing is asserted."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from labkit.course import attention  # noqa: E402
+from labkit.recipes.attention import manual_attention, sdpa_attention  # noqa: E402
+
+
+def _qkv(t: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(2, 2, t, 32, generator=g, requires_grad=True) for _ in range(3)]
+
+
+def test_manual_and_sdpa_give_the_same_outputs_and_gradients():
+    q, k, v = _qkv(64)
+    a = manual_attention(q, k, v)
+    grads_a = torch.autograd.grad(a.square().sum(), (q, k, v))
+    b = sdpa_attention(q, k, v)
+    grads_b = torch.autograd.grad(b.square().sum(), (q, k, v))
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for ga, gb in zip(grads_a, grads_b, strict=True):
+        torch.testing.assert_close(ga, gb, rtol=1e-5, atol=1e-5)
+
+
+def test_kept_memory_grows_with_t_squared_by_hand_and_with_t_through_sdpa():
+    kept = {t: {name: attention.saved_bytes(f, *_qkv(t)) for name, f in
+                (("manual", manual_attention), ("sdpa", sdpa_attention))} for t in (64, 128, 256)}
+    for t in (64, 128):
+        assert 3.5 < kept[2 * t]["manual"] / kept[t]["manual"] <= 4.0
+        assert 1.5 < kept[2 * t]["sdpa"] / kept[t]["sdpa"] <= 2.0
+    # What the written-out version keeps beyond SDPA is one score matrix per head (softmax's
+    # output, kept for the backward of both softmax and the product with v), within the bytes
+    # of the T×T causal mask and SDPA's own row statistics.
+    extra = kept[256]["manual"] - kept[256]["sdpa"]
+    assert extra == pytest.approx(attention.score_matrix_bytes(2, 2, 256), rel=0.1)
+
+
+def test_measure_gives_a_row_per_length_and_method_and_sentences_from_them():
+    rows = attention.measure((32, 64), batch=1, heads=2, head_dim=8, repeats=1, device="cpu")
+    assert [(r["T"], r["method"]) for r in rows] == [(32, "manual"), (32, "sdpa"), (64, "manual"), (64, "sdpa")]
+    assert all(r["peak_mib"] is None and r["time_low_ms"] <= r["time_ms"] <= r["time_high_ms"] for r in rows)
+    assert rows[2]["score_matrix_mib"] == 4 * rows[0]["score_matrix_mib"]
+    text = attention.doubling(rows)
+    assert text[0].startswith("manual: from T=32 to T=64") and text[1].startswith("sdpa:")
+    assert "At T=64" in text[2] and len(text) == 3  # one repeat: no timing verdict
+
+
+def test_bad_input_names_the_parameter():
+    with pytest.raises(ValueError, match="dtype"):
+        attention.measure((32,), dtype="int8")
+    with pytest.raises(ValueError, match="block_sizes"):
+        attention.measure((1,))
