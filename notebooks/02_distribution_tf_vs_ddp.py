@@ -215,6 +215,47 @@ if ddp_cmp is not None and processes > 1:
                note=f"{latency_ms / (1e3 * ddp_cmp.recipe.median_step_s()):.1%} of its median step here")
 
 # %% [markdown]
+# ### One machine, several devices: MirroredStrategy + fit
+# The first step of the Keras distributed-training guide needs no cluster: one process,
+# `tf.distribute.MirroredStrategy()`, the model built and compiled in `strategy.scope()`, then
+# `model.fit(dataset)`. `MirroredStrategy` places one **replica** (a copy of the model) on each
+# device of this machine; variables created in the scope are **mirrored** (one copy per device,
+# kept identical); `fit` cuts every batch of the dataset into one slice per replica, and the
+# gradients are all-reduced inside the process (NCCL between GPUs, a reduction on the host
+# between CPU devices) so every copy applies the same update. The dataset is therefore batched
+# at the **global** batch, as labkit's `batch_size` means it.
+#
+# Use it for the GPUs of one machine; `MultiWorkerMirroredStrategy` (next) is the same idea
+# across machines, with one process per machine and `TF_CONFIG` telling each where the others
+# are. This machine may have no GPU, so `--devices N` splits the CPU into N **logical devices**
+# (`tf.config.set_logical_device_configuration`) and the same code runs with N replicas here;
+# with GPUs it uses one replica per GPU (`--devices 0`: all of them). One trap the file works
+# around: Keras clips `global_clipnorm` inside each replica, on that replica's share of the
+# gradient, before the all-reduce; `AdamWClipSummed` clips the summed gradient, as one device
+# does (the recipe's tests measure the difference with clipping active).
+
+# %%
+recipe_view.show("keras_mirrored_fit")
+
+# %% [markdown]
+# Before running: the recipe trains with `processes` replicas, each computing on
+# `global_batch / processes` samples per step; the engine's single-process TensorFlow run
+# above took the whole global batch on one device. Do you expect the two loss curves to agree
+# to float rounding, or to differ because each replica saw only part of the batch?
+
+# %%
+mirrored_cmp = None
+if ("tf", 1) in comp.runs:
+    mirrored_argv = recipe_view.flags(job, devices=processes)
+    print(recipe_view.command("keras_mirrored_fit", mirrored_argv))
+    mirrored_cmp = recipe_view.compare("keras_mirrored_fit", mirrored_argv, engine=comp.runs[("tf", 1)].log)
+    print(mirrored_cmp.recipe.lines("MirroredStrategy:"))
+    recipe_view.plot(mirrored_cmp, out_dir / "recipe_keras_mirrored_fit.png")
+    print(recipe_view.explain(mirrored_cmp))
+    key_figure(f"recipe keras_mirrored_fit ({processes} replicas) vs labkit train (1): largest loss difference",
+               mirrored_cmp.max_abs_diff, note=f"same global batch; tolerance {mirrored_cmp.tolerance:.0e}")
+
+# %% [markdown]
 # ### The same job in TensorFlow
 # `labkit/recipes/tf_multiworker.py`: `TF_CONFIG` (Vertex's `master` renamed to `chief`),
 # `MultiWorkerMirroredStrategy`, the model and optimizer created in `strategy.scope()`,

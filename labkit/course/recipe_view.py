@@ -43,12 +43,14 @@ TRAINING_RECIPES = {
     "attention": ("torch", None),
     "tfrecord_pipeline": ("torch", None),
     "keras_mixed_precision": ("tf", None),
+    "keras_mirrored_fit": ("tf", None),  # one process; --devices N replicas inside it
     "tf_multiworker": ("tf", "tf_config"),
 }
 RECIPES = (*TRAINING_RECIPES, "vertex_job")
 # The notebook whose "The code" section shows and runs each recipe.
 NOTEBOOKS = {
-    "ddp": "02_distribution_tf_vs_ddp", "tf_multiworker": "02_distribution_tf_vs_ddp",
+    "ddp": "02_distribution_tf_vs_ddp", "keras_mirrored_fit": "02_distribution_tf_vs_ddp",
+    "tf_multiworker": "02_distribution_tf_vs_ddp",
     "tfrecord_pipeline": "03_input_pipelines", "mixed_precision": "04_mixed_precision",
     "keras_mixed_precision": "04_mixed_precision", "profile": "05_profiling",
     "vertex_job": "06_multi_node", "preemptible": "07_spot_and_preemption", "fsdp": "08_memory",
@@ -390,8 +392,12 @@ def explain(comparison: Comparison) -> str:
     """What the comparison shows, in sentences computed from it."""
     c = comparison
     n, diff, tol = len(c.recipe_losses), c.max_abs_diff, c.tolerance
-    who = (f"The recipe ({c.nproc} process{'es' if c.nproc > 1 else ''}) and `labkit train`"
-           + (" (the run above, same settings)" if c.engine_reused else ""))
+    replicas = len(c.recipe.run.get("devices") or ())  # in-process replicas (MirroredStrategy)
+    inside = f", {replicas} replicas" if replicas > 1 else ""
+    notes = (["the run above, same settings"] if c.engine_reused else []) + \
+        (["1 replica, the same global batch"] if replicas > 1 and c.nproc == 1 else [])
+    who = (f"The recipe ({c.nproc} process{'es' if c.nproc > 1 else ''}{inside}) and `labkit train`"
+           + (f" ({'; '.join(notes)})" if notes else ""))
     if diff == 0:
         out = (f"{who} logged the same {n} losses, bit for bit (largest difference 0): the code "
                f"on the page computes exactly what the engine computes.")

@@ -15,6 +15,7 @@ tests to give `labkit train`'s per-step losses for the same settings.
 | profile               | torch.profiler schedule, record_function, TensorBoard trace            |
 | tfrecord_pipeline     | TFRecord shards, tf.data interleave / map / prefetch, torch DataLoader |
 | keras_mixed_precision | Keras dtype policy, LossScaleOptimizer                                 |
+| keras_mirrored_fit    | MirroredStrategy on one machine's devices, `model.fit`, global batch   |
 | tf_multiworker        | TF_CONFIG, MultiWorkerMirroredStrategy, custom step, Keras fit         |
 | vertex_job            | google-cloud-aiplatform CustomJob: worker pools, Spot, Reduction Server |
 

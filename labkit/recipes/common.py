@@ -256,11 +256,12 @@ def tf_model(args: argparse.Namespace, dtype_policy: str = "float32"):
     return build_model(model_config(args), dtype=dtype_policy, seed=args.seed)
 
 
-def keras_adamw(model, args: argparse.Namespace):
+def keras_adamw(model, args: argparse.Namespace, optimizer_class=None):
     """Keras AdamW as `labkit train --framework tf` builds it (the torch twin's hyper-parameters:
     decay 0.1 on kernels and embeddings only, betas (0.9, 0.95), linear warm-up). It clips the
     global norm of the gradients it is given to `--grad-clip`. Create it inside
-    `strategy.scope()` when there is a strategy."""
+    `strategy.scope()` when there is a strategy. `optimizer_class`: a subclass of
+    `keras.optimizers.AdamW` to build instead."""
     import keras
 
     peak, warmup = args.lr, args.warmup_steps
@@ -269,9 +270,9 @@ def keras_adamw(model, args: argparse.Namespace):
         def __call__(self, step):
             return peak * keras.ops.minimum(1.0, (keras.ops.cast(step, "float32") + 1.0) / warmup)
 
-    optimizer = keras.optimizers.AdamW(learning_rate=Warmup() if warmup else peak, beta_1=0.9,
-                                       beta_2=0.95, epsilon=1e-8, weight_decay=0.1,
-                                       global_clipnorm=args.grad_clip or None)
+    optimizer = (optimizer_class or keras.optimizers.AdamW)(
+        learning_rate=Warmup() if warmup else peak, beta_1=0.9, beta_2=0.95, epsilon=1e-8,
+        weight_decay=0.1, global_clipnorm=args.grad_clip or None)
     optimizer.exclude_from_weight_decay(var_list=[v for v in model.trainable_variables
                                                   if len(v.shape) < 2])
     return optimizer

@@ -87,6 +87,9 @@ def test_command_is_what_a_learner_types():
         "torchrun --standalone --nproc-per-node 2 -m labkit.recipes.ddp --model gpt"
     assert recipe_view.command("ddp", argv) == "python -m labkit.recipes.ddp --model gpt"
     assert "in each of 2 workers" in recipe_view.command("tf_multiworker", argv, nproc=2)
+    # MirroredStrategy's replicas live in one process: --devices, not a launcher, makes them
+    assert recipe_view.command("keras_mirrored_fit", recipe_view.flags(model="cnn", devices=2)) == \
+        "python -m labkit.recipes.keras_mirrored_fit --model cnn --devices 2"
     with pytest.raises(ValueError, match="not one of"):
         recipe_view.command("nope", argv)
 
@@ -139,6 +142,10 @@ def test_explain_says_what_the_numbers_say():
     assert "each step exactly once" in resumed
     with pytest.raises(ValueError, match="logged 2 steps, the engine 3"):
         _ = _comparison([1.0, 2.0], [1.0, 2.0, 3.0]).max_abs_diff
+    mirrored = _comparison([1.0, 2.0], [1.0, 2.0000001])
+    mirrored.recipe.run = {"devices": ["/cpu:0", "/cpu:1"]}
+    assert recipe_view.explain(mirrored).startswith(
+        "The recipe (1 process, 2 replicas) and `labkit train` (1 replica, the same global batch) agree")
 
 
 def test_what_a_recipe_printed_is_found_by_words_and_blocks():
