@@ -138,13 +138,35 @@ def _global_batches(config: TrainConfig, arrays, first_step: int):
         gather_fn(x_all, y_all, config.input_latency_ms / 1000.0)).prefetch(2)
 
 
+def summed_clip_adamw():
+    """Keras' AdamW, except that `global_clipnorm` clips the gradient summed over the replicas.
+
+    Keras 3 clips each replica's share before the shares are summed, so under MirroredStrategy
+    a run clips differently from one device, from DDP + `clip_grad_norm_` and from the custom
+    loop (tensorflow/tensorflow#33929, read 2026-11-26); `labkit.recipes.keras_mirrored_fit`
+    measures the gap. Every share is scaled by the factor the summed gradient needs."""
+    import keras
+    import tensorflow as tf
+
+    class AdamW(keras.optimizers.AdamW):
+        def _clip_gradients(self, grads):
+            context = tf.distribute.get_replica_context()
+            if not self.global_clipnorm or context is None or context.num_replicas_in_sync == 1:
+                return super()._clip_gradients(grads)
+            norm = tf.linalg.global_norm(context.all_reduce(tf.distribute.ReduceOp.SUM, grads))
+            return [g * tf.minimum(1.0, self.global_clipnorm / tf.maximum(norm, 1e-12)) for g in grads]
+
+    return AdamW
+
+
 def _compile(model, schedule, config: TrainConfig, precision) -> None:
-    """Keras' own AdamW (it clips and all-reduces itself) with the engine's hyper-parameters."""
+    """Keras' AdamW (it all-reduces itself; clipping the summed gradient, `summed_clip_adamw`)
+    with the engine's hyper-parameters."""
     import keras
 
     clip = {"global_clipnorm": config.grad_clip} if config.grad_clip else {}
-    optimizer = keras.optimizers.AdamW(learning_rate=schedule, beta_1=0.9, beta_2=0.95,
-                                       epsilon=1e-8, weight_decay=0.1, **clip)
+    optimizer = summed_clip_adamw()(learning_rate=schedule, beta_1=0.9, beta_2=0.95,
+                                    epsilon=1e-8, weight_decay=0.1, **clip)
     optimizer.exclude_from_weight_decay(
         var_list=[v for v in model.trainable_variables if len(v.shape) < 2])
     if precision.loss_scaling:

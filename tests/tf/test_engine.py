@@ -279,3 +279,38 @@ def test_gpu_mixed_precision_run_reports_gpu_memory(precision):
     assert r.returncode == 0, r.stderr[-3000:]
     device, peak, loss = r.stdout.split()[-3:]
     assert device == "gpu" and int(peak) > 0 and float(loss) == float(loss)
+
+
+
+SUMMED_CLIP = """
+import json, tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras
+from labkit.tf.keras_fit import summed_clip_adamw
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+with strategy.scope():
+    ours = summed_clip_adamw()(learning_rate=1.0, global_clipnorm=1.0)
+    plain = keras.optimizers.AdamW(learning_rate=1.0, global_clipnorm=1.0)
+
+def clipped(opt):
+    first = tf.equal(tf.distribute.get_replica_context().replica_id_in_sync_group, 0)
+    share = tf.where(first, tf.constant([3.0, 0.0]), tf.constant([0.0, 4.0]))  # summed: (3, 4), norm 5
+    return opt._clip_gradients([share])[0]
+
+print(json.dumps({name: [t.numpy().tolist() for t in strategy.experimental_local_results(
+    strategy.run(tf.function(lambda: clipped(opt))))] for name, opt in (("ours", ours), ("plain", plain))}))
+"""
+
+
+@pytest.mark.slow
+def test_keras_loop_clips_the_gradient_summed_over_replicas():
+    """Under MirroredStrategy the Keras loop's optimizer scales every replica's share by what the
+    summed gradient needs (norm 5 clipped to 1: each share × 0.2), as one device would; Keras'
+    own AdamW clips each share by its own norm (3 and 4), which this test shows it still does."""
+    out = subprocess.run([sys.executable, "-c", SUMMED_CLIP], env=_env(), capture_output=True, text=True,
+                         timeout=240)
+    assert out.returncode == 0, out.stderr[-2000:]
+    shares = json.loads(out.stdout.strip().splitlines()[-1])
+    assert shares["ours"] == [pytest.approx([0.6, 0.0]), pytest.approx([0.0, 0.8])]
+    assert shares["plain"] == [pytest.approx([1.0, 0.0]), pytest.approx([0.0, 1.0])]
