@@ -81,20 +81,27 @@ def source(name: str) -> str:
     return _check(name).read_text(encoding="utf-8")
 
 
-def show(name: str):
+def show(name: str, folded: bool = False):
     """The recipe's source, syntax-highlighted in a notebook (plain text elsewhere), followed,
     folded under one line, by the source of every `common` helper it calls: everything the
-    recipe runs can be read on the page."""
+    recipe runs can be read on the page. `folded=True` folds the recipe itself under a line
+    naming it, what it teaches and its length (a page showing several recipes one after
+    another stays short; each is a click away)."""
     from IPython.display import Code
 
     class RecipeCode(Code):
         def _repr_html_(self) -> str:
+            html = super()._repr_html_()
+            if folded:
+                teaches = _docstring(name).split("\n\n")[0].replace("\n", " ")
+                html = (f"<details><summary>recipes/{name}.py ({lines_of_code(name)} lines of code): "
+                        f"{teaches}</summary>{html}</details>")
             helpers = common_helpers(name)
             if not helpers:
-                return super()._repr_html_()
-            folded = Code("\n\n".join(helpers.values()), language="python")._repr_html_()
-            return (super()._repr_html_() + f"<details><summary>recipes/common.py: the {len(helpers)} "
-                    f"helpers this recipe calls ({', '.join(helpers)})</summary>{folded}</details>")
+                return html
+            folded_helpers = Code("\n\n".join(helpers.values()), language="python")._repr_html_()
+            return (html + f"<details><summary>recipes/common.py: the {len(helpers)} helpers this "
+                    f"recipe calls ({', '.join(helpers)})</summary>{folded_helpers}</details>")
 
     return RecipeCode(source(name), language="python")
 
