@@ -11,6 +11,7 @@ tests to give `labkit train`'s per-step losses for the same settings.
 | pipeline              | `torch.distributed.pipelining` stages, GPipe / 1F1B, tied weights      |
 | mixed_precision       | TF32 switches, autocast bf16 / fp16, GradScaler                        |
 | preemptible           | SIGTERM handler, fsspec checkpoints with a commit marker, resume       |
+| elastic_ddp           | torchrun --max-restarts, atomic snapshot (os.replace), resume on start |
 | profile               | torch.profiler schedule, record_function, TensorBoard trace            |
 | tfrecord_pipeline     | TFRecord shards, tf.data interleave / map / prefetch, torch DataLoader |
 | keras_mixed_precision | Keras dtype policy, LossScaleOptimizer                                 |
