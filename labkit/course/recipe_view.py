@@ -188,6 +188,14 @@ class RecipeRun:
                    if ln.startswith("step ") and " loss " in ln]
         return sorted({int(s) for s in printed if printed.count(s) > 1})
 
+    def redone_text(self, failed_at: int) -> str:
+        """A worker failed at the start of step `failed_at`: the steps trained twice, computed
+        from the resumed step the recipe recorded, checked against the steps it printed twice."""
+        resumed = self.run.get("resumed_at_step") or 0  # None: no snapshot yet, step 0 again
+        return (f"A worker failed at the start of step {failed_at}; the newest snapshot named step "
+                f"{resumed} as the next one, so {failed_at - resumed} step(s) were trained twice; "
+                f"the steps both attempts printed: {self.repeated_steps()}.")
+
     def lines(self, *words: str) -> str:
         """The lines the recipe printed that contain any of `words`."""
         return "\n".join(ln for ln in self.output.splitlines() if any(w in ln for w in words))

@@ -143,6 +143,7 @@ def test_a_torchrun_restart_is_read_from_the_metrics_and_the_printed_steps():
     run = recipe_view.RecipeRun("elastic_ddp", [], [0], out, steps,
                                 {"restart_count": 1, "resumed_at_step": 1}, [1])
     assert run.restarts == 1 and run.repeated_steps() == [1]
+    assert "so 1 step(s) were trained twice; the steps both attempts printed: [1]" in run.redone_text(2)
     text = recipe_view.explain(recipe_view.Comparison(run, [2.3, 2.2, 2.1], "fp32", nproc=2))
     assert "torchrun restarted its worker group 1 time(s)" in text and "resumed with step(s) 1" in text
     assert "exit 143" not in text and "each step exactly once" in text
