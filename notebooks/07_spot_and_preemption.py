@@ -319,3 +319,53 @@ if frameworks.has_torch():
                note=f"medians, {saves['state_mb']:.0f} MB of state")
     key_figure(f"background checkpoint: a save + {saves['steps_after']} steps until written / synchronous",
                saves["total_over_sync_total"], "×", note="medians; the writer shares the CPU with training")
+
+# %% [markdown]
+# ## Fault-tolerant DDP with `torchrun --max-restarts`
+# The drill above restarted a whole job, as Vertex does after a preemption. Inside a running job
+# one DDP worker process can also die on its own (a crash, the out-of-memory killer). A DDP
+# process group cannot lose a member: the other workers would wait in the next all-reduce
+# forever. `torchrun`, PyTorch's launcher (it starts one worker process per GPU or CPU slot),
+# watches its workers: when one fails it **stops all of them and starts the whole group again**,
+# up to `--max-restarts N` times (then it gives up and exits non-zero), and tells each new
+# process its attempt number in `TORCHELASTIC_RESTART_COUNT`. The new processes know only what
+# is on disk, so the training script must save a **snapshot** (model, optimizer, LR schedule,
+# the next step and the data position) regularly and load it whenever one exists: on every
+# start, not only after a failure. `labkit/recipes/elastic_ddp.py` does it the way PyTorch's
+# fault-tolerance tutorial does, with rank 0 writing the snapshot to a temporary file and
+# renaming it over the old one (`os.replace`), so a kill mid-write leaves the previous snapshot
+# whole, never a torn one.
+#
+# How this differs from the preemption earlier in this notebook: there Vertex restarted the
+# **job** (new VMs, the container started again, a SIGTERM first giving the script the chance
+# to save); here torchrun restarts the **processes** on the same machine within seconds, and the
+# failing worker gives no warning, so everything since the last snapshot is trained again. On
+# Vertex the two combine: torchrun absorbs a crashed worker inside a replica, and Vertex's own
+# restarts (the rules printed at the top) handle a lost VM.
+
+# %%
+recipe_view.show("elastic_ddp")
+
+# %% [markdown]
+# Before running: two workers, a snapshot every `checkpoint_every` steps, and rank 1 exits
+# abruptly at the start of step `preempt_step` on the first attempt; torchrun may restart the
+# group twice. How many steps are trained twice? And do you expect the losses in the metrics
+# file (every step once) to equal an uninterrupted `labkit train` run?
+
+# %%
+if frameworks.has_torch():
+    snapshot_dir = tempfile.mkdtemp(prefix="recipe-snapshot-", dir=workdir)
+    elastic_argv = recipe_view.flags(model="cnn", scale=scale, steps=steps, snapshot_every=checkpoint_every,
+                                     fail_at_step=preempt_step, snapshot=f"{snapshot_dir}/snapshot.pt")
+    print(recipe_view.command("elastic_ddp", elastic_argv, nproc=2, max_restarts=2))
+    elastic = recipe_view.compare("elastic_ddp", elastic_argv, nproc=2, max_restarts=2)
+
+# %%
+if frameworks.has_torch():
+    print(elastic.recipe.lines("exiting abruptly", "resumed from"))
+    recipe_view.plot(elastic, workdir / "recipe_elastic_ddp.png")
+    print(recipe_view.explain(elastic))
+    print(elastic.recipe.redone_text(preempt_step))
+    key_figure("recipe elastic_ddp (worker killed, torchrun restart, snapshot resume) vs uninterrupted labkit train: "
+               "largest loss difference", elastic.max_abs_diff,
+               note=f"{len(elastic.recipe.repeated_steps())} step(s) trained twice, tolerance {elastic.tolerance:.0e}")

@@ -37,6 +37,7 @@ TRAINING_RECIPES = {
     "deepspeed_zero": ("torch", "torchrun"),
     "tensor_parallel": ("torch", "torchrun"),
     "pipeline": ("torch", "torchrun"),
+    "elastic_ddp": ("torch", "torchrun"),
     "mixed_precision": ("torch", None),
     "preemptible": ("torch", None),
     "profile": ("torch", None),
@@ -53,8 +54,8 @@ NOTEBOOKS = {
     "tf_multiworker": "02_distribution_tf_vs_ddp",
     "tfrecord_pipeline": "03_input_pipelines", "mixed_precision": "04_mixed_precision",
     "keras_mixed_precision": "04_mixed_precision", "profile": "05_profiling",
-    "vertex_job": "06_multi_node", "preemptible": "07_spot_and_preemption", "fsdp": "08_memory",
-    "attention": "08_memory",
+    "vertex_job": "06_multi_node", "preemptible": "07_spot_and_preemption",
+    "elastic_ddp": "07_spot_and_preemption", "fsdp": "08_memory", "attention": "08_memory",
     "zero": "10_model_parallelism", "deepspeed_zero": "10_model_parallelism",
     "tensor_parallel": "10_model_parallelism", "pipeline": "10_model_parallelism",
 }
@@ -181,13 +182,20 @@ def flags(config: TrainConfig | None = None, **values: Any) -> list[str]:
     return argv
 
 
-def command(name: str, argv: list[str], nproc: int = 1) -> str:
-    """The command line a learner types to run the recipe as `compare` and `run` do."""
+def _torchrun_flags(nproc: int, max_restarts: int | None) -> list[str]:
+    restarts = [] if max_restarts is None else ["--max-restarts", str(max_restarts)]
+    return ["--standalone", "--nproc-per-node", str(nproc), *restarts]
+
+
+def command(name: str, argv: list[str], nproc: int = 1, max_restarts: int | None = None) -> str:
+    """The command line a learner types to run the recipe as `compare` and `run` do.
+    `max_restarts`: torchrun's `--max-restarts` (how often it restarts the worker group after a
+    worker fails; torchrun's default 0 when None)."""
     _check(name)
     module = f"labkit.recipes.{name}"
     launcher = TRAINING_RECIPES.get(name, ("torch", None))[1]
     if nproc > 1 and launcher == "torchrun":
-        return shlex.join(["torchrun", "--standalone", "--nproc-per-node", str(nproc), "-m", module, *argv])
+        return shlex.join(["torchrun", *_torchrun_flags(nproc, max_restarts), "-m", module, *argv])
     text = shlex.join(["python", "-m", module, *argv])
     if nproc > 1 and launcher == "tf_config":
         return f"{text}   # in each of {nproc} workers, each with its own TF_CONFIG"
@@ -213,8 +221,25 @@ class RecipeRun:
 
     @property
     def restarts(self) -> int:
-        """How many times the run was preempted (exit 143) and started again."""
-        return sum(1 for c in self.returncodes if c == PREEMPTED_EXIT_CODE)
+        """How many times the run was preempted (exit 143) and started again, or torchrun
+        restarted its worker group after a failure (the `restart_count` the recipe recorded)."""
+        return (sum(1 for c in self.returncodes if c == PREEMPTED_EXIT_CODE)
+                + int(self.run.get("restart_count") or 0))
+
+    def repeated_steps(self) -> list[int]:
+        """The steps the recipe printed ("step N loss ...") more than once: trained again after
+        a restart because they came after the last snapshot."""
+        printed = [ln.split()[1] for ln in self.output.splitlines()
+                   if ln.startswith("step ") and " loss " in ln]
+        return sorted({int(s) for s in printed if printed.count(s) > 1})
+
+    def redone_text(self, failed_at: int) -> str:
+        """A worker failed at the start of step `failed_at`: the steps trained twice, computed
+        from the resumed step the recipe recorded, checked against the steps it printed twice."""
+        resumed = self.run.get("resumed_at_step") or 0  # None: no snapshot yet, step 0 again
+        return (f"A worker failed at the start of step {failed_at}; the newest snapshot named step "
+                f"{resumed} as the next one, so {failed_at - resumed} step(s) were trained twice; "
+                f"the steps both attempts printed: {self.repeated_steps()}.")
 
     def lines(self, *words: str) -> str:
         """The lines the recipe printed that contain any of `words`."""
@@ -249,12 +274,13 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _launch(name: str, argv: list[str], nproc: int, timeout_s: float) -> tuple[list[int], str]:
+def _launch(name: str, argv: list[str], nproc: int, timeout_s: float,
+            max_restarts: int | None = None) -> tuple[list[int], str]:
     framework, launcher = TRAINING_RECIPES.get(name, ("torch", None))
     module = f"labkit.recipes.{name}"
     if nproc > 1 and launcher == "torchrun":
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc-per-node={nproc}", "-m", module, *argv]
+        cmd = [sys.executable, "-m", "torch.distributed.run", *_torchrun_flags(nproc, max_restarts),
+               "-m", module, *argv]
         r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=timeout_s)
         return [r.returncode], r.stdout + r.stderr
     if nproc > 1 and launcher == "tf_config":
@@ -279,10 +305,12 @@ def _launch(name: str, argv: list[str], nproc: int, timeout_s: float) -> tuple[l
     return [r.returncode], r.stdout + r.stderr
 
 
-def run(name: str, argv: list[str], *, nproc: int = 1, timeout_s: float = 600.0) -> RecipeRun:
+def run(name: str, argv: list[str], *, nproc: int = 1, timeout_s: float = 600.0,
+        max_restarts: int | None = None) -> RecipeRun:
     """Run a training recipe with `argv` (`nproc` processes for ddp, fsdp and tf_multiworker)
     and read its metrics back. A run that exits 143 after a preemption drill is started again
-    with the same flags, as Vertex restarts a preempted job, until it finishes."""
+    with the same flags, as Vertex restarts a preempted job, until it finishes. `max_restarts`:
+    torchrun's `--max-restarts` for the torchrun recipes (torchrun restarts the group itself)."""
     _check(name)
     if name not in TRAINING_RECIPES:
         raise ValueError(f"recipe {name!r} does not train; see submit_locally for vertex_job")
@@ -292,7 +320,7 @@ def run(name: str, argv: list[str], *, nproc: int = 1, timeout_s: float = 600.0)
     metrics_out = argv[argv.index("--metrics-out") + 1]
     result = RecipeRun(name, argv, [], "")
     for _ in range(MAX_RESTARTS + 1):
-        codes, output = _launch(name, argv, nproc, timeout_s)
+        codes, output = _launch(name, argv, nproc, timeout_s, max_restarts)
         result.returncodes += codes
         result.output += output
         if any(c not in (0, PREEMPTED_EXIT_CODE) for c in codes):
@@ -302,6 +330,8 @@ def run(name: str, argv: list[str], *, nproc: int = 1, timeout_s: float = 600.0)
             result.resumed_at.append(data["steps"][0]["step"])
         result.steps += data["steps"]
         result.run = data.get("run", {})
+        if result.run.get("restart_count") and result.run.get("resumed_at_step") is not None:
+            result.resumed_at.append(result.run["resumed_at_step"])  # torchrun restarted it
         if all(c == 0 for c in codes):
             return result
     raise RuntimeError(f"recipe {name} was still preempted after {MAX_RESTARTS} restarts")
@@ -382,13 +412,14 @@ def check_engine_run(name: str, argv: list[str], log: MetricsLog, nproc: int = 1
 
 
 def compare(name: str, argv: list[str], *, nproc: int = 1, engine: MetricsLog | None = None,
-            timeout_s: float = 600.0) -> Comparison:
+            timeout_s: float = 600.0, max_restarts: int | None = None) -> Comparison:
     """Run the recipe, then the engine with the same settings; `.max_abs_diff` is the largest
     per-step loss difference. `engine`: a `labkit train` run already made with the same settings
-    (checked field by field, see `check_engine_run`) to compare against instead of a new one."""
+    (checked field by field, see `check_engine_run`) to compare against instead of a new one.
+    `max_restarts`: torchrun's `--max-restarts` (see `run`)."""
     if engine is not None:
         check_engine_run(name, argv, engine, nproc)
-    recipe = run(name, argv, nproc=nproc, timeout_s=timeout_s)
+    recipe = run(name, argv, nproc=nproc, timeout_s=timeout_s, max_restarts=max_restarts)
     if engine is not None:
         return Comparison(recipe, engine.losses, _engine_config(name, argv).precision, nproc, True)
     losses, precision = engine_losses(name, argv, nproc)
@@ -418,8 +449,11 @@ def explain(comparison: Comparison) -> str:
     if c.recipe.restarts:
         steps = [s["step"] for s in c.recipe.steps]
         once = "each step exactly once" if steps == list(range(n)) else "NOT each step exactly once"
-        out += (f" The recipe was preempted {c.recipe.restarts} time(s) (exit {PREEMPTED_EXIT_CODE}) "
-                f"and started again with the same command; it resumed with step(s) "
+        how = (f"A worker failed and torchrun restarted its worker group {c.recipe.restarts} time(s)"
+               if c.recipe.run.get("restart_count") else
+               f"The recipe was preempted {c.recipe.restarts} time(s) (exit {PREEMPTED_EXIT_CODE}) "
+               f"and started again with the same command")
+        out += (f" {how}; it resumed with step(s) "
                 f"{', '.join(map(str, c.recipe.resumed_at))}, and its logged steps are {once}.")
     return out
 

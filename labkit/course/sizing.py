@@ -528,7 +528,10 @@ def _plan_07(scale: str, machine: Machine, *, replicas: int = 2, **_: Any) -> _D
 
     def estimate(s):
         per = CPU_STEP_S["cnn"] + s["input_latency_ms"] / 1000.0
-        return 3 * _cpu_run_seconds(s["steps"], per, replicas) + 2 * _cpu_run_seconds(s["steps"], CPU_STEP_S["cnn"]) + 25.0
+        # + the fault-tolerant DDP section: two torchrun attempts of 2 processes and the engine's run
+        elastic = 3 * _cpu_run_seconds(s["steps"], CPU_STEP_S["cnn"], 2)
+        return 3 * _cpu_run_seconds(s["steps"], per, replicas) + 2 * _cpu_run_seconds(s["steps"], CPU_STEP_S["cnn"]) \
+            + elastic + 25.0
     return _Draft(sizes, estimate, (Elastic("steps", 12),), notes=notes)
 
 

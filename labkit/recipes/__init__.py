@@ -12,6 +12,7 @@ tests to give `labkit train`'s per-step losses for the same settings.
 | mixed_precision       | TF32 switches, autocast bf16 / fp16, GradScaler                        |
 | attention             | `F.scaled_dot_product_attention` against the T×T matrix, `sdpa_kernel` |
 | preemptible           | SIGTERM handler, fsspec checkpoints with a commit marker, resume       |
+| elastic_ddp           | torchrun --max-restarts, atomic snapshot (os.replace), resume on start |
 | profile               | torch.profiler schedule, record_function, TensorBoard trace            |
 | tfrecord_pipeline     | TFRecord shards, tf.data interleave / map / prefetch, torch DataLoader |
 | keras_mixed_precision | Keras dtype policy, LossScaleOptimizer                                 |

@@ -89,6 +89,8 @@ def test_command_is_what_a_learner_types():
     assert recipe_view.command("ddp", argv, nproc=2) == \
         "torchrun --standalone --nproc-per-node 2 -m labkit.recipes.ddp --model gpt"
     assert recipe_view.command("ddp", argv) == "python -m labkit.recipes.ddp --model gpt"
+    assert recipe_view.command("elastic_ddp", argv, nproc=2, max_restarts=3) == \
+        "torchrun --standalone --nproc-per-node 2 --max-restarts 3 -m labkit.recipes.elastic_ddp --model gpt"
     assert "in each of 2 workers" in recipe_view.command("tf_multiworker", argv, nproc=2)
     # MirroredStrategy's replicas live in one process: --devices, not a launcher, makes them
     assert recipe_view.command("keras_mirrored_fit", recipe_view.flags(model="cnn", devices=2)) == \
@@ -149,6 +151,20 @@ def test_explain_says_what_the_numbers_say():
     mirrored.recipe.run = {"devices": ["/cpu:0", "/cpu:1"]}
     assert recipe_view.explain(mirrored).startswith(
         "The recipe (1 process, 2 replicas) and `labkit train` (1 replica, the same global batch) agree")
+
+
+def test_a_torchrun_restart_is_read_from_the_metrics_and_the_printed_steps():
+    """elastic_ddp exits 0 after torchrun restarted it: the restart and the resumed step come from
+    its metrics run section, the steps trained twice from its printed lines."""
+    out = "step 0 loss 2.3\nstep 1 loss 2.2\nrank 1: exiting\nattempt 1: resumed\nstep 1 loss 2.2\nstep 2 loss 2.1"
+    steps = [{"step": i, "loss": x} for i, x in enumerate([2.3, 2.2, 2.1])]
+    run = recipe_view.RecipeRun("elastic_ddp", [], [0], out, steps,
+                                {"restart_count": 1, "resumed_at_step": 1}, [1])
+    assert run.restarts == 1 and run.repeated_steps() == [1]
+    assert "so 1 step(s) were trained twice; the steps both attempts printed: [1]" in run.redone_text(2)
+    text = recipe_view.explain(recipe_view.Comparison(run, [2.3, 2.2, 2.1], "fp32", nproc=2))
+    assert "torchrun restarted its worker group 1 time(s)" in text and "resumed with step(s) 1" in text
+    assert "exit 143" not in text and "each step exactly once" in text
 
 
 def test_what_a_recipe_printed_is_found_by_words_and_blocks():
