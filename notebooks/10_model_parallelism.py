@@ -209,19 +209,19 @@ recipe_view.show("zero")
 # Tensor parallelism with DTensor:
 
 # %%
-recipe_view.show("tensor_parallel", folded=True)
+recipe_view.show("tensor_parallel").folded()
 
 # %% [markdown]
 # Pipeline parallelism with `torch.distributed.pipelining`:
 
 # %%
-recipe_view.show("pipeline", folded=True)
+recipe_view.show("pipeline").folded()
 
 # %% [markdown]
 # DeepSpeed ZeRO:
 
 # %%
-recipe_view.show("deepspeed_zero", folded=True)
+recipe_view.show("deepspeed_zero").folded()
 
 # %% [markdown]
 # One recipe run here as a learner runs it (`torchrun -m labkit.recipes.NAME`) against

@@ -82,18 +82,24 @@ def source(name: str) -> str:
     return _check(name).read_text(encoding="utf-8")
 
 
-def show(name: str, folded: bool = False):
+def show(name: str):
     """The recipe's source, syntax-highlighted in a notebook (plain text elsewhere), followed,
     folded under one line, by the source of every `common` helper it calls: everything the
-    recipe runs can be read on the page. `folded=True` folds the recipe itself under a line
-    naming it, what it teaches and its length (a page showing several recipes one after
+    recipe runs can be read on the page. `show(name).folded()` folds the recipe itself under a
+    line naming it, what it teaches and its length (a page showing several recipes one after
     another stays short; each is a click away)."""
     from IPython.display import Code
 
     class RecipeCode(Code):
+        fold = False
+
+        def folded(self) -> RecipeCode:
+            self.fold = True
+            return self
+
         def _repr_html_(self) -> str:
             html = super()._repr_html_()
-            if folded:
+            if self.fold:
                 teaches = _docstring(name).split("\n\n")[0].replace("\n", " ")
                 html = (f"<details><summary>recipes/{name}.py ({lines_of_code(name)} lines of code): "
                         f"{teaches}</summary>{html}</details>")

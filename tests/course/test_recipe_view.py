@@ -28,7 +28,7 @@ def test_every_recipe_is_shown_from_its_file():
     html = code._repr_html_()
     assert "<details><summary>recipes/common.py" in html and html.count('class="highlight"') == 2
     assert recipe_view.common_helpers("vertex_job") == {}
-    folded = recipe_view.show("pipeline", folded=True)._repr_html_()
+    folded = recipe_view.show("pipeline").folded()._repr_html_()
     assert folded.startswith("<details><summary>recipes/pipeline.py (") and folded.count("<details>") == 2
     assert folded.count('class="highlight"') == 2 and folded.count("<summary>") == 2
     with pytest.raises(ValueError, match="'nope' is not one of"):
