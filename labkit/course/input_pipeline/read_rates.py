@@ -220,7 +220,7 @@ class FeedEstimate:
                 f"{self.margin:g}× that is {self.images_per_s:,.0f} images/s, "
                 f"{self.images_per_s * self.image_bytes / 1e9:.2f} GB/s of pixels\n"
                 f"one loader process here reads {self.gb_per_s:.2f} GB/s of {record_kb} KB records: about "
-                f"{self.reading_workers} worker(s) would read {self.margin:g}× that H100 rate"
+                f"{self.reading_workers} worker(s) would read {self.margin:g}× that rate"
                 + ("" if self.decoding_workers is None else
                    f"\nbut the images arrive as JPEGs: one process here decodes {self.decodes_per_s:,.0f} of "
                    f"224² a second, so decoding alone needs about {self.decoding_workers} worker(s); the "
