@@ -88,8 +88,9 @@ class Engine:
     - `wait_for_saves()`: join a save still in flight, re-raising its error;
     - `peak_memory()`: peak bytes of the device (or process) so far, None if unknown;
     - `final_run_info()`: entries for the metrics `run` section, added before its last write;
-    - `evaluate()`: after each checkpoint and the last step (not after a stop or a divergence),
-      entries for the `run` section measured on held-out data (`{"heldout": {"loss": ...}}`).
+    - `evaluate()`: after the last step (not after a stop or a divergence), and after each
+      checkpoint in a tuning trial whose metric is `heldout_loss`: entries for the `run` section
+      measured on held-out data (`{"heldout": {"loss": ...}}`).
     """
 
     next_batch: Callable[[], Any]
@@ -269,6 +270,9 @@ class _Driver:
         self.policy = CheckpointPolicy.of(config, enabled=self.save is not None)
         self.waiting: _Dispatched | None = None
         self.clock = time.perf_counter()
+        # Held-out loss is measured after the last step; at checkpoints too inside a tuning
+        # trial that optimises it (the median stopping rule compares trials at each report).
+        self.evaluates_at_checkpoints = hypertune.tuning_metric() == "heldout_loss"
 
     def step(self, step: int) -> None:
         """Run optimizer step `step`; raises `Preempted` once it is checkpointed after a stop."""
@@ -305,8 +309,8 @@ class _Driver:
             self.guard.chain()
             raise Preempted(step, self.guard.reason, saved=self.save is not None)
         if save:
-            if step + 1 < self.config.steps:
-                self.evaluate()  # so a tuning trial reports held-out loss at every checkpoint
+            if step + 1 < self.config.steps and self.evaluates_at_checkpoints:
+                self.evaluate()  # the trial reports held-out loss at every checkpoint
             self.write_metrics()
 
     def evaluate(self) -> None:

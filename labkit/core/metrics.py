@@ -33,7 +33,7 @@ class StepMetrics:
     peak_memory_bytes: int | None = None
     lr: float | None = None
     skipped: bool = False  # fp16 overflow: the optimizer step was skipped
-    # loss on held-out samples, measured after this step (checkpoint steps and the last one)
+    # loss on held-out samples, measured after this step (the last one; checkpoints in a trial)
     heldout_loss: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -128,7 +128,8 @@ class TrainConfig:
     seed: int = _opt(0, "seed of weights and data order")
     num_samples: int | None = _opt(None, "synthetic dataset size (default: max(4096, 64 x batch))")
     # Samples of the same source the run never trains on (labkit.data.synthetic.held_out): their
-    # loss after the last step is the metrics summary's `heldout_loss`, what tuning optimises.
+    # loss after the last step (and at each checkpoint of a tuning trial that optimises it) is
+    # the metrics' `heldout_loss`. Throughput ladders set 0: a smoke CPU run pays about a second.
     eval_samples: int = _opt(256, "held-out samples whose loss is measured after the last step "
                              "(0: none)")
     # Input pipeline knobs: loader worker processes, pinned host memory, and an injected per-batch

@@ -113,7 +113,7 @@ class CapstoneConfig:
         batch = self.batch_size or default_batch(self.model, scale)
         return TrainConfig(framework=self.resolved_framework(), model=self.model, scale=scale, steps=steps,
                            batch_size=batch, precision="fp32", seed=self.seed, device=self.device,
-                           progress=False)
+                           progress=False, eval_samples=0)  # levers are timed: no held-out pass
 
     def compile_included(self) -> bool:
         return compile_included(self.include_compile, resolve_scale(self.scale))

@@ -107,7 +107,8 @@ def base_config(scale: str = "smoke", *, steps: int = 8, batch_size: int = 32, s
     """The run every mode repeats: labkit's GPT at `scale`, fp32, on `device` ("cpu": gloo
     processes; "cuda" only with a GPU for every process, `labkit.course.sizing` decides)."""
     return TrainConfig(model="gpt", scale=resolve_scale(scale), steps=steps, batch_size=batch_size,
-                       seed=seed, device=device, progress=False)
+                       seed=seed, device=device, progress=False,
+                       eval_samples=0)  # memory, bytes and losses are compared: no held-out pass
 
 
 def run_one(base: TrainConfig, mode: Mode | None, metrics_out: Path) -> ModeResult:

@@ -44,10 +44,15 @@ def test_fit_writes_metrics_and_learns(tmp_path):
     assert (tmp_path / "m.json").exists()
 
 
-def test_a_smoke_model_learns_on_samples_it_never_saw_and_evaluating_changes_nothing(tmp_path):
+def test_a_smoke_model_learns_on_samples_it_never_saw_and_evaluating_changes_nothing(tmp_path, monkeypatch):
     """The course's smoke task: ten steps of the smoke CNN at lr 10^-2 take the held-out loss well
-    under chance (ln 10); held-out loss is measured at each checkpoint and after the last step,
-    and measuring it leaves the training losses exactly as they were."""
+    under chance (ln 10); held-out loss is measured after the last step, and at each checkpoint
+    inside a tuning trial that optimises it, and measuring it leaves the training losses exactly
+    as they were."""
+    from labkit.core import hypertune
+
+    monkeypatch.setenv(hypertune.TUNING_METRIC_ENV, "heldout_loss")
+    monkeypatch.setenv(hypertune.METRIC_FILE_ENV, str(tmp_path / "hypertune" / "output.metrics"))
     cfg = replace(BASE, steps=10, batch_size=64, lr=1e-2, num_samples=None, checkpoint_every=5,
                   checkpoint_dir=str(tmp_path / "ck"), metrics_out=str(tmp_path / "m.json"))
     log = engine.fit(cfg)
@@ -59,6 +64,9 @@ def test_a_smoke_model_learns_on_samples_it_never_saw_and_evaluating_changes_not
     assert data["summary"]["heldout_loss"] == heldout["loss"] == log.steps[-1]["heldout_loss"]
     plain = engine.fit(replace(cfg, eval_samples=0, checkpoint_dir=str(tmp_path / "ck0"), metrics_out=None))
     assert plain.losses == log.losses and "heldout" not in plain.run
+    monkeypatch.delenv(hypertune.TUNING_METRIC_ENV)  # outside a trial: after the last step only
+    once = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "ck1"), metrics_out=None))
+    assert [s["step"] for s in once.steps if "heldout_loss" in s] == [9] and once.losses == log.losses
 
 
 def test_on_step_callback_sees_every_step():

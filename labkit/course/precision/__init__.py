@@ -183,7 +183,7 @@ def _train_torch(config: PrecisionLadderConfig, rung: Rung, scale: str, steps: i
                       num_workers=0 if scale == "smoke" else min(8, max(1, (os.cpu_count() or 2) // 2)),
                       pin_memory=scale == "full", precision=rung.precision, channels_last=rung.channels_last,
                       compile=rung.compile, seed=config.seed, device=config.device,
-                      progress=False, grad_clip=None)
+                      progress=False, grad_clip=None, eval_samples=0)  # a rate, not a lesson in learning
     log = fit(cfg)
     s = log.to_dict()["summary"]
     return _row("torch", rung, log, mfu=s.get("median_mfu"),
@@ -197,7 +197,7 @@ def _train_tf(config: PrecisionLadderConfig, rung: Rung, scale: str, steps: int,
 
     log = fit(TrainConfig(framework="tf", model=config.model, scale=scale, batch_size=batch, seed=config.seed,
                           device=config.device, progress=False, grad_clip=None, steps=steps,
-                          precision=rung.precision, compile=rung.compile))
+                          precision=rung.precision, compile=rung.compile, eval_samples=0))
     s = log.to_dict()["summary"]
     row = _row("tf", rung, log, mfu=None, activation_mib=None,
                peak_memory_mib=s["peak_memory_bytes"] / 2**20 if log.run["device"] == "gpu" else None)

@@ -49,7 +49,8 @@ class DrillConfig:
     def train_config(self) -> TrainConfig:
         return TrainConfig(framework="torch", model=self.model, steps=self.steps,
                            batch_size=self.batch_size, checkpoint_every=self.checkpoint_every,
-                           input_latency_ms=self.input_latency_ms, device="cpu")
+                           input_latency_ms=self.input_latency_ms, device="cpu",
+                           eval_samples=0)  # the drill's lesson is the exact resume
 
     def spec(self, name: str) -> dict:
         return training_job(self.train_config(), output_uri=f"{self.bucket}/{name}",
