@@ -198,10 +198,13 @@ def _execute(nb: Path, out: Path, params: dict, timeout_s: float, env: dict[str,
             os.killpg(proc.pid, signal.SIGKILL)  # the kernel and every process it started
             proc.wait()
     seconds = time.perf_counter() - start
-    record: dict = {"status": status, "seconds": round(seconds, 1), "output": str(output)}
+    # Paths relative to --out: the JSON names no folder of the machine it ran on.
+    record: dict = {"status": status, "seconds": round(seconds, 1), "output": str(output.relative_to(out))}
     if result.exists():
         data = json.loads(result.read_text(encoding="utf-8"))
-        record.update(figures=data["figures"], log=data["log"], notebook_seconds=round(data["seconds"], 1))
+        log = data["log"] and Path(data["log"]).resolve()
+        record.update(figures=data["figures"], notebook_seconds=round(data["seconds"], 1),
+                      log=str(log.relative_to(out)) if log and log.is_relative_to(out) else data["log"])
         if not data["ok"]:
             record.update(status="failed", error=data["error"])
     elif status == "ok":

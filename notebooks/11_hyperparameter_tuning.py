@@ -117,7 +117,7 @@ print("\n".join(tuning.conclusions(summary, records, spot_cost, on_demand_cost, 
                                    chance=chance)))
 if summary.best is not None:
     key_figure("best learning rate found", summary.best.parameters["lr"],
-               note=f"held-out loss {summary.best.metric:.4f}, chance {chance:.4f}")
+               note=f"held-out loss {summary.best.metric:.3g}, chance {chance:.4f}")
 key_figure("trials stopped early by the median rule", sum(r.early_stopped for r in records), note=f"of {len(records)}")
 key_figure("study cost on Spot / on demand", spot_cost.total_usd / on_demand_cost.total_usd, "×")
 

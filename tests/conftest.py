@@ -26,6 +26,14 @@ def recipe_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def launch_output(r) -> str:
+    """What a failed recipe or torchrun launch printed that explains it: the workers' own lines
+    first ("[rankN]: ..." under torchrun, their tracebacks), then the end of stdout and stderr.
+    torchrun's closing ChildFailedError report, all a plain tail shows, names no cause."""
+    workers = [line for line in r.stderr.splitlines() if line.startswith("[rank")]
+    return "\n".join(workers[-60:] + ["---"]) + "\n" + r.stdout[-2000:] + r.stderr[-2000:]
+
+
 def child_pids(pid: int) -> list[int]:
     """Processes whose parent is `pid` (from /proc)."""
     found = []

@@ -50,14 +50,14 @@ def conclusions(summary: StudySummary, records: Sequence[TrialRecord], spot: Stu
     if best is None:
         out.append("No trial finished, so the study has no best configuration.")
     elif chance is not None and best.metric >= LEARNED_BELOW * chance:
-        out.append(f"No trial learned: the best metric, {best.metric:.4f}, is not under {LEARNED_BELOW:g} × "
+        out.append(f"No trial learned: the best metric, {best.metric:.4g}, is not under {LEARNED_BELOW:g} × "
                    f"chance ({chance:.4f}), so the ranking of these trials is noise and names no best "
                    f"configuration. Give the trials more steps.")
     else:
         values = ", ".join(f"{k}={_fmt(v)}" for k, v in best.parameters.items())
         against = f" (chance {chance:.4f})" if chance is not None else ""
         out.append(f"Best of {len(records)} trials: trial {best.trial_id} ({values}), metric "
-                   f"{best.metric:.4f}{against} at its last report.")
+                   f"{best.metric:.4g}{against} at its last report.")
         finished = sorted(r.metric for r in records if r.state == "SUCCEEDED" and r.metric is not None)
         if len(finished) > 1:
             spread = (finished[-1] - finished[0]) / abs(finished[0]) if finished[0] else math.inf

@@ -10,6 +10,7 @@ it never trained on (`held_out`), and curves can be compared across frameworks.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -149,6 +150,21 @@ def held_out(dataset: SyntheticImages | SyntheticTokens, count: int) -> tuple[np
     else:
         longer = SyntheticImages(replace(dataset.config, num_samples=n + count))
     return longer.batch(range(n, n + count))
+
+
+def held_out_batches(model_cfg: ModelConfig, num_samples: int, seed: int, count: int,
+                     batch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The held-out samples of a run on `for_model(model_cfg, num_samples, seed)` (see
+    `held_out`) in batches of `batch`: (inputs, targets) numpy arrays, images as generated (HWC).
+    Both engines evaluate these, in this order."""
+    inputs, targets = held_out(for_model(model_cfg, num_samples, seed), count)
+    for i in range(0, count, batch):
+        yield inputs[i:i + batch], targets[i:i + batch]
+
+
+def heldout_record(mean_loss: float, count: int, model_cfg: ModelConfig) -> dict:
+    """A run's `{"heldout": {"loss", "samples", "chance"}}` record, as both engines write it."""
+    return {"heldout": {"loss": mean_loss, "samples": count, "chance": chance_loss(model_cfg)}}
 
 
 def chance_loss(model_cfg: ModelConfig) -> float:

@@ -191,23 +191,38 @@ class CourseRun:
         return (f"benchmarks/results/{self.file.name}: the course at scale {d.get('scale')} on "
                 f"{self.device} ({self.file.software}), {d.get('date')}{trimmed}; `{d.get('command', '')}`")
 
-    def figures(self, notebook: str) -> list[Reference]:
-        """Key figures one notebook recorded in this run (`notebook`: "04" or its full stem)."""
+    def _record(self, notebook: str) -> tuple[str, dict] | None:
+        """(stem, record) of `notebook` ("04" or its full stem) when it finished ok in this run."""
         for stem, record in self.file.data.get("notebooks", {}).items():
             if stem.startswith(notebook[:2]) and record.get("status") == "ok":
-                return [Reference(stem, f["name"], f["value"], f.get("unit", ""), self.file)
-                        for f in record.get("figures", []) if isinstance(f.get("value"), (int, float))]
-        return []
+                return stem, record
+        return None
+
+    def ran(self, notebook: str) -> bool:
+        """Whether `notebook` ran in this run and finished ok."""
+        return self._record(notebook) is not None
+
+    def figures(self, notebook: str) -> list[Reference]:
+        """Key figures one notebook recorded in this run (`notebook`: "04" or its full stem)."""
+        found = self._record(notebook)
+        if found is None:
+            return []
+        stem, record = found
+        return [Reference(stem, f["name"], f["value"], f.get("unit", ""), self.file)
+                for f in record.get("figures", []) if isinstance(f.get("value"), (int, float))]
 
 
-def course_run() -> CourseRun | None:
-    """The newest full-size course run on a GPU in `results_dir()`, or None."""
+def course_run(notebook: str | None = None) -> CourseRun | None:
+    """The newest full-size course run on a GPU in `results_dir()`, or None. With `notebook`
+    ("04" or its full stem): the newest in which that notebook ran and finished ok; a later run
+    of other notebooks does not hide it."""
     if not results_dir().exists():
         return None
     runs = []
     for path in results_dir().glob(f"*{COURSE_SUFFIX}"):
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("scale") == "full" and data.get("machine", {}).get("gpu"):
-            runs.append(((str(data.get("date", "")), str(data.get("finished_at", "")), path.name),
-                         ResultsFile(path.name, data)))
-    return CourseRun(max(runs, key=lambda r: r[0])[1]) if runs else None
+            run = CourseRun(ResultsFile(path.name, data))
+            if notebook is None or run.ran(notebook):
+                runs.append(((str(data.get("date", "")), str(data.get("finished_at", "")), path.name), run))
+    return max(runs, key=lambda r: r[0])[1] if runs else None

@@ -193,13 +193,22 @@ def to_device(batch, device):
 def adamw(model, args: argparse.Namespace):
     """AdamW and its warm-up schedule exactly as `labkit train` builds them: weight decay 0.1 on
     matrices and kernels only (not on biases and norm scales), betas (0.9, 0.95), the LR rising
-    linearly over `--warmup-steps`. Returns (optimizer, scheduler)."""
-    import torch
+    linearly over `--warmup-steps`. Returns (optimizer, scheduler).
 
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
-    # The fused CUDA kernel updates every parameter in one launch.
+    Sharded parameters (tensor parallelism's DTensors) get groups of their own: the fused and
+    multi-tensor kernels take one kind of tensor per call, and a mixed group fails on the GPU
+    ("got mixed torch.Tensor and DTensor")."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
+    groups = []
+    for sharded in (False, True):
+        params = [p for p in model.parameters() if isinstance(p, DTensor) == sharded]
+        decay = [p for p in params if p.dim() >= 2]
+        no_decay = [p for p in params if p.dim() < 2]
+        groups += [g for g in ({"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0})
+                   if g["params"]]
+    # The fused CUDA kernel updates every parameter of a group in one launch.
     fused = next(model.parameters()).is_cuda
     optimizer = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), fused=fused)
     warmup = args.warmup_steps

@@ -202,16 +202,13 @@ def heldout_loss(config: TrainConfig, model, model_cfg, micro_batch: int) -> dic
 
     if not config.eval_samples:
         return {}
-    source = synthetic.for_model(model_cfg, config.num_samples_or_default(), config.seed)
-    inputs, targets = synthetic.held_out(source, config.eval_samples)
     total = 0.0
-    for i in range(0, len(targets), micro_batch):
-        x, y = inputs[i:i + micro_batch], targets[i:i + micro_batch]
+    for x, y in synthetic.held_out_batches(model_cfg, config.num_samples_or_default(), config.seed,
+                                           config.eval_samples, micro_batch):
         logits = tf.cast(model(tf.constant(x), training=False), tf.float32)
         per_sample = tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
         total += float(tf.reduce_sum(tf.reduce_mean(tf.reshape(per_sample, (len(y), -1)), axis=1)))
-    return {"heldout": {"loss": total / len(targets), "samples": len(targets),
-                        "chance": synthetic.chance_loss(model_cfg)}}
+    return synthetic.heldout_record(total / config.eval_samples, config.eval_samples, model_cfg)
 
 
 def _barrier(strategy):

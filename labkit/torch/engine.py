@@ -602,26 +602,24 @@ def heldout_loss(config: TrainConfig, c: Components, micro_batch: int) -> dict:
     a pipeline (each stage holds part of the model; its forward is the schedule's)."""
     if not config.eval_samples or c.layout.mode == "pp":
         return {}
-    source = synthetic.for_model(c.model_config, config.num_samples_or_default(), config.seed)
-    inputs, targets = synthetic.held_out(source, config.eval_samples)
-    if inputs.ndim == 4:  # images: HWC as generated, NCHW as the model takes them
-        inputs = np.ascontiguousarray(inputs.transpose(0, 3, 1, 2))
+    batches = synthetic.held_out_batches(c.model_config, config.num_samples_or_default(), config.seed,
+                                         config.eval_samples, micro_batch)
     # Replicas (DDP, ZeRO-1) hold the whole model: its plain module, without DDP or compilation.
     model = c.model if c.strategy is None or c.layout.mode == "zero1" else c.forward_model
     was_training = c.model.training
     c.model.eval()
     total = torch.zeros((), device=c.device)
     try:
-        for i in range(0, len(targets), micro_batch):
-            x, y = to_device((torch.from_numpy(inputs[i:i + micro_batch]),
-                              torch.from_numpy(targets[i:i + micro_batch])), c, config.channels_last)
+        for inputs, targets in batches:
+            if inputs.ndim == 4:  # images: HWC as generated, NCHW as the model takes them
+                inputs = np.ascontiguousarray(inputs.transpose(0, 3, 1, 2))
+            x, y = to_device((torch.from_numpy(inputs), torch.from_numpy(targets)), c, config.channels_last)
             with c.policy.autocast():
                 loss = model(x, y) if config.fp8_head else loss_fn(model(x), y)
             total += loss.float() * len(y)
     finally:
         c.model.train(was_training)
-    return {"heldout": {"loss": total.item() / len(targets), "samples": len(targets),
-                        "chance": synthetic.chance_loss(c.model_config)}}
+    return synthetic.heldout_record(total.item() / config.eval_samples, config.eval_samples, c.model_config)
 
 
 def _loop_engine(config: TrainConfig, c: Components, loader: ResumableLoader,

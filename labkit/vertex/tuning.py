@@ -437,13 +437,13 @@ class StudySummary:
         for r in self.rows:
             values = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                for k, v in r["parameters"].items())
-            metric = "-" if r["metric"] is None else f"{r['metric']:.4f}"
+            metric = "-" if r["metric"] is None else f"{r['metric']:.4g}"
             lines.append(f"trial {r['trial']:>3}  {r['state']:<9}  metric {metric:>9}  "
                          f"{r['seconds']:6.1f}s  {values}")
         counts = ", ".join(f"{n} {s.lower()}" for s, n in sorted(self.states.items()))
         lines.append(f"{len(self.rows)} trials ({counts}); goal: {self.goal.lower()}")
         if self.best is not None:
-            lines.append(f"best: trial {self.best.trial_id}, metric {self.best.metric:.4f}, "
+            lines.append(f"best: trial {self.best.trial_id}, metric {self.best.metric:.4g}, "
                          f"{self.best.parameters}")
         return "\n".join(lines)
 

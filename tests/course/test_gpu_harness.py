@@ -33,6 +33,7 @@ def test_the_harness_runs_a_notebook_and_writes_its_results(tmp_path):
     assert tour["status"] == "ok" and tour["seconds"] > 0
     assert tour["plan"]["notebook"] == "00_tour" and tour["plan"]["expected_s"] > 0
     assert {f["name"] for f in tour["figures"]} >= {"GPUs", "course forecast here"}
+    assert (tour["output"], tour["log"]) == ("notebooks/00_tour.ipynb", "notebooks/00_tour.log")  # under --out
     assert (out / "notebooks" / "00_tour.ipynb").exists() and (out / "notebooks" / "00_tour.log").exists()
     assert not list((REPO / "benchmarks" / "results").glob(f"{report['date']}-cpu-course.json"))
 
@@ -44,3 +45,11 @@ def test_bad_flags_are_refused_on_one_line(tmp_path):
                              capture_output=True, text=True, timeout=120)
         assert run.returncode != 0 and what in run.stderr, (flags, run.stderr)
         assert "Traceback" not in run.stderr
+
+
+def test_the_gpu_check_script_parses_and_asks_for_its_folder():
+    """`benchmarks/gpu_check.sh` runs only where a GPU is; here: valid bash, and a usage line."""
+    script = REPO / "benchmarks" / "gpu_check.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    run = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=30)
+    assert run.returncode != 0 and "usage: benchmarks/gpu_check.sh OUT" in run.stderr

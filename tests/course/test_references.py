@@ -116,7 +116,7 @@ def test_reference_ladder_rows_are_the_benchmark_rows_without_a_course_run(monke
 
 
 def test_reference_ladder_is_notebook_04s_own_from_the_newest_course_run_on_a_gpu():
-    course = results.course_run()
+    course = results.course_run("04")
     if course is None:
         pytest.skip("no full-size course run on a GPU in benchmarks/results")
     rows, provenance = precision.reference_ladder()
@@ -124,6 +124,23 @@ def test_reference_ladder_is_notebook_04s_own_from_the_newest_course_run_on_a_gp
     assert rows and all(rungs[precision.RUNG_FIGURE.format(rung=r["rung"])] == r["samples_per_s"] for r in rows)
     assert rows[0]["key"] == "fp32" and rows[0]["speedup"] == 1.0
     assert course.file.name in provenance and course.device in provenance and "course_gpu.py" in provenance
+
+
+def test_a_later_course_run_of_other_notebooks_does_not_hide_notebook_04s(monkeypatch, tmp_path):
+    _benchmarks_only(monkeypatch, tmp_path)
+
+    def write(name: str, date: str, notebooks: dict) -> None:
+        (tmp_path / name).write_text(json.dumps({"date": date, "scale": "full", "machine": {"gpu": ["G"]},
+                                                 "notebooks": notebooks}))
+
+    ladder = {"status": "ok", "figures": [{"name": precision.RUNG_FIGURE.format(rung="fp32"), "value": 900.0}]}
+    write("2026-01-01-g-course.json", "2026-01-01", {"04_mixed_precision": ladder})
+    write("2026-02-01-g-course.json", "2026-02-01", {"00_tour": {"status": "ok", "figures": []},
+                                                    "04_mixed_precision": {"status": "timeout"}})
+    assert results.course_run().file.name == "2026-02-01-g-course.json"  # the newest of all
+    assert results.course_run("04").file.name == "2026-01-01-g-course.json"  # the newest with 04 ok
+    assert read_rates.reference_resnet().value == 900.0
+    assert precision.reference_ladder()[0][0]["samples_per_s"] == 900.0
 
 
 def test_gpu_appetite_and_mfu_references_come_from_the_files():

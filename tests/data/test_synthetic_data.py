@@ -1,9 +1,16 @@
 import numpy as np
 import pytest
 
-from labkit.core.models import CNNConfig, GPTConfig
+from labkit.core.models import CNNConfig, GPTConfig, build_config
 from labkit.data import ImageDatasetConfig, SyntheticImages, SyntheticTokens, TokenDatasetConfig
-from labkit.data.synthetic import chance_loss, class_colours, held_out
+from labkit.data.synthetic import (
+    chance_loss,
+    class_colours,
+    for_model,
+    held_out,
+    held_out_batches,
+    heldout_record,
+)
 
 
 def test_images_are_a_pure_function_of_seed_and_index():
@@ -68,3 +75,14 @@ def test_tokens_follow_the_stride_rule_with_noise():
     follows = ((x + cfg.stride) % cfg.vocab_size == y).mean()
     assert 0.6 < follows < 1.0
     assert np.array_equal(ds[5], SyntheticTokens(cfg)[5])
+
+
+def test_held_out_batches_are_the_held_out_samples_in_order():
+    """What both engines evaluate: `held_out`'s samples, in micro-batches, the last one short."""
+    cfg = build_config("cnn")
+    inputs, targets = held_out(for_model(cfg, 64, 3), 10)
+    parts = list(held_out_batches(cfg, 64, 3, 10, 4))
+    assert [len(y) for _, y in parts] == [4, 4, 2]
+    assert np.array_equal(np.concatenate([x for x, _ in parts]), inputs)
+    assert np.array_equal(np.concatenate([y for _, y in parts]), targets)
+    assert heldout_record(1.5, 10, cfg) == {"heldout": {"loss": 1.5, "samples": 10, "chance": chance_loss(cfg)}}

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.conftest import recipe_env
+from tests.conftest import launch_output, recipe_env
 from tests.recipes.test_torch import SMALL, _assert_equal, _engine
 
 torch = pytest.importorskip("torch")
@@ -30,7 +30,7 @@ def test_a_killed_worker_is_restarted_and_the_run_equals_the_uninterrupted_one(t
     argv = ["--model", "cnn", "--steps", "7", *SMALL, "--snapshot", str(tmp_path / "snapshot.pt"),
             "--snapshot-every", "2", "--fail-at-step", "3", "--metrics-out", str(tmp_path / "m.json")]
     r = _torchrun(2, *argv)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0, launch_output(r)
     assert "rank 1: exiting abruptly at step 3 (attempt 0)" in r.stdout
     assert "attempt 1: resumed from" in r.stdout and "at step 2" in r.stdout
     data = json.loads((tmp_path / "m.json").read_text())

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import launch_output
+
 pytest.importorskip("tensorflow")
 
 from labkit.recipes.common import engine_config_from_argv  # noqa: E402
@@ -35,7 +37,7 @@ def _env(tf_config: dict | None = None) -> dict[str, str]:
 def _recipe(name: str, *argv: str) -> None:
     r = subprocess.run([sys.executable, "-m", f"labkit.recipes.{name}", *argv], env=_env(),
                        capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0, launch_output(r)
 
 
 def _losses(path: Path) -> list[float]:
@@ -54,7 +56,7 @@ def _engine(argv: list[str], nproc: int = 1) -> list[float]:
     r = subprocess.run([sys.executable, "-m", "labkit", "train",
                         *to_argv(replace(config, metrics_out=str(out)))],
                        env=_env(), capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0, launch_output(r)
     return _losses(out)
 
 
@@ -158,7 +160,7 @@ def _mirrored(tmp_path: Path, devices: int, *flags: str, keras_clip: bool = Fals
                 "del r.AdamWClipSummed._clip_gradients; r.main(sys.argv[1:])")
         r = subprocess.run([sys.executable, "-c", code, *argv], env=_env(), capture_output=True,
                            text=True, timeout=300)
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+        assert r.returncode == 0, launch_output(r)
     run = json.loads(out.read_text())["run"]
     assert run["world_size"] == devices and len(run["devices"]) == devices
     return argv, _losses(out)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import recipe_env
+from tests.conftest import launch_output, recipe_env
 
 torch = pytest.importorskip("torch")
 
@@ -30,7 +30,7 @@ def _recipe(name: str, *argv: str, nproc: int = 1, expect: int = 0) -> subproces
         if nproc > 1 else []
     cmd = [sys.executable, *launcher, "-m", f"labkit.recipes.{name}", *argv]
     r = subprocess.run(cmd, env=recipe_env(), capture_output=True, text=True, timeout=300)
-    assert r.returncode == expect, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == expect, launch_output(r)
     return r
 
 
@@ -214,6 +214,35 @@ def test_fsdp_under_torchrun_equals_the_engine(tmp_path):
     argv = ["--model", "gpt", "--steps", "5", *SMALL, "--metrics-out", str(tmp_path / "m.json")]
     _recipe("fsdp", *argv, nproc=2)
     _assert_equal(_losses(tmp_path / "m.json"), _engine(argv, nproc=2))
+
+
+def test_adamw_keeps_sharded_parameters_apart_for_the_fused_kernel():
+    """A tensor-parallel model holds DTensor shards beside plain parameters. On a GPU the recipes
+    step AdamW's fused kernel, which (like the multi-tensor one) refuses a group mixing the two:
+    the recipe's groups hold one kind each, and the fused kernel steps them, here on the CPU."""
+    import argparse
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+
+    from labkit.recipes import common
+
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LayerNorm(8), torch.nn.Linear(8, 2))
+        parallelize_module(model, init_device_mesh("cpu", (1,)), {"0": ColwiseParallel()})
+        optimizer, _ = common.adamw(model, argparse.Namespace(lr=1e-3, warmup_steps=0))
+        kinds = [{isinstance(p, DTensor) for p in g["params"]} for g in optimizer.param_groups]
+        assert kinds == [{False}, {False}, {True}, {True}]
+        assert [g["weight_decay"] for g in optimizer.param_groups] == [0.1, 0.0, 0.1, 0.0]
+        fused = torch.optim.AdamW([{"params": g["params"], "weight_decay": g["weight_decay"]}
+                                   for g in optimizer.param_groups], fused=True)  # as on a GPU
+        model(torch.randn(3, 4)).sum().backward()
+        fused.step()
+    finally:
+        dist.destroy_process_group()
 
 
 def test_recipes_use_no_engine():

@@ -39,7 +39,7 @@ def reference_resnet():
     (value, what was measured, file, device, date)."""
     from labkit.hardware.results import best_resnet, course_run
 
-    course = course_run()
+    course = course_run("04")
     rungs = [f for f in (course.figures("04") if course else []) if f.label.startswith("ladder rung ")]
     return max(rungs, key=lambda f: f.value) if rungs else best_resnet()
 
