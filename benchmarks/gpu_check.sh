@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Everything in this repository that needs a GPU, in one run on a machine with one: the course at
 # full size (benchmarks/course_gpu.py), the GPU tests (pytest -m gpu) and GPT-2 small against the
-# compiled peer (benchmarks/bench_torch.py --best-only). Each part can have its own time limit, so a slow
-# part leaves the next its turn; the logs, the JSON files and the executed notebooks land in OUT
-# (eight files at most), and the script's last lines are a summary. On an H100 (2026-11-26) the GPU
-# tests outran 220 s and the benchmark, which compiles four variants, 200 s: give them more.
+# compiled peer (benchmarks/bench_torch.py --best-only). Each part can have its own time limit, so
+# a slow part leaves the next its turn; the logs, the JSON files and the executed notebooks land in
+# OUT (eight files at most), and the script's last lines are a summary. On an H100 (2026-11-26) the
+# GPU tests outran 220 s and the benchmark, which compiles four variants, 200 s: give them more.
 #
 #   benchmarks/gpu_check.sh OUT                          # the whole course, no time limits
 #   benchmarks/gpu_check.sh OUT --budget 150 --notebooks 00 01 04 11
