@@ -148,23 +148,26 @@ def _worker(config: TrainConfig, mode: str, out: str) -> None:
 def compare_sharding(config: TrainConfig, nproc: int = 2, *, timeout_s: float | None = None) -> list[dict[str, Any]]:
     """Rows (one per mode): per-rank MiB of parameters, gradients, optimizer state, and losses.
     The model must have `.blocks` (GPT, ResNet, CNN all do)."""
+    with tempfile.TemporaryDirectory(prefix="labkit-fsdp-") as tmp:  # the replicas' reports
+        return [_sharding_row(config, mode, nproc, Path(tmp), timeout_s)
+                for mode in track(("ddp", "fsdp"), "sharding comparison", unit="mode")]
+
+
+def _sharding_row(config: TrainConfig, mode: str, nproc: int, tmp: Path, timeout_s: float | None) -> dict[str, Any]:
+    """One mode's row of `compare_sharding`: its replicas run, rank 0's report read from `tmp`."""
     from labkit.torch.launch import launch_replicas
 
-    rows = []
-    tmp = Path(tempfile.mkdtemp(prefix="labkit-fsdp-"))
-    for mode in track(("ddp", "fsdp"), "sharding comparison", unit="mode"):
-        def cmd(rank: int, mode: str = mode) -> list[str]:
-            return [sys.executable, "-m", "labkit.course.memory", "--mode", mode, "--out",
-                    str(tmp / f"{mode}-{rank}.json"), "--config", json.dumps(asdict(config))]
+    def cmd(rank: int) -> list[str]:
+        return [sys.executable, "-m", "labkit.course.memory", "--mode", mode, "--out",
+                str(tmp / f"{mode}-{rank}.json"), "--config", json.dumps(asdict(config))]
 
-        launch_replicas(cmd, nproc, timeout_s=timeout_s, what=f"{mode} replica")
-        r0 = json.loads((tmp / f"{mode}-0.json").read_text())
-        mib = 2**20
-        rows.append({"mode": mode, "processes": nproc, "param_mib": r0["param_bytes"] / mib,
-                     "grad_mib": r0["grad_bytes"] / mib, "optimizer_mib": r0["optimizer_bytes"] / mib,
-                     "state_mib": (r0["param_bytes"] + r0["grad_bytes"] + r0["optimizer_bytes"]) / mib,
-                     "final_loss": r0["losses"][-1], "losses": r0["losses"]})
-    return rows
+    launch_replicas(cmd, nproc, timeout_s=timeout_s, what=f"{mode} replica")
+    r0 = json.loads((tmp / f"{mode}-0.json").read_text())
+    mib = 2**20
+    return {"mode": mode, "processes": nproc, "param_mib": r0["param_bytes"] / mib,
+            "grad_mib": r0["grad_bytes"] / mib, "optimizer_mib": r0["optimizer_bytes"] / mib,
+            "state_mib": (r0["param_bytes"] + r0["grad_bytes"] + r0["optimizer_bytes"]) / mib,
+            "final_loss": r0["losses"][-1], "losses": r0["losses"]}
 
 
 def main(argv: list[str] | None = None) -> None:

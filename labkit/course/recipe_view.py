@@ -321,8 +321,10 @@ def run(name: str, argv: list[str], *, nproc: int = 1, timeout_s: float = 600.0,
     if name not in TRAINING_RECIPES:
         raise ValueError(f"recipe {name!r} does not train; see submit_locally for vertex_job")
     argv = list(argv)
-    if "--metrics-out" not in argv:
-        argv += ["--metrics-out", str(Path(tempfile.mkdtemp(prefix=f"recipe-{name}-")) / "m.json")]
+    if "--metrics-out" not in argv:  # a file of our own, read back and then deleted
+        with tempfile.TemporaryDirectory(prefix=f"recipe-{name}-") as tmp:
+            return run(name, [*argv, "--metrics-out", str(Path(tmp) / "m.json")], nproc=nproc,
+                       timeout_s=timeout_s, max_restarts=max_restarts)
     metrics_out = argv[argv.index("--metrics-out") + 1]
     result = RecipeRun(name, argv, [], "")
     for _ in range(MAX_RESTARTS + 1):

@@ -125,9 +125,11 @@ def run_local(config: TrainConfig, num_workers: int = 2, *, num_ps: int = 0,
     the workers checkpointed and exited 143, RuntimeError showing the failing worker's output."""
     check_int("num_workers", num_workers, minimum=1)
     config = replace(config, framework="tf")
-    if config.metrics_out is None:
-        tmp = tempfile.mkdtemp(prefix="labkit-tf-")
-        config = replace(config, metrics_out=str(Path(tmp) / "metrics.json"))
+    if config.metrics_out is None:  # a file of our own, read back and then deleted
+        with tempfile.TemporaryDirectory(prefix="labkit-tf-") as tmp:
+            return run_local(replace(config, metrics_out=str(Path(tmp) / "metrics.json")), num_workers,
+                             num_ps=num_ps, vertex_names=vertex_names,
+                             threads_per_worker=threads_per_worker, timeout_s=timeout_s)
     group, _ = _run(LaunchConfig(num_workers=num_workers, train_args=tuple(to_argv(config)),
                                  num_ps=num_ps, vertex_names=vertex_names, timeout_s=timeout_s,
                                  threads_per_worker=threads_per_worker))

@@ -62,9 +62,10 @@ def run_local(config: TrainConfig, nproc: int = 2, *, threads_per_process: int |
     process, or `timeout_s` reached), RuntimeError naming the rank and showing its output when
     a replica failed."""
     check_int("nproc", nproc, minimum=1)
-    if config.metrics_out is None:
-        tmp = tempfile.mkdtemp(prefix="labkit-ddp-")
-        config = replace(config, metrics_out=str(Path(tmp) / "metrics.json"))
+    if config.metrics_out is None:  # a file of our own, read back and then deleted
+        with tempfile.TemporaryDirectory(prefix="labkit-ddp-") as tmp:
+            return run_local(replace(config, metrics_out=str(Path(tmp) / "metrics.json")), nproc,
+                             threads_per_process=threads_per_process, timeout_s=timeout_s)
     specs = [ProcessSpec(f"rank {rank}", [sys.executable, "-m", "labkit", "train", *to_argv(config)], env)
              for rank, env in enumerate(local_replica_envs(nproc, threads=threads_per_process))]
     result = run_group(specs, GroupConfig(timeout_s=timeout_s, ok_codes=(0, PREEMPTED_EXIT_CODE)))

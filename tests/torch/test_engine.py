@@ -131,11 +131,15 @@ def test_accumulated_gradients_match_exactly_in_one_step():
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_ddp_two_gloo_processes_equal_one_process_with_the_doubled_batch(tmp_path):
+def test_ddp_two_gloo_processes_equal_one_process_with_the_doubled_batch(tmp_path, monkeypatch):
+    import tempfile
+
     from labkit.torch.launch import run_local
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     # Global batch 16: each of 2 replicas takes 8, the single process takes all 16.
     ddp = run_local(replace(BASE, checkpoint_dir=str(tmp_path / "ddp")), 2)
+    assert not list(tmp_path.glob("labkit-ddp-*")), "the metrics' temporary folder was left behind"
     single = engine.fit(replace(BASE, checkpoint_dir=str(tmp_path / "one")))
     assert ddp.run["world_size"] == 2 and ddp.run["micro_batch"] == 8
     _assert_close(_final_params(tmp_path / "ddp"), _final_params(tmp_path / "one"), atol=1e-5)

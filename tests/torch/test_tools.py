@@ -160,10 +160,14 @@ def test_ladder_rows_and_conclusions():
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_fsdp_holds_half_the_state_per_process_with_the_same_losses():
+def test_fsdp_holds_half_the_state_per_process_with_the_same_losses(tmp_path, monkeypatch):
+    import tempfile
+
     from labkit.course.memory import compare_sharding
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     ddp, fsdp = compare_sharding(TrainConfig(model="gpt", steps=2, batch_size=8, device="cpu"), 2)
+    assert not list(tmp_path.iterdir()), "the replicas' reports were left behind"
     assert fsdp["state_mib"] == pytest.approx(ddp["state_mib"] / 2, rel=0.05)
     assert fsdp["losses"] == pytest.approx(ddp["losses"], abs=1e-5)
 
