@@ -74,19 +74,29 @@ class SyntheticImages:
         return self.config.num_samples
 
     def __getitem__(self, index: int) -> tuple[np.ndarray, int]:
-        c = self.config
-        if not 0 <= index < c.num_samples:
-            raise IndexError(f"sample {index} out of range [0, {c.num_samples})")
-        rng = np.random.default_rng([c.seed, index])
-        label = int(rng.integers(c.num_classes))
-        noise = rng.random(c.image_shape, dtype=np.float32)
-        pixels = (1.0 - c.noise) * self._prototypes[label] + c.noise * noise
-        return (pixels * 255.0).astype(np.uint8), label
+        images, labels = self.batch([index])
+        return images[0], int(labels[0])
 
     def batch(self, indices) -> tuple[np.ndarray, np.ndarray]:
-        """Stack samples: (N, H, W, C) uint8 images and (N,) int64 labels."""
-        images, labels = zip(*(self[int(i)] for i in indices), strict=True)
-        return np.stack(images), np.asarray(labels, dtype=np.int64)
+        """Stack samples: (N, H, W, C) uint8 images and (N,) int64 labels. A sample's random
+        draws come from its own stream, seeded by (seed, index), so any subset, order, worker
+        or resumed run gets the same bytes; the arithmetic after the draws runs once a batch."""
+        c = self.config
+        indices = [_checked(int(i), c.num_samples, "sample") for i in indices]
+        labels = np.empty(len(indices), np.int64)
+        noise = np.empty((len(indices), *c.image_shape), np.float32)
+        for row, index in enumerate(indices):
+            rng = np.random.default_rng([c.seed, index])
+            labels[row] = rng.integers(c.num_classes)
+            rng.random(dtype=np.float32, out=noise[row])
+        pixels = (1.0 - c.noise) * self._prototypes[labels] + c.noise * noise
+        return (pixels * 255.0).astype(np.uint8), labels
+
+
+def _checked(index: int, count: int, what: str) -> int:
+    if not 0 <= index < count:
+        raise IndexError(f"{what} {index} out of range [0, {count})")
+    return index
 
 
 @dataclass(frozen=True)
@@ -123,19 +133,30 @@ class SyntheticTokens:
         return self.config.num_sequences
 
     def __getitem__(self, index: int) -> np.ndarray:
+        return self.sequences([index])[0]
+
+    def sequences(self, indices) -> np.ndarray:
+        """(N, block_size + 1) int64 token ids. A sequence's random draws (its first token, which
+        positions are noise, the noise tokens) come from its own stream, seeded by (seed,
+        index); the arithmetic after the draws runs once a batch."""
         c = self.config
-        if not 0 <= index < c.num_sequences:
-            raise IndexError(f"sequence {index} out of range [0, {c.num_sequences})")
-        rng = np.random.default_rng([c.seed, index])
-        start = int(rng.integers(c.vocab_size))
-        seq = (start + c.stride * np.arange(c.block_size + 1, dtype=np.int64)) % c.vocab_size
-        replace = rng.random(c.block_size + 1) < c.noise
-        seq[replace] = rng.integers(c.vocab_size, size=int(replace.sum()))
-        return seq
+        indices = [_checked(int(i), c.num_sequences, "sequence") for i in indices]
+        length = c.block_size + 1
+        starts = np.empty(len(indices), np.int64)
+        uniforms = np.empty((len(indices), length))
+        noise_tokens = [np.empty(0, np.int64)]
+        for row, index in enumerate(indices):
+            rng = np.random.default_rng([c.seed, index])
+            starts[row] = rng.integers(c.vocab_size)
+            rng.random(out=uniforms[row])
+            noise_tokens.append(rng.integers(c.vocab_size, size=int(np.count_nonzero(uniforms[row] < c.noise))))
+        seqs = (starts[:, None] + c.stride * np.arange(length, dtype=np.int64)) % c.vocab_size
+        seqs[uniforms < c.noise] = np.concatenate(noise_tokens)  # row by row, as they were drawn
+        return seqs
 
     def batch(self, indices) -> tuple[np.ndarray, np.ndarray]:
         """(inputs, targets), each (N, block_size) int64."""
-        seqs = np.stack([self[int(i)] for i in indices])
+        seqs = self.sequences(indices)
         return seqs[:, :-1], seqs[:, 1:]
 
 
