@@ -132,12 +132,14 @@ display(Markdown(table(recipe_view.catalogue(), markdown=True)))
 
 # %% [markdown]
 # Each runs from a terminal like any script. Here is one, run as you would run it: the DDP
-# recipe without torchrun (one process, the same maths) for five steps, what it printed, and
+# recipe without torchrun (one process, the same maths) for eight steps, what it printed, and
 # the per-step losses it wrote to its metrics file (the schema of `labkit train --metrics-out`).
+# It runs at the learning rate the course gives its small smoke models, 10⁻² (at `labkit
+# train`'s default 10⁻³ they barely move in a few steps; the full-size models take 10⁻³).
 
 # %%
 if frameworks.has_torch():
-    tour_argv = recipe_view.flags(model="cnn", steps=5, batch_size=32)
+    tour_argv = recipe_view.flags(model="cnn", steps=8, batch_size=32, lr=0.01)
     print("$", recipe_view.command("ddp", tour_argv))
     tour_run = recipe_view.run("ddp", tour_argv)
     print(tour_run.lines("step "))

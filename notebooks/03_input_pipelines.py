@@ -209,7 +209,7 @@ recipe_view.show("tfrecord_pipeline")
 
 # %%
 if has_torch:
-    tfr_argv = recipe_view.flags(model="cnn", scale=scale, steps=plan["recipe_steps"],
+    tfr_argv = recipe_view.flags(model="cnn", scale=scale, steps=plan["recipe_steps"], lr=plan["lr"],
                                  batch_size=batch_size, num_samples=samples, seed=seed,
                                  data_dir=str(out / "recipe_shards"), records_per_shard=records_per_shard,
                                  num_workers=num_workers)

@@ -220,7 +220,7 @@ recipe_view.show("mixed_precision")
 
 # %%
 code_argv = recipe_view.flags(model=model, scale=scale, steps=plan["recipe_steps"], batch_size=plan["recipe_batch"],
-                              precision=fast)
+                              lr=plan["lr"], precision=fast)
 if has_torch:
     print(recipe_view.command("mixed_precision", code_argv))
     mp = recipe_view.compare("mixed_precision", code_argv)

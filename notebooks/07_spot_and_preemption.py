@@ -276,7 +276,7 @@ recipe_view.show("preemptible")
 import tempfile
 
 if frameworks.has_torch():
-    pre_argv = recipe_view.flags(model="cnn", scale=scale, steps=steps, checkpoint_every=checkpoint_every,
+    pre_argv = recipe_view.flags(model="cnn", scale=scale, steps=steps, lr=plan["lr"], checkpoint_every=checkpoint_every,
                                  preempt_at=preempt_step,
                                  checkpoint_dir=tempfile.mkdtemp(prefix="recipe-ckpt-", dir=workdir))
     print(recipe_view.command("preemptible", pre_argv))
@@ -355,7 +355,7 @@ recipe_view.show("elastic_ddp")
 # %%
 if frameworks.has_torch():
     snapshot_dir = tempfile.mkdtemp(prefix="recipe-snapshot-", dir=workdir)
-    elastic_argv = recipe_view.flags(model="cnn", scale=scale, steps=steps, snapshot_every=checkpoint_every,
+    elastic_argv = recipe_view.flags(model="cnn", scale=scale, steps=steps, lr=plan["lr"], snapshot_every=checkpoint_every,
                                      fail_at_step=preempt_step, snapshot=f"{snapshot_dir}/snapshot.pt")
     print(recipe_view.command("elastic_ddp", elastic_argv, nproc=2, max_restarts=2))
     elastic = recipe_view.compare("elastic_ddp", elastic_argv, nproc=2, max_restarts=2)

@@ -375,7 +375,8 @@ def _cpu_run_seconds(steps: int, per_step_s: float, processes: int = 1) -> float
 # CPU step times of the smoke models at the course's smoke batches, one thread per process
 # (the 2-core machine CI runs on: the smoke course's notebook times in benchmarks/RESULTS.md).
 CPU_STEP_S = {"cnn": 0.03, "gpt": 0.05, "resnet": 0.06}
-# AdamW's peak learning rate for the notebooks that show a model learning: the smoke models
+# AdamW's peak learning rate for the notebooks that show a model learning (a plan's "lr", for
+# the engine and the recipes alike; `labkit train`'s default stays 10^-3): the smoke models
 # take 10^-2 and fall well below chance in their 8-24 smoke steps (at 10^-3 the CNN barely
 # moves in 10); the full-size ones the usual 10^-3.
 LEARNING_RATE = {"smoke": 1e-2, "full": 1e-3}
@@ -424,7 +425,7 @@ def _plan_03(scale: str, machine: Machine, *, open_latency_ms: float = 20.0, rep
     full = scale == "full"
     # The latency rungs do not go faster on a GPU: the naive rung opens one file per sample.
     sizes = {"num_samples": 512 if full else 256, "bench_mb": 512 if full else 64,
-             "recipe_steps": 100 if full else 8}
+             "recipe_steps": 100 if full else 8, "lr": LEARNING_RATE[scale]}
 
     def estimate(s):
         naive = s["num_samples"] * open_latency_ms / 1000.0 * (repeats + 1)
@@ -441,12 +442,12 @@ def _plan_04(scale: str, machine: Machine, *, model: str = "resnet", repeats: in
     if not full:
         sizes = {"batch_size": 16, "steps": 5, "include_compile": bool(include_compile),
                  "recipe_batch": 16, "recipe_steps": 8, "recipe_precision": "bf16",
-                 "formats": ["fp32", "tf32", "bf16", "fp16"], "tf_scale": "smoke"}
+                 "formats": ["fp32", "tf32", "bf16", "fp16"], "tf_scale": "smoke", "lr": LEARNING_RATE[scale]}
         return _Draft(sizes, lambda s: 50.0)
     if not machine.has_gpu:  # full sizes asked for on a CPU: the GPU models, briefly
         sizes = {"batch_size": 8, "steps": 3, "include_compile": bool(include_compile),
                  "recipe_batch": 8, "recipe_steps": 3, "recipe_precision": "bf16",
-                 "formats": ["fp32", "tf32", "bf16", "fp16"], "tf_scale": "full"}
+                 "formats": ["fp32", "tf32", "bf16", "fp16"], "tf_scale": "full", "lr": LEARNING_RATE[scale]}
         return _Draft(sizes, lambda s: 600.0, notes=["no GPU: the full-size models on the CPU take many minutes"])
     gpu = machine.gpu
     tf_on_cpu = machine.here and tf_sees_gpu() is False
@@ -462,7 +463,7 @@ def _plan_04(scale: str, machine: Machine, *, model: str = "resnet", repeats: in
     sizes = {"batch_size": batch, "steps": 20, "include_compile": True if include_compile is None else include_compile,
              "recipe_batch": fitting_batch(machine, model, fast, largest=128), "recipe_steps": 50,
              "recipe_precision": fast, "formats": formats,
-             "tf_scale": "smoke" if tf_on_cpu else "full"}
+             "tf_scale": "smoke" if tf_on_cpu else "full", "lr": LEARNING_RATE[scale]}
     if batch < BATCH_CHOICES[model][0]:
         notes.append(f"batch {batch}: the largest that fits {gpu.memory_gib:.0f} GiB in fp32 with headroom "
                      f"(the reference ladder used {BATCH_CHOICES[model][0]})")
@@ -522,7 +523,8 @@ def _plan_07(scale: str, machine: Machine, *, replicas: int = 2, **_: Any) -> _D
     full = scale == "full"
     # The drill proves an exact resume; its replicas run on the CPU (one thread each) at the
     # smoke model, so its length is about the signal landing mid-run, not about the GPU.
-    sizes = {"steps": 60 if full else 12, "input_latency_ms": 20.0 if full else 100.0}
+    sizes = {"steps": 60 if full else 12, "input_latency_ms": 20.0 if full else 100.0,
+             "lr": LEARNING_RATE[scale]}  # the recipes' (the drill's lesson is the resume, not the curve)
     notes = ["the drill's replicas run on the CPU with gloo (its lesson is the exact resume, "
              "which does not depend on the device)"] if machine.has_gpu else []
 

@@ -68,6 +68,16 @@ def test_smoke_sizes_do_not_depend_on_the_machine():
     assert sizing.plan("04", "smoke", machine=sizing.Machine.planned(None)).sizes["batch_size"] == 16
 
 
+@pytest.mark.parametrize("nb", ["02", "03", "04", "06", "07"])
+def test_notebooks_that_show_a_curve_plan_the_learning_rate_for_their_model_size(nb):
+    """10^-2 where the small smoke models train (at 10^-3 their curves barely fall in a dozen
+    steps), 10^-3 for the full-size models on a GPU."""
+    smoke = sizing.plan(nb, "smoke", machine=sizing.Machine.planned(None))
+    full = sizing.plan(nb, "full", machine=sizing.Machine.planned("h100", gpus=4))
+    assert smoke["lr"] == 1e-2 and full["lr"] == 1e-3
+    assert "lr=0.01" in smoke.text()  # printed with the sizes, so the page says what it used
+
+
 def test_a_time_budget_trims_what_buys_precision_and_says_so():
     machine = sizing.Machine.planned("l4")
     full = sizing.plan("09", "full", machine=machine)
