@@ -89,8 +89,14 @@ class SyntheticImages:
             rng = np.random.default_rng([c.seed, index])
             labels[row] = rng.integers(c.num_classes)
             rng.random(dtype=np.float32, out=noise[row])
-        pixels = (1.0 - c.noise) * self._prototypes[labels] + c.noise * noise
-        return (pixels * 255.0).astype(np.uint8), labels
+        # (1 - noise) * prototype + noise * uniform, in place: a batch's float temporaries are
+        # large enough that each new one costs page faults.
+        noise *= c.noise
+        pixels = self._prototypes[labels]
+        pixels *= 1.0 - c.noise
+        pixels += noise
+        pixels *= 255.0
+        return pixels.astype(np.uint8), labels
 
 
 def _checked(index: int, count: int, what: str) -> int:
