@@ -463,7 +463,27 @@ def explain(comparison: Comparison) -> str:
                f"and started again with the same command")
         out += (f" {how}; it resumed with step(s) "
                 f"{', '.join(map(str, c.recipe.resumed_at))}, and its logged steps are {once}.")
-    return out
+    return out + curve_sentence(c.recipe_losses)
+
+
+# A curve counts as falling when the mean loss of its last quarter of steps is under this share
+# of its first quarter's: one batch's loss is noisy, a tenth is not noise at these sizes.
+FALLS_BELOW = 0.9
+
+
+def curve_sentence(losses: list[float]) -> str:
+    """Whether the curve shows the model learning, from its own losses (an agreement between two
+    flat curves proves the code equal, not that these settings train)."""
+    if len(losses) < 4:
+        return ""
+    quarter = len(losses) // 4
+    first, last = sum(losses[:quarter]) / quarter, sum(losses[-quarter:]) / quarter
+    if last < FALLS_BELOW * first:
+        return (f" The curve falls, from {losses[0]:.3f} at step 0 to {losses[-1]:.3f} at step "
+                f"{len(losses) - 1}: the model learns at these settings.")
+    return (f" The curve does not fall by a tenth (mean loss {first:.3f} over the first quarter of "
+            f"the steps, {last:.3f} over the last): it shows that the two compute the same, not that "
+            f"these settings train the model.")
 
 
 def plot(comparison: Comparison, path: str | os.PathLike | None = None, ax=None):

@@ -153,6 +153,17 @@ def test_explain_says_what_the_numbers_say():
         "The recipe (1 process, 2 replicas) and `labkit train` (1 replica, the same global batch) agree")
 
 
+def test_explain_says_whether_the_curve_shows_learning():
+    falling = [2.30, 2.25, 2.0, 1.8, 1.5, 1.4, 1.2, 1.0]
+    text = recipe_view.explain(_comparison(falling, falling))
+    assert "falls, from 2.300 at step 0 to 1.000 at step 7: the model learns" in text
+    flat = [2.30, 2.31, 2.29, 2.30, 2.28, 2.30, 2.27, 2.29]
+    text = recipe_view.explain(_comparison(flat, flat))
+    assert "does not fall by a tenth (mean loss 2.305 over the first quarter" in text
+    assert "not that these settings train" in text
+    assert recipe_view.curve_sentence([2.3, 1.0, 0.5]) == ""  # too short to tell
+
+
 def test_a_torchrun_restart_is_read_from_the_metrics_and_the_printed_steps():
     """elastic_ddp exits 0 after torchrun restarted it: the restart and the resumed step come from
     its metrics run section, the steps trained twice from its printed lines."""
