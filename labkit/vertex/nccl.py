@@ -31,6 +31,9 @@ GCE_GPUDIRECT = "https://docs.cloud.google.com/compute/docs/gpus/gpudirect"
 TCPXO_SLURM = ("https://docs.cloud.google.com/cluster-toolkit/docs/machine-learning/"
                "a3-mega-enable-gpudirect-tcpxo")
 DGXC_GCP_TCPXO = "https://docs.nvidia.com/dgx-cloud/run-ai/1.2/appendix-gcp.html"
+# Where NVIDIA's page leaves a default out, NCCL's source states it: NCCL_PARAM(name, "VAR", default).
+NCCL_IB_SOURCE = "https://github.com/NVIDIA/nccl/blob/master/src/transport/net_ib/init.cc"
+NCCL_SEARCH_SOURCE = "https://github.com/NVIDIA/nccl/blob/master/src/graph/search.cc"
 NOT_STATED = "not stated on the page read"
 
 _NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -76,7 +79,7 @@ VARIABLES: tuple[EnvVar, ...] = (
     EnvVar("NCCL_IB_DISABLE",
            "1 stops NCCL from using the InfiniBand/RoCE transport; it falls back to IP sockets",
            "only to rule the RDMA network out while debugging; it is the fast path on RDMA machines",
-           NOT_STATED, NCCL_ENV),
+           f"0: InfiniBand/RoCE used where present (NCCL's source, {NCCL_IB_SOURCE})", NCCL_ENV),
     EnvVar("NCCL_P2P_DISABLE",
            "1 disables the peer-to-peer transport (CUDA direct access between GPUs over NVLink or PCI)",
            "a debugging switch for suspected GPU-to-GPU faults; it removes NVLink from the path",
@@ -94,7 +97,8 @@ VARIABLES: tuple[EnvVar, ...] = (
            "whether NCCL may use different NICs on different nodes for the same ring or tree",
            f"set by the machine's NCCL set-up (the A3 Mega TCPXO set-up sets 0: {DGXC_GCP_TCPXO}); "
            "leave it to that set-up",
-           NOT_STATED, NCCL_ENV),
+           "2: the same NIC for a ring or tree where possible, others where that is faster "
+           f"(0 always the same, 1 any; NCCL's source, {NCCL_SEARCH_SOURCE})", NCCL_ENV),
     EnvVar("NCCL_ALGO",
            "forces the collective algorithms (Ring, Tree, NVLS, ...) instead of NCCL's choice",
            "do not set it in a job: NVIDIA lists it with the debugging variables, 'keeping them set "
