@@ -55,7 +55,8 @@ plan = sizing.plan("08_memory", scale, time_budget_s=time_budget_s, model=model,
                    sharding_processes=sharding_processes, tradeoff_steps=tradeoff_steps,
                    tradeoff_batch=tradeoff_batch, micro_steps=micro_steps)
 print(plan.text() + ("" if has_torch else "\n" + frameworks.missing_reason("torch")))
-base = TrainConfig(model=model, scale=scale, device=device, progress=False, batch_size=plan["tradeoff_batch"])
+base = TrainConfig(model=model, scale=scale, device=device, progress=False, batch_size=plan["tradeoff_batch"],
+                   lr=plan["lr"])
 
 # %% [markdown]
 # ## 1. The largest batch that fits

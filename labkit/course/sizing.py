@@ -552,6 +552,7 @@ def _plan_08(scale: str, machine: Machine, *, model: str = "gpt", sharding_proce
                          f"in fp32 with headroom, a multiple of micro_steps={micro_steps}")
     sizes = {"batch_limit": fitting_batch(machine, model, "fp32", largest=4096) * 4 if full_gpu else 4096,
              "tradeoff_batch": batch, "sharding_scale": shard_scale, "sharding_device": where.device,
+             "lr": LEARNING_RATE[scale],
              # Attention, manual vs SDPA: the smoke GPT's heads (2 of 32) on a CPU; GPT-2 small's
              # (12 of 64) on a GPU, in its 16-bit format (FlashAttention needs fp16 or bf16), at
              # a batch whose written-out T×T matrices stay a fraction of the GPU's memory.

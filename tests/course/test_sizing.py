@@ -68,7 +68,7 @@ def test_smoke_sizes_do_not_depend_on_the_machine():
     assert sizing.plan("04", "smoke", machine=sizing.Machine.planned(None)).sizes["batch_size"] == 16
 
 
-@pytest.mark.parametrize("nb", ["02", "03", "04", "06", "07"])
+@pytest.mark.parametrize("nb", ["02", "03", "04", "06", "07", "08"])
 def test_notebooks_that_show_a_curve_plan_the_learning_rate_for_their_model_size(nb):
     """10^-2 where the small smoke models train (at 10^-3 their curves barely fall in a dozen
     steps), 10^-3 for the full-size models on a GPU."""
