@@ -17,7 +17,9 @@ SAYS_MISSING = {"torch": "PyTorch is not installed", "tensorflow": "TensorFlow i
 # A notebook that calls into a framework's side of labkit must say when it skips that part.
 USES = {
     "torch": re.compile(r'labkit\.torch\b|has_torch\(|missing_reason\("torch"\)|from labkit import [^\n]*\btorch\b'),
-    "tensorflow": re.compile(r'labkit\.tf\b|has_tf\(|missing_reason\("tensorflow"\)|from labkit import [^\n]*\btf\b'),
+    "tensorflow": re.compile(r'labkit\.tf\b|has_tf\(|missing_reason\("tensorflow"\)|from labkit import [^\n]*\btf\b'
+                             # the course module that runs both frameworks' jobs side by side
+                             r'|from labkit\.course import [^\n]*\bdistribution\b'),
 }
 
 
