@@ -13,8 +13,11 @@ config and flags, used by local replicas and by Vertex job specs alike; `None` i
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import tempfile
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -59,6 +62,18 @@ class Preempted(Exception):
         what = "preempted" if reason == "SIGTERM" else f"stopped by {reason}"
         state = "state checkpointed" if saved else "nothing saved (no checkpoint_dir)"
         super().__init__(f"{what} during step {step}; {state}")
+
+
+@contextlib.contextmanager
+def metrics_file(config: TrainConfig, prefix: str) -> Iterator[TrainConfig]:
+    """`config` as it is when it names its metrics file; otherwise with one in a temporary folder
+    (`prefix`) that lives as long as the `with` block: a local multi-process run reads rank 0's
+    metrics back and leaves nothing behind."""
+    if config.metrics_out is not None:
+        yield config
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        yield replace(config, metrics_out=os.path.join(tmp, "metrics.json"))
 
 
 def finished_replicas_log(metrics_out: str, exit_codes: list[int], reason: str = "SIGTERM"):

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
-import tempfile
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from labkit.core.cluster import local_tf_cluster
 from labkit.core.config import check_bool, check_float, check_int
@@ -34,6 +32,7 @@ from labkit.core.train_config import (
     PREEMPTED_EXIT_CODE,
     TrainConfig,
     finished_replicas_log,
+    metrics_file,
     to_argv,
 )
 
@@ -125,13 +124,9 @@ def run_local(config: TrainConfig, num_workers: int = 2, *, num_ps: int = 0,
     the workers checkpointed and exited 143, RuntimeError showing the failing worker's output."""
     check_int("num_workers", num_workers, minimum=1)
     config = replace(config, framework="tf")
-    if config.metrics_out is None:  # a file of our own, read back and then deleted
-        with tempfile.TemporaryDirectory(prefix="labkit-tf-") as tmp:
-            return run_local(replace(config, metrics_out=str(Path(tmp) / "metrics.json")), num_workers,
-                             num_ps=num_ps, vertex_names=vertex_names,
-                             threads_per_worker=threads_per_worker, timeout_s=timeout_s)
-    group, _ = _run(LaunchConfig(num_workers=num_workers, train_args=tuple(to_argv(config)),
-                                 num_ps=num_ps, vertex_names=vertex_names, timeout_s=timeout_s,
-                                 threads_per_worker=threads_per_worker))
-    group.check("TF worker")
-    return finished_replicas_log(config.metrics_out, [_code(r) for r in group.results])
+    with metrics_file(config, "labkit-tf-") as config:
+        group, _ = _run(LaunchConfig(num_workers=num_workers, train_args=tuple(to_argv(config)),
+                                     num_ps=num_ps, vertex_names=vertex_names, timeout_s=timeout_s,
+                                     threads_per_worker=threads_per_worker))
+        group.check("TF worker")
+        return finished_replicas_log(config.metrics_out, [_code(r) for r in group.results])

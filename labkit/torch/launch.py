@@ -7,10 +7,7 @@ starting, watching and stopping)."""
 from __future__ import annotations
 
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import replace
-from pathlib import Path
 
 from labkit.core.cluster import free_ports, local_processes
 from labkit.core.config import check_int
@@ -20,6 +17,7 @@ from labkit.core.train_config import (
     PREEMPTED_EXIT_CODE,
     TrainConfig,
     finished_replicas_log,
+    metrics_file,
     stop_reason,
     to_argv,
 )
@@ -62,15 +60,12 @@ def run_local(config: TrainConfig, nproc: int = 2, *, threads_per_process: int |
     process, or `timeout_s` reached), RuntimeError naming the rank and showing its output when
     a replica failed."""
     check_int("nproc", nproc, minimum=1)
-    if config.metrics_out is None:  # a file of our own, read back and then deleted
-        with tempfile.TemporaryDirectory(prefix="labkit-ddp-") as tmp:
-            return run_local(replace(config, metrics_out=str(Path(tmp) / "metrics.json")), nproc,
-                             threads_per_process=threads_per_process, timeout_s=timeout_s)
-    specs = [ProcessSpec(f"rank {rank}", [sys.executable, "-m", "labkit", "train", *to_argv(config)], env)
-             for rank, env in enumerate(local_replica_envs(nproc, threads=threads_per_process))]
-    result = run_group(specs, GroupConfig(timeout_s=timeout_s, ok_codes=(0, PREEMPTED_EXIT_CODE)))
-    # Past the timeout, replicas that all checkpointed (exit 143) stopped cleanly: resumable.
-    if not (result.timed_out and all(c == PREEMPTED_EXIT_CODE for c in result.returncodes)):
-        result.check("DDP replica")
-    return finished_replicas_log(config.metrics_out, result.returncodes,
-                                 stop_reason(result.signal, result.timed_out, timeout_s))
+    with metrics_file(config, "labkit-ddp-") as config:
+        specs = [ProcessSpec(f"rank {rank}", [sys.executable, "-m", "labkit", "train", *to_argv(config)], env)
+                 for rank, env in enumerate(local_replica_envs(nproc, threads=threads_per_process))]
+        result = run_group(specs, GroupConfig(timeout_s=timeout_s, ok_codes=(0, PREEMPTED_EXIT_CODE)))
+        # Past the timeout, replicas that all checkpointed (exit 143) stopped cleanly: resumable.
+        if not (result.timed_out and all(c == PREEMPTED_EXIT_CODE for c in result.returncodes)):
+            result.check("DDP replica")
+        return finished_replicas_log(config.metrics_out, result.returncodes,
+                                     stop_reason(result.signal, result.timed_out, timeout_s))

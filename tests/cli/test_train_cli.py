@@ -204,3 +204,19 @@ def test_a_setting_the_machine_cannot_run_is_named_without_a_traceback():
     assert "parameter 'cuda_graph_step' needs a CUDA GPU" in r.stdout and "Traceback" not in r.stderr
     r = train("--steps", "1", "--cuda-graph-step", "--nproc-per-node", "2")  # refused before any replica starts
     assert r.returncode == 2 and "parameter 'cuda_graph_step' needs a single process" in r.stdout
+
+
+def test_a_local_run_without_a_metrics_file_gets_one_that_is_gone_afterwards(tmp_path, monkeypatch):
+    import tempfile
+    from pathlib import Path
+
+    from labkit.core.train_config import metrics_file
+
+    named = TrainConfig(metrics_out=str(tmp_path / "mine.json"))
+    with metrics_file(named, "labkit-ddp-") as config:
+        assert config is named  # the caller's file is left alone
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with metrics_file(TrainConfig(), "labkit-ddp-") as config:
+        folder = Path(config.metrics_out).parent
+        assert folder.parent == tmp_path and folder.name.startswith("labkit-ddp-") and folder.is_dir()
+    assert not folder.exists()
