@@ -150,14 +150,16 @@ class SyntheticTokens:
         length = c.block_size + 1
         starts = np.empty(len(indices), np.int64)
         uniforms = np.empty((len(indices), length))
+        replaced = np.empty((len(indices), length), bool)
         noise_tokens = [np.empty(0, np.int64)]
         for row, index in enumerate(indices):
             rng = np.random.default_rng([c.seed, index])
             starts[row] = rng.integers(c.vocab_size)
             rng.random(out=uniforms[row])
-            noise_tokens.append(rng.integers(c.vocab_size, size=int(np.count_nonzero(uniforms[row] < c.noise))))
+            np.less(uniforms[row], c.noise, out=replaced[row])
+            noise_tokens.append(rng.integers(c.vocab_size, size=int(np.count_nonzero(replaced[row]))))
         seqs = (starts[:, None] + c.stride * np.arange(length, dtype=np.int64)) % c.vocab_size
-        seqs[uniforms < c.noise] = np.concatenate(noise_tokens)  # row by row, as they were drawn
+        seqs[replaced] = np.concatenate(noise_tokens)  # row by row, as they were drawn
         return seqs
 
     def batch(self, indices) -> tuple[np.ndarray, np.ndarray]:
