@@ -4,7 +4,10 @@ Sample `i` is a pure function of (seed, i): it is generated from its own random 
 from a shared one, so any shard, worker or resumed run sees exactly the same bytes for the same
 index. The data is learnable (a colour per class for images, a fixed-stride rule for tokens), so
 a smoke-size model's loss falls well below chance within the course's few smoke steps, on samples
-it never trained on (`held_out`), and curves can be compared across frameworks.
+it never trained on (`held_out`), and curves can be compared across frameworks. Neither can be
+learned perfectly: a training run's images carry a share of wrong labels (`TRAINING_LABEL_NOISE`)
+and its tokens a share of random ones, so a large model trained long cannot drive held-out loss to
+zero, and one that memorises its training set shows it as a held-out loss that rises again.
 """
 
 from __future__ import annotations
@@ -23,13 +26,16 @@ from labkit.core.models import GPTConfig, ModelConfig
 class ImageDatasetConfig:
     """`num_samples` images of `image_size`² × `channels` uint8 pixels (HWC) with labels in
     [0, num_classes). Each image is its class's colour blended with per-sample noise (`noise`
-    is the noise's share of every pixel)."""
+    is the noise's share of every pixel); with probability `label_noise` its label is replaced by
+    one drawn uniformly (the pixels stay the colour's), which sets a floor under the best
+    achievable loss."""
 
     num_samples: int = 1024
     image_size: int = 32
     channels: int = 3
     num_classes: int = 10
     noise: float = 0.5
+    label_noise: float = 0.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -38,6 +44,7 @@ class ImageDatasetConfig:
         check_int("channels", self.channels, minimum=1)
         check_int("num_classes", self.num_classes, minimum=2)
         check_float("noise", self.noise, minimum=0.0, maximum=1.0)
+        check_float("label_noise", self.label_noise, minimum=0.0, maximum=1.0)
         check_int("seed", self.seed, minimum=0)
 
     @property
@@ -83,16 +90,20 @@ class SyntheticImages:
         or resumed run gets the same bytes; the arithmetic after the draws runs once a batch."""
         c = self.config
         indices = [_checked(int(i), c.num_samples, "sample") for i in indices]
-        labels = np.empty(len(indices), np.int64)
+        colours = np.empty(len(indices), np.int64)
         noise = np.empty((len(indices), *c.image_shape), np.float32)
+        flips, drawn = np.ones(len(indices)), np.zeros(len(indices), np.int64)  # 1.0: kept
         for row, index in enumerate(indices):
             rng = np.random.default_rng([c.seed, index])
-            labels[row] = rng.integers(c.num_classes)
+            colours[row] = rng.integers(c.num_classes)
             rng.random(dtype=np.float32, out=noise[row])
+            if c.label_noise:  # drawn after the pixels, which stay the same for any label_noise
+                flips[row], drawn[row] = rng.random(), rng.integers(c.num_classes)
+        labels = np.where(flips < c.label_noise, drawn, colours)
         # (1 - noise) * prototype + noise * uniform, in place: a batch's float temporaries are
         # large enough that each new one costs page faults.
         noise *= c.noise
-        pixels = self._prototypes[labels]
+        pixels = self._prototypes[colours]
         pixels *= 1.0 - c.noise
         pixels += noise
         pixels *= 255.0
@@ -201,6 +212,12 @@ def chance_loss(model_cfg: ModelConfig) -> float:
     return math.log(model_cfg.vocab_size if isinstance(model_cfg, GPTConfig) else model_cfg.num_classes)
 
 
+# A tenth of a training image's labels are drawn at random: the best possible held-out loss for
+# ten classes is then about 0.50 nats (chance is 2.30), low enough that a smoke run shows learning
+# and high enough that a full-size run cannot reach zero, so a tuning study ranks real differences.
+TRAINING_LABEL_NOISE = 0.1
+
+
 def for_model(model_cfg: ModelConfig, num_samples: int, seed: int) -> SyntheticImages | SyntheticTokens:
     """The synthetic dataset a model trains on (images for conv nets, token sequences for GPT),
     the same for both engines; `TrainConfig.num_samples_or_default()` gives a run's count."""
@@ -211,4 +228,5 @@ def for_model(model_cfg: ModelConfig, num_samples: int, seed: int) -> SyntheticI
     return SyntheticImages(ImageDatasetConfig(num_samples=num_samples, seed=seed,
                                               image_size=model_cfg.image_size,
                                               channels=model_cfg.channels,
-                                              num_classes=model_cfg.num_classes))
+                                              num_classes=model_cfg.num_classes,
+                                              label_noise=TRAINING_LABEL_NOISE))

@@ -6,6 +6,7 @@ import pytest
 from labkit.core.models import CNNConfig, GPTConfig, build_config
 from labkit.data import ImageDatasetConfig, SyntheticImages, SyntheticTokens, TokenDatasetConfig
 from labkit.data.synthetic import (
+    TRAINING_LABEL_NOISE,
     chance_loss,
     class_colours,
     for_model,
@@ -42,6 +43,20 @@ def test_a_samples_bytes_do_not_depend_on_the_batch_it_is_drawn_in():
     x, y = images.batch(range(64))
     assert hashlib.sha256(x.tobytes() + y.tobytes()).hexdigest()[:16] == "4365902f09d4cdb1"
     assert hashlib.sha256(tokens.sequences(range(64)).tobytes()).hexdigest()[:16] == "2f61940c3b0eea7b"
+
+
+def test_label_noise_replaces_a_share_of_labels_and_leaves_the_pixels():
+    clean = SyntheticImages(ImageDatasetConfig(num_samples=2000, image_size=2))
+    noisy = SyntheticImages(ImageDatasetConfig(num_samples=2000, image_size=2, label_noise=0.3))
+    (x_clean, y_clean), (x_noisy, y_noisy) = clean.batch(range(2000)), noisy.batch(range(2000))
+    assert np.array_equal(x_clean, x_noisy)
+    # A replaced label is drawn from all ten classes, so a tenth of the replacements keep it.
+    assert (y_clean != y_noisy).mean() == pytest.approx(0.3 * 0.9, abs=0.03)
+    assert np.array_equal(noisy.batch([1500, 7])[1], y_noisy[[1500, 7]])
+    with pytest.raises(ValueError, match="label_noise"):
+        ImageDatasetConfig(label_noise=1.5)
+    # What a run trains on has a floor under its loss: a model cannot drive held-out loss to 0.
+    assert for_model(build_config("cnn"), 8, 0).config.label_noise == TRAINING_LABEL_NOISE > 0
 
 
 def test_images_are_learnable_class_means_differ():
