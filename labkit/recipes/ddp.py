@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> common.StepLog:
     rank = int(os.environ.get("RANK", 0))
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     device = common.device(args.device)  # cuda:LOCAL_RANK with a GPU per process, else the CPU
+    torch.backends.cudnn.allow_tf32 = False  # fp32 as labkit train's: cuDNN convolutions default to TF32
     if world_size > 1:
         if device.type == "cuda":
             torch.cuda.set_device(device)

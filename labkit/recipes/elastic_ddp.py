@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> common.StepLog:
     world_size = int(os.environ.get("WORLD_SIZE", 1))
     restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
     device = common.device(args.device)
+    torch.backends.cudnn.allow_tf32 = False  # fp32 as labkit train's: cuDNN convolutions default to TF32
     if world_size > 1:
         if device.type == "cuda":
             torch.cuda.set_device(device)
@@ -92,9 +93,11 @@ def main(argv: list[str] | None = None) -> common.StepLog:
         model.load_state_dict(snap["model"])
         optimizer.load_state_dict(snap["optimizer"])
         scheduler.load_state_dict(snap["scheduler"])
-        torch.set_rng_state(snap["rng"]["cpu"])
+        # map_location moved the RNG states to the device too; torch takes them back only as
+        # CPU byte tensors.
+        torch.set_rng_state(snap["rng"]["cpu"].cpu())
         if "cuda" in snap["rng"]:
-            torch.cuda.set_rng_state(snap["rng"]["cuda"])
+            torch.cuda.set_rng_state(snap["rng"]["cuda"].cpu(), device)
         start = snap["next_step"]
         if rank == 0:
             print(f"attempt {restart_count}: resumed from {args.snapshot} at step {start}", flush=True)

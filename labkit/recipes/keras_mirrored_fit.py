@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> common.StepLog:
         p.error(f"argument --devices: must be 0 or more, got {args.devices}")
 
     strategy = tf.distribute.MirroredStrategy(pick_devices(args))
+    # fp32 as labkit train's: on a GPU, TensorFlow's default is TF32 (10 mantissa bits).
+    tf.config.experimental.enable_tensor_float_32_execution(False)
     replicas = strategy.num_replicas_in_sync
     print(f"MirroredStrategy: {replicas} replica(s) on {', '.join(strategy.extended.worker_devices)}")
     if args.batch_size % replicas:

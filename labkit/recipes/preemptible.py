@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> common.StepLog:
     p.add_argument("--preempt-at", type=int, default=None, help="drill: SIGTERM during this step")
     args = common.parse(p, argv)
     device = common.device(args.device)
+    torch.backends.cudnn.allow_tf32 = False  # fp32 as labkit train's: cuDNN convolutions default to TF32
 
     model = common.torch_model(args).to(device)
     optimizer, scheduler = common.adamw(model, args)
@@ -71,9 +72,11 @@ def main(argv: list[str] | None = None) -> common.StepLog:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["rng"]["cpu"])
+        # map_location moved the RNG states to the device too; torch takes them back only as
+        # CPU byte tensors.
+        torch.set_rng_state(state["rng"]["cpu"].cpu())
         if "cuda" in state["rng"]:
-            torch.cuda.set_rng_state(state["rng"]["cuda"])
+            torch.cuda.set_rng_state(state["rng"]["cuda"].cpu(), device)
         start = state["step"] + 1
         print(f"resumed from {folder}: continuing with step {start}", flush=True)
 

@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> common.StepLog:
     p.add_argument("--active", type=int, default=3)
     args = common.parse(p, argv)
     device = common.device(args.device)
+    torch.backends.cudnn.allow_tf32 = False  # fp32 as labkit train's: cuDNN convolutions default to TF32
 
     model = common.torch_model(args).to(device)
     optimizer, scheduler = common.adamw(model, args)

@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> common.StepLog:
         os.environ["TF_CONFIG"] = json.dumps(tf_config)
     # The strategy first, before any other TensorFlow op: it sets up this worker's runtime.
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    # fp32 as labkit train's: on a GPU, TensorFlow's default is TF32 (10 mantissa bits).
+    tf.config.experimental.enable_tensor_float_32_execution(False)
     task = tf_config.get("task", {})
     is_chief = task.get("type", "chief") == "chief"  # the chief alone writes files
 

@@ -108,6 +108,7 @@ def main(argv: list[str] | None = None) -> common.StepLog:
     p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes")
     args = common.parse(p, argv)
     device = common.device(args.device)
+    torch.backends.cudnn.allow_tf32 = False  # fp32 as labkit train's: cuDNN convolutions default to TF32
 
     name = f"{common.dataset_name(args)}-{args.records_per_shard}-per-shard"
     paths = write_shards(args, f"{args.data_dir.rstrip('/')}/{name}", args.records_per_shard)

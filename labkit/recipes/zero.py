@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> common.StepLog:
                         ("MASTER_PORT", "0")):
         os.environ.setdefault(name, value)  # without torchrun: a group of one
     device = common.device(args.device)  # cuda:LOCAL_RANK with a GPU per process, else the CPU
+    torch.backends.cudnn.allow_tf32 = False  # fp32 as labkit train's: cuDNN convolutions default to TF32
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")

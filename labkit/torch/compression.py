@@ -21,9 +21,18 @@ from typing import Any
 POWERSGD_START_ITER = 2  # plain all-reduce for the first steps (torch requires > 1 with error feedback)
 
 
-def hook(kind: str, rank: int = 1) -> tuple[Callable, Any]:
-    """The DDP communication hook of `kind` ("fp16", "bf16", "powersgd") and its state."""
+def hook(kind: str, rank: int = 1, device: str = "cpu") -> tuple[Callable, Any]:
+    """The DDP communication hook of `kind` ("fp16", "bf16", "powersgd") and its state, for
+    gradients on `device` ("cpu" or "cuda")."""
+    import torch
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    if kind == "powersgd" and device == "cpu" and torch.cuda.is_available():
+        # torch's hook calls torch.cuda.synchronize(gradient device) whenever CUDA is available,
+        # which fails for CPU gradients; labkit's local launcher hides the GPUs from CPU replicas.
+        raise ValueError("grad_compression: torch's PowerSGD hook fails on CPU gradients in a process "
+                         "that sees a GPU: train on the GPU, or start the process with "
+                         "CUDA_VISIBLE_DEVICES=''")
 
     if kind == "fp16":
         return default_hooks.fp16_compress_hook, None

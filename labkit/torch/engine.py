@@ -186,7 +186,7 @@ def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
         if config.grad_compression == "none":
             forward_model.register_comm_hook(None, agreement.hook)
         else:  # the compression hook reduces the gradients; the agreement rides on the last bucket
-            inner, state_ = compression.hook(config.grad_compression, config.powersgd_rank)
+            inner, state_ = compression.hook(config.grad_compression, config.powersgd_rank, device.type)
             forward_model.register_comm_hook(state_, agreement.around(inner))
     loss_of_logits: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = loss_fn
     if config.compile:

@@ -23,10 +23,13 @@ from labkit.core.train_config import (
 )
 
 
-def local_replica_envs(nproc: int, *, threads: int | None = 1, port: int | None = None) -> list[dict[str, str]]:
+def local_replica_envs(nproc: int, *, threads: int | None = 1, port: int | None = None,
+                       cpu_only: bool = False) -> list[dict[str, str]]:
     """The environment of each of `nproc` local replicas (local rank order): this process's,
     without an enclosing job's cluster variables, plus the replica's torch variables, progress
-    bars on rank 0 only, and `threads` OpenMP threads (None: torch's default)."""
+    bars on rank 0 only, and `threads` OpenMP threads (None: torch's default). `cpu_only` hides
+    the GPUs: CPU replicas on a GPU machine then make no CUDA context and no CUDA call (torch's
+    PowerSGD hook, for one, synchronizes CUDA on CPU gradients when it sees a GPU)."""
     if port is None:
         (port,) = free_ports(1)
     envs = []
@@ -35,6 +38,8 @@ def local_replica_envs(nproc: int, *, threads: int | None = 1, port: int | None 
         if threads:
             env["OMP_NUM_THREADS"] = str(threads)
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+        if cpu_only:
+            env["CUDA_VISIBLE_DEVICES"] = ""
         envs.append(env)
     return envs
 
@@ -61,8 +66,9 @@ def run_local(config: TrainConfig, nproc: int = 2, *, threads_per_process: int |
     a replica failed."""
     check_int("nproc", nproc, minimum=1)
     with metrics_file(config, "labkit-ddp-") as config:
+        envs = local_replica_envs(nproc, threads=threads_per_process, cpu_only=config.device == "cpu")
         specs = [ProcessSpec(f"rank {rank}", [sys.executable, "-m", "labkit", "train", *to_argv(config)], env)
-                 for rank, env in enumerate(local_replica_envs(nproc, threads=threads_per_process))]
+                 for rank, env in enumerate(envs)]
         result = run_group(specs, GroupConfig(timeout_s=timeout_s, ok_codes=(0, PREEMPTED_EXIT_CODE)))
         # Past the timeout, replicas that all checkpointed (exit 143) stopped cleanly: resumable.
         if not (result.timed_out and all(c == PREEMPTED_EXIT_CODE for c in result.returncodes)):

@@ -113,6 +113,22 @@ def test_preemption_drill_then_resume_gives_the_uninterrupted_curve(tmp_path):
     _assert_equal([s["loss"] for s in first + second], _engine(argv))
 
 
+@pytest.mark.gpu
+def test_preemption_drill_then_resume_on_the_gpu_gives_the_uninterrupted_curve(tmp_path):
+    """On CUDA the checkpoint is loaded onto the GPU, its RNG states too, which torch takes back
+    only as CPU tensors: the resumed run must get past loading and match an uninterrupted one."""
+    argv = ["--model", "cnn", "--steps", "5", *SMALL, "--device", "cuda", "--checkpoint-every", "2"]
+    drill = ["--checkpoint-dir", str(tmp_path / "drill"), "--preempt-at", "2"]
+    _recipe("preemptible", *argv, *drill, "--metrics-out", str(tmp_path / "a.json"), expect=PREEMPTED_EXIT_CODE)
+    assert "continuing with step 3" in _recipe("preemptible", *argv, *drill,
+                                               "--metrics-out", str(tmp_path / "b.json")).stdout
+    _recipe("preemptible", *argv, "--checkpoint-dir", str(tmp_path / "whole"),
+            "--metrics-out", str(tmp_path / "c.json"))
+    resumed = _losses(tmp_path / "a.json") + _losses(tmp_path / "b.json")
+    assert len(resumed) == 5
+    _assert_equal(resumed, _losses(tmp_path / "c.json"), "bf16")  # cuDNN's kernels may differ by rounding
+
+
 def test_an_uncommitted_checkpoint_is_not_resumed(tmp_path, capsys):
     """A step folder without its marker (a save cut off by the VM going away) is skipped."""
     from labkit.recipes import preemptible
@@ -246,6 +262,30 @@ def test_adamw_keeps_sharded_parameters_apart_for_the_fused_kernel():
     finally:
         if own_group:
             dist.destroy_process_group()
+
+
+def test_every_recipe_that_trains_sets_its_float32_precision_as_the_engine_does():
+    """On a GPU, PyTorch runs cuDNN convolutions in TF32 and TensorFlow runs its matmuls and
+    convolutions in TF32 unless told otherwise; `labkit train --precision fp32` does neither. A
+    recipe that leaves the default computes something else on a GPU than the engine it is
+    compared with (about 1e-3 apart within a few steps), however equal they are on a CPU."""
+    for path in sorted((REPO / "labkit" / "recipes").glob("*.py")):
+        source = path.read_text()
+        if "common.device(" in source:
+            assert "torch.backends.cudnn.allow_tf32 =" in source, path.name
+        if "tf.distribute." in source:
+            assert "enable_tensor_float_32_execution(" in source, path.name
+
+
+@pytest.mark.gpu
+def test_an_fp32_cnn_recipe_on_the_gpu_computes_what_the_engine_computes_there(tmp_path):
+    argv = ["--model", "cnn", "--steps", "8", *SMALL, "--device", "cuda"]
+    _recipe("preemptible", *argv, "--checkpoint-dir", str(tmp_path / "ckpt"),
+            "--metrics-out", str(tmp_path / "recipe.json"))
+    config = replace(engine_config_from_argv(argv), checkpoint_dir=None, metrics_out=None, device="cuda")
+    engine = run_training(config).losses
+    # Not bit for bit: some cuDNN backward kernels add in a varying order. TF32 would be ~1e-3.
+    assert max(abs(a - b) for a, b in zip(_losses(tmp_path / "recipe.json"), engine, strict=True)) <= 1e-4
 
 
 def test_recipes_use_no_engine():

@@ -59,6 +59,22 @@ def test_local_replicas_read_back_as_their_ranks():
     assert [(i.rank, i.world_size, i.local_rank, i.is_main) for i in infos] == \
         [(0, 2, 0, True), (1, 2, 1, False)]
     assert [e["LABKIT_NO_PROGRESS"] for e in envs] == ["", "1"] and envs[1]["OMP_NUM_THREADS"] == "1"
+    # CPU replicas on a GPU machine see no GPU (run_local does this for device="cpu").
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in local_replica_envs(2, port=1234, cpu_only=True)] == ["", ""]
+
+
+def test_powersgd_on_cpu_gradients_in_a_process_that_sees_a_gpu_fails_in_one_line(monkeypatch):
+    """torch's PowerSGD hook calls torch.cuda.synchronize on the gradients' device whenever CUDA is
+    available, which raises deep inside backward for CPU gradients; labkit says so up front."""
+    import torch
+
+    from labkit.torch import compression
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(ValueError, match="grad_compression: .*CUDA_VISIBLE_DEVICES"):
+        compression.hook("powersgd", 1, "cpu")
+    assert compression.hook("powersgd", 1, "cuda")[0].__name__ == "powerSGD_hook"
+    assert compression.hook("bf16", 1, "cpu")[0].__name__ == "bf16_compress_hook"
 
 
 def test_a_replica_leaves_with_its_code_and_output_but_without_finalizing():
