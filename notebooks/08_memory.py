@@ -133,12 +133,13 @@ if has_torch:
 # ## 5. The code
 # `labkit/recipes/fsdp.py` is the sharding of section 4 as you would write it: FSDP2's
 # `fully_shard` on every transformer block, then on the whole model, launched by torchrun; the
-# optimizer is built on the shards, so each process holds 1/N of its state.
+# optimizer is built on the shards, so each process holds 1/N of its state. Highlighted: the
+# lines that the DDP recipe of notebook 02 does not have (the rest is the same training script).
 
 # %%
 from labkit.course import recipe_view
 
-recipe_view.show("fsdp")
+recipe_view.show("fsdp").changes_from("ddp")
 
 # %% [markdown]
 # Before running: FSDP all-gathers each block's weights before using them and reduce-scatters

@@ -87,22 +87,32 @@ def show(name: str):
     folded under one line, by the source of every `common` helper it calls: everything the
     recipe runs can be read on the page. `show(name).folded()` folds the recipe itself under a
     line naming it, what it teaches and its length (a page showing several recipes one after
-    another stays short; each is a click away)."""
+    another stays short; each is a click away). `show(name).changes_from(base)` marks the lines
+    that recipe `base`, shown before it, does not have (see `new_lines`), as accelerate's
+    by-feature examples mark their new code."""
     from IPython.display import Code
 
     class RecipeCode(Code):
         fold = False
+        base: str | None = None
 
         def folded(self) -> RecipeCode:
             self.fold = True
             return self
 
+        def changes_from(self, base: str) -> RecipeCode:
+            _check(base)
+            self.base = base
+            return self
+
         def _repr_html_(self) -> str:
-            html = super()._repr_html_()
+            html = super()._repr_html_() if self.base is None else self._marked_html()
             if self.fold:
                 teaches = _docstring(name).split("\n\n")[0].replace("\n", " ")
-                html = (f"<details><summary>recipes/{name}.py ({lines_of_code(name)} lines of code): "
-                        f"{teaches}</summary>{html}</details>")
+                html = (f"<details><summary>recipes/{name}.py ({lines_of_code(name)} lines of code"
+                        f"{self._changes_note()}): {teaches}</summary>{html}</details>")
+            elif self.base is not None:
+                html = f"<p>recipes/{name}.py{self._changes_note()}:</p>{html}"
             helpers = common_helpers(name)
             if not helpers:
                 return html
@@ -110,7 +120,41 @@ def show(name: str):
             return (html + f"<details><summary>recipes/common.py: the {len(helpers)} helpers this "
                     f"recipe calls ({', '.join(helpers)})</summary>{folded_helpers}</details>")
 
+        def _changes_note(self) -> str:
+            if self.base is None:
+                return ""
+            return (f"; highlighted, the {len(new_lines(name, self.base))} lines that "
+                    f"recipes/{self.base}.py does not have")
+
+        def _marked_html(self) -> str:
+            from pygments import highlight
+            from pygments.formatters import HtmlFormatter
+
+            fmt = HtmlFormatter(hl_lines=new_lines(name, self.base or name))
+            # Scoped to this block: JupyterLab styles pygments' token classes, not its `hll`.
+            style = (f"<style>{fmt.get_style_defs('.labkit-changes')}"
+                     ".labkit-changes .hll { background-color: #fff0b3; display: block; }</style>")
+            return f'{style}<div class="labkit-changes">{highlight(self.data, self._get_lexer(), fmt)}</div>'
+
+        def __repr__(self) -> str:  # plain text (papermill, a terminal): "+" before the new lines
+            if self.base is None:
+                return super().__repr__()
+            marked = set(new_lines(name, self.base))
+            return "\n".join(("+ " if i in marked else "  ") + line
+                             for i, line in enumerate(self.data.splitlines(), 1))
+
     return RecipeCode(source(name), language="python")
+
+
+def new_lines(name: str, base: str) -> list[int]:
+    """The numbers (from 1) of the non-blank lines of recipe `name` that recipe `base` does not
+    have: inserted or changed where difflib matches the two files line by line."""
+    import difflib
+
+    old, new = source(base).splitlines(), source(name).splitlines()
+    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
+    return [j + 1 for tag, _, _, j1, j2 in matcher.get_opcodes() if tag in ("replace", "insert")
+            for j in range(j1, j2) if new[j].strip()]
 
 
 def common_helpers(name: str) -> dict[str, str]:

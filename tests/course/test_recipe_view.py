@@ -35,6 +35,29 @@ def test_every_recipe_is_shown_from_its_file():
         recipe_view.source("nope")
 
 
+def test_a_recipe_shown_as_the_change_from_another_marks_the_lines_that_one_lacks():
+    """FSDP beside DDP: the shared training script is plain, what sharding adds is highlighted."""
+    fsdp = recipe_view.source("fsdp").splitlines()
+    ddp = set(recipe_view.source("ddp").splitlines())
+    marked = recipe_view.new_lines("fsdp", "ddp")
+    assert marked == sorted(marked) and 0 < len(marked) < len(fsdp)
+    assert any("fully_shard(" in fsdp[i - 1] for i in marked)
+    unmarked = [line for i, line in enumerate(fsdp, 1) if i not in marked and line.strip()]
+    assert unmarked and all(line in ddp for line in unmarked)  # what is not marked, DDP has
+    assert recipe_view.new_lines("ddp", "ddp") == []
+
+    code = recipe_view.show("fsdp").changes_from("ddp")
+    html = code._repr_html_()
+    assert html.count('class="hll"') == len(marked) and 'class="labkit-changes"' in html
+    assert f"the {len(marked)} lines that recipes/ddp.py does not have" in html
+    text = repr(code).splitlines()
+    assert [i for i, line in enumerate(text, 1) if line.startswith("+ ")] == marked
+    folded = recipe_view.show("pipeline").changes_from("zero").folded()._repr_html_()
+    assert folded.startswith("<details><summary>recipes/pipeline.py (") and "recipes/zero.py does not have" in folded
+    with pytest.raises(ValueError, match="'nope' is not one of"):
+        recipe_view.show("fsdp").changes_from("nope")
+
+
 def test_only_training_recipes_run_and_single_process_ones_refuse_several():
     with pytest.raises(ValueError, match="does not train"):
         recipe_view.run("vertex_job", [])
