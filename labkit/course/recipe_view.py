@@ -123,8 +123,8 @@ def show(name: str):
         def _changes_note(self) -> str:
             if self.base is None:
                 return ""
-            return (f"; highlighted, the {len(new_lines(name, self.base))} lines that "
-                    f"recipes/{self.base}.py does not have")
+            return (f"; highlighted, the {len(new_lines(name, self.base))} of its "
+                    f"{len(self.data.splitlines())} lines that recipes/{self.base}.py does not have")
 
         def _marked_html(self) -> str:
             from pygments import highlight

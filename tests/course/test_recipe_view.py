@@ -49,7 +49,7 @@ def test_a_recipe_shown_as_the_change_from_another_marks_the_lines_that_one_lack
     code = recipe_view.show("fsdp").changes_from("ddp")
     html = code._repr_html_()
     assert html.count('class="hll"') == len(marked) and 'class="labkit-changes"' in html
-    assert f"the {len(marked)} lines that recipes/ddp.py does not have" in html
+    assert f"the {len(marked)} of its {len(fsdp)} lines that recipes/ddp.py does not have" in html
     text = repr(code).splitlines()
     assert [i for i, line in enumerate(text, 1) if line.startswith("+ ")] == marked
     folded = recipe_view.show("pipeline").changes_from("zero").folded()._repr_html_()
