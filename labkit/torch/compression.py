@@ -1,6 +1,6 @@
 """Gradient compression for DDP through torch's communication hooks.
 
-`hook(kind, rank)` returns (hook, state) for `ddp.register_comm_hook(state, hook)`:
+`hook(kind, rank, device)` returns (hook, state) for `ddp.register_comm_hook(state, hook)`:
 
 - `fp16` / `bf16`: each bucket is cast to 16 bits (and divided by the world size) before the
   all-reduce and cast back after: half the bytes, rounding error in every gradient.
@@ -21,7 +21,7 @@ from typing import Any
 POWERSGD_START_ITER = 2  # plain all-reduce for the first steps (torch requires > 1 with error feedback)
 
 
-def hook(kind: str, rank: int = 1, device: str = "cpu") -> tuple[Callable, Any]:
+def hook(kind: str, rank: int, device: str) -> tuple[Callable, Any]:
     """The DDP communication hook of `kind` ("fp16", "bf16", "powersgd") and its state, for
     gradients on `device` ("cpu" or "cuda")."""
     import torch
