@@ -218,6 +218,18 @@ def chance_loss(model_cfg: ModelConfig) -> float:
 TRAINING_LABEL_NOISE = 0.1
 
 
+def best_possible_loss(model_cfg: ModelConfig) -> float | None:
+    """The lowest expected held-out cross-entropy on the images a run trains on: the entropy of
+    a label that is the image's class with probability 1 - p + p/k and each other class with
+    p/k (p = `TRAINING_LABEL_NOISE`, k classes). None for GPT, whose floor depends on how much
+    of the stride rule a model recovers from contexts with random tokens in them."""
+    if isinstance(model_cfg, GPTConfig):
+        return None
+    k, p = model_cfg.num_classes, TRAINING_LABEL_NOISE
+    right, wrong = 1.0 - p + p / k, p / k
+    return -(right * math.log(right) + (k - 1) * wrong * math.log(wrong))
+
+
 def for_model(model_cfg: ModelConfig, num_samples: int, seed: int) -> SyntheticImages | SyntheticTokens:
     """The synthetic dataset a model trains on (images for conv nets, token sequences for GPT),
     the same for both engines; `TrainConfig.num_samples_or_default()` gives a run's count."""

@@ -7,6 +7,7 @@ from labkit.core.models import CNNConfig, GPTConfig, build_config
 from labkit.data import ImageDatasetConfig, SyntheticImages, SyntheticTokens, TokenDatasetConfig
 from labkit.data.synthetic import (
     TRAINING_LABEL_NOISE,
+    best_possible_loss,
     chance_loss,
     class_colours,
     for_model,
@@ -57,6 +58,17 @@ def test_label_noise_replaces_a_share_of_labels_and_leaves_the_pixels():
         ImageDatasetConfig(label_noise=1.5)
     # What a run trains on has a floor under its loss: a model cannot drive held-out loss to 0.
     assert for_model(build_config("cnn"), 8, 0).config.label_noise == TRAINING_LABEL_NOISE > 0
+    floor = best_possible_loss(build_config("cnn"))
+    assert 0.45 < floor < 0.55 < chance_loss(build_config("cnn"))  # 0.500 for ten classes
+    # the floor is the loss of predicting the label distribution exactly, measured on samples
+    cfg = build_config("cnn")
+    x, y = for_model(cfg, 4000, 1).batch(range(4000))
+    colours = SyntheticImages(ImageDatasetConfig(num_samples=4000, seed=1, image_size=cfg.image_size,
+                                                 num_classes=cfg.num_classes)).batch(range(4000))[1]
+    p = TRAINING_LABEL_NOISE
+    probs = np.where(y == colours, 1 - p + p / cfg.num_classes, p / cfg.num_classes)
+    assert -np.log(probs).mean() == pytest.approx(floor, abs=0.04)
+    assert best_possible_loss(build_config("gpt")) is None
 
 
 def test_images_are_learnable_class_means_differ():
