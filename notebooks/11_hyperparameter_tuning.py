@@ -114,12 +114,7 @@ print(tables.table(tuning.cost_rows(spot_cost, on_demand_cost)))
 # %%
 chance = chance_loss(build_config(model, scale))
 print("\n".join(tuning.conclusions(summary, records, spot_cost, on_demand_cost, ["lr", "batch_size"],
-                                   chance=chance)))
-floor = best_possible_loss(build_config(model, scale))
-if floor is not None and summary.best is not None:
-    print(f"No model can score below {floor:.3f} on this data (a tenth of the training images carry a "
-          f"random label): the best trial ended {summary.best.metric - floor:.3f} above that floor "
-          f"and {chance - summary.best.metric:.3f} below chance.")
+                                   chance=chance, floor=best_possible_loss(build_config(model, scale)))))
 if summary.best is not None:
     key_figure("best learning rate found", summary.best.parameters["lr"],
                note=f"held-out loss {summary.best.metric:.3g}, chance {chance:.4f}")

@@ -41,10 +41,12 @@ def cost_rows(spot: StudyCost, on_demand: StudyCost) -> list[dict[str, Any]]:
 
 def conclusions(summary: StudySummary, records: Sequence[TrialRecord], spot: StudyCost,
                 on_demand: StudyCost, parameters: Mapping[str, Any], *,
-                chance: float | None = None) -> list[str]:
+                chance: float | None = None, floor: float | None = None) -> list[str]:
     """Sentences from this study's records and costs (nothing typed in). With `chance` (the
     metric of guessing: a loss metric's ln classes), a study whose best trial did not get under
-    `LEARNED_BELOW` × chance names no best configuration: its ranking is noise."""
+    `LEARNED_BELOW` × chance names no best configuration: its ranking is noise. With `floor` (the
+    best loss the data allows, `synthetic.best_possible_loss`), the best trial is placed between
+    the two."""
     out = []
     best = summary.best
     if best is None:
@@ -64,6 +66,10 @@ def conclusions(summary: StudySummary, records: Sequence[TrialRecord], spot: Stu
             out.append(f"The finished trials ended between {finished[0]:.4f} and {finished[-1]:.4f} "
                        f"({spread:.1%} apart): that is how much {', '.join(parameters)} moved the "
                        f"metric in runs this short.")
+        if floor is not None and chance is not None:
+            out.append(f"No model can score below {floor:.3f} on this data (a share of the training "
+                       f"labels are random): the best trial ended {best.metric - floor:.3f} above that "
+                       f"floor and {chance - best.metric:.3f} below chance.")
     stopped = [r for r in records if r.early_stopped]
     if stopped:
         saved = sum(r.seconds for r in stopped)

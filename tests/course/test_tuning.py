@@ -35,6 +35,10 @@ def test_a_study_in_which_no_trial_learned_names_no_best_configuration():
     learned = tuning.conclusions(study_summary(records), records, _cost(True, 0.2), _cost(False, 0.5),
                                  ["lr", "batch_size"], chance=6.0)
     assert "trial 1 (lr=1.00e-03" in learned[0] and "chance 6.0000" in learned[0]
+    placed = tuning.conclusions(study_summary(records), records, _cost(True, 0.2), _cost(False, 0.5),
+                                ["lr", "batch_size"], chance=6.0, floor=0.5)
+    assert "ended 1.600 above that floor and 3.900 below chance" in " ".join(placed)
+    assert not any("floor" in line for line in flat + learned)
 
 
 def test_a_study_with_no_finished_trial_says_so():
