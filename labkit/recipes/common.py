@@ -115,11 +115,16 @@ def synthetic_samples(args: argparse.Namespace):
 
 
 def dataset_name(args: argparse.Namespace) -> str:
-    """A folder name that changes whenever the synthetic samples would."""
+    """A folder name that changes whenever the synthetic samples would (shards written for other
+    samples are then never read back as these)."""
+    from labkit.data.synthetic import for_model
+
     cfg = model_config(args)
     size = "x".join(str(v) for v in (getattr(cfg, "image_size", None), getattr(cfg, "block_size", None),
                                       getattr(cfg, "vocab_size", None)) if v)
-    return f"{args.model}-{size}-n{num_samples(args)}-seed{args.seed}"
+    label_noise = getattr(for_model(cfg, 1, args.seed).config, "label_noise", 0.0)
+    labels = f"-labelnoise{label_noise:g}" if label_noise else ""
+    return f"{args.model}-{size}-n{num_samples(args)}-seed{args.seed}{labels}"
 
 
 # ---------------------------------------------------------------- PyTorch

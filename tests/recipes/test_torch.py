@@ -288,6 +288,23 @@ def test_an_fp32_cnn_recipe_on_the_gpu_computes_what_the_engine_computes_there(t
     assert max(abs(a - b) for a, b in zip(_losses(tmp_path / "recipe.json"), engine, strict=True)) <= 1e-4
 
 
+def test_the_shards_folder_name_changes_whenever_the_samples_would(monkeypatch):
+    """tfrecord_pipeline reuses shards found under this name: shards of other samples (another
+    seed, size, or label noise, as written by an earlier version) must not match it."""
+    from labkit.data import synthetic
+    from labkit.recipes import common
+
+    def name(*argv: str) -> str:
+        return common.dataset_name(common.parse(common.parser("test"), ["--model", "cnn", *argv]))
+
+    base = name()
+    assert len({base, name("--seed", "1"), name("--num-samples", "64")}) == 3
+    monkeypatch.setattr(synthetic, "TRAINING_LABEL_NOISE", 0.2)
+    assert name() != base and name().endswith("-labelnoise0.2")
+    monkeypatch.setattr(synthetic, "TRAINING_LABEL_NOISE", 0.0)
+    assert "labelnoise" not in name()
+
+
 def test_recipes_use_no_engine():
     """The technique is in the recipe: no recipe imports labkit's engines or launchers."""
     import ast
