@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from labkit.core import checkpoint
 from labkit.core.cluster import from_env
-from labkit.core.config import ParameterError
+from labkit.core.config import ParameterError, resolve_scale
 from labkit.core.fingerprint import Resume
 from labkit.core.lease import check_free
 from labkit.core.metrics import MetricsLog
+from labkit.core.models import build_config
 from labkit.core.outputs import check_run_outputs
 from labkit.core.train_config import (
     COMPILE_MODES,
@@ -29,6 +30,7 @@ from labkit.core.train_config import (
     to_argv,
     with_vertex_dirs,
 )
+from labkit.data import synthetic
 
 __all__ = ["COMPILE_MODES", "FRAMEWORKS", "PRECISIONS", "PREEMPTED_EXIT_CODE", "Preempted",
            "TrainConfig", "check_before_start", "from_argv", "run_replicas", "run_training", "to_argv"]
@@ -98,5 +100,6 @@ def check_before_start(config: TrainConfig, world_size: int, *, main: bool = Tru
         except checkpoint.CheckpointError:
             return  # the engine falls back past it, and checks the step it restores
         if "fingerprint" in meta:  # without one the engine's restore refuses it, saying why
-            Resume.of(config, world_size=world_size).check(meta, config.checkpoint_dir)
+            data = synthetic.source_name(build_config(config.model, resolve_scale(config.scale)))
+            Resume.of(config, world_size=world_size, data=data).check(meta, config.checkpoint_dir)
 

@@ -51,10 +51,11 @@ class ResumeMismatch(ParameterError):
         super().__init__("checkpoint_dir", directory, problem)
 
 
-def run_fingerprint(config, *, world_size: int, model_config=None) -> dict[str, Any]:
-    """The fingerprint of `config` (a `TrainConfig`) run by `world_size` data-parallel replicas;
-    `model_config` is the resolved model config (built from `config.model` and `config.scale`
-    when not given), so `scale="auto"` is recorded as the sizes it picked."""
+def run_fingerprint(config, *, world_size: int, data: str, model_config=None) -> dict[str, Any]:
+    """The fingerprint of `config` (a `TrainConfig`) run by `world_size` data-parallel replicas
+    on `data` (`labkit.data.synthetic.source_name`: the generator, and what makes its samples
+    these); `model_config` is the resolved model config (built from `config.model` and
+    `config.scale` when not given), so `scale="auto"` is recorded as the sizes it picked."""
     if model_config is None:
         from labkit.core.config import resolve_scale
         from labkit.core.models import build_config
@@ -73,7 +74,7 @@ def run_fingerprint(config, *, world_size: int, model_config=None) -> dict[str, 
         "optimizer": dict(ADAMW),
         "grad_clip": config.grad_clip or None,  # 0 and None both mean no clipping
         "precision": config.precision,
-        "data": "synthetic",  # images or tokens, as the model takes
+        "data": data,  # images or tokens, as the model takes
         "num_samples": config.num_samples_or_default(),
     }
 
@@ -126,8 +127,8 @@ class Resume:
         self.data_position: dict[str, Any] | None = None
 
     @classmethod
-    def of(cls, config, *, world_size: int, model_config=None) -> Resume:
-        return cls(run_fingerprint(config, world_size=world_size, model_config=model_config),
+    def of(cls, config, *, world_size: int, data: str, model_config=None) -> Resume:
+        return cls(run_fingerprint(config, world_size=world_size, data=data, model_config=model_config),
                    config.allowed_resume_changes())
 
     def check(self, meta: Mapping[str, Any], where: str) -> dict[str, tuple[Any, Any]]:

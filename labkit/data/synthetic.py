@@ -230,6 +230,15 @@ def best_possible_loss(model_cfg: ModelConfig) -> float | None:
     return -(right * math.log(right) + (k - 1) * wrong * math.log(wrong))
 
 
+def source_name(model_cfg: ModelConfig) -> str:
+    """What a checkpoint's run fingerprint records as its data (`labkit.core.fingerprint`): the
+    generator and, for images, the share of random labels, so a checkpoint trained on other
+    samples (an earlier version's clean labels) is never resumed on these."""
+    if isinstance(model_cfg, GPTConfig):
+        return "synthetic"
+    return f"synthetic, label noise {TRAINING_LABEL_NOISE:g}"
+
+
 def for_model(model_cfg: ModelConfig, num_samples: int, seed: int) -> SyntheticImages | SyntheticTokens:
     """The synthetic dataset a model trains on (images for conv nets, token sequences for GPT),
     the same for both engines; `TrainConfig.num_samples_or_default()` gives a run's count."""

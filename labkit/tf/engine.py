@@ -32,6 +32,7 @@ from labkit.core.loop import Engine, ProcessRole, StepCallback, StepOutcome
 from labkit.core.loop import run as run_loop
 from labkit.core.metrics import MetricsLog
 from labkit.core.train_config import TrainConfig, with_vertex_dirs
+from labkit.data import synthetic
 from labkit.tf import state
 from labkit.tf.data import DataOrigin
 from labkit.tf.keras_fit import fit_keras
@@ -124,7 +125,8 @@ def _fit_claimed(config: TrainConfig, plan, device: str, on_step: StepCallback |
         parts = build(config, model_cfg, precision, replicas)
     model, optimizer = parts["model"], parts["optimizer"]
     start = 0
-    resume = Resume.of(config, world_size=replicas, model_config=model_cfg)
+    resume = Resume.of(config, world_size=replicas, model_config=model_cfg,
+                       data=synthetic.source_name(model_cfg))
     if config.checkpoint_dir:
         start = state.restore(config.checkpoint_dir, model, optimizer, resume) or 0
     rates = throughput(config, model_cfg, precision, device, replicas)
@@ -197,8 +199,6 @@ def heldout_loss(config: TrainConfig, model, model_cfg, micro_batch: int) -> dic
     `training=False`, in batches of the micro-batch; each worker computes it on its copy of the
     weights, so all agree. {} with `eval_samples=0`."""
     import tensorflow as tf
-
-    from labkit.data import synthetic
 
     if not config.eval_samples:
         return {}

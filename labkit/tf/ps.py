@@ -28,6 +28,7 @@ from labkit.core.loop import CheckpointPolicy, Reporter, StepCallback
 from labkit.core.metrics import MetricsLog
 from labkit.core.preemption import PreemptionGuard
 from labkit.core.train_config import Preempted, TrainConfig
+from labkit.data import synthetic
 from labkit.tf import state
 from labkit.tf.step import (
     build,
@@ -70,7 +71,8 @@ def _coordinate(config: TrainConfig, plan, device: str, on_step: StepCallback | 
         y_var = tf.Variable(y_all, trainable=False, name="targets")
     model, optimizer = parts["model"], parts["optimizer"]
     start = 0
-    resume = Resume.of(config, world_size=1, model_config=model_cfg)  # one worker per step
+    resume = Resume.of(config, world_size=1, model_config=model_cfg,  # one worker per step
+                       data=synthetic.source_name(model_cfg))
     if config.checkpoint_dir:
         start = state.restore(config.checkpoint_dir, model, optimizer, resume) or 0
     origin = DataOrigin.resumed(start, resume.data_position)

@@ -477,7 +477,8 @@ def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
     micro = micro_batch_size(config, data_world)
     start, position = 0, DataPosition()
     sharded = c.strategy is not None
-    resume = Resume.of(config, world_size=info.world_size, model_config=c.model_config)
+    resume = Resume.of(config, world_size=info.world_size, model_config=c.model_config,
+                       data=synthetic.source_name(c.model_config))
     if config.checkpoint_dir:
         restore = state.restore_sharded if sharded else state.restore
         start, position = restore(config.checkpoint_dir, c, info, resume) or (start, position)

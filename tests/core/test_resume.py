@@ -29,7 +29,8 @@ CONFIG = TrainConfig(model="cnn", steps=3, batch_size=8, num_samples=64, device=
 
 
 def test_the_fingerprint_holds_what_defines_the_run():
-    fp = run_fingerprint(replace(CONFIG, grad_clip=0.0, scale="auto", num_samples=None), world_size=2)
+    fp = run_fingerprint(replace(CONFIG, grad_clip=0.0, scale="auto", num_samples=None), world_size=2,
+                         data="synthetic")
     assert fp["model"] == {"name": "cnn", "image_size": 32, "channels": 3, "num_classes": 10,
                            "width": 32, "depth": 2}  # "auto" recorded as the sizes it picked
     assert (fp["batch_size"], fp["world_size"], fp["grad_accum"], fp["seed"]) == (8, 2, 1, 0)
@@ -40,16 +41,16 @@ def test_the_fingerprint_holds_what_defines_the_run():
 
 
 def test_differences_are_named_down_to_the_model_field():
-    a = run_fingerprint(CONFIG, world_size=1)
-    b = run_fingerprint(replace(CONFIG, model="gpt", lr=2e-3), world_size=1)
+    a = run_fingerprint(CONFIG, world_size=1, data="synthetic")
+    b = run_fingerprint(replace(CONFIG, model="gpt", lr=2e-3), world_size=1, data="synthetic")
     diffs = differences(a, b)
     assert diffs["lr"] == (1e-3, 2e-3) and diffs["model.name"] == ("cnn", "gpt")
     assert diffs["model.width"] == (32, None) and diffs["model.n_layer"] == (None, 2)
 
 
 def test_a_resume_under_other_settings_is_refused_naming_each_field_and_the_flag():
-    saved = {"fingerprint": run_fingerprint(CONFIG, world_size=1)}
-    now = Resume.of(replace(CONFIG, batch_size=16, seed=3), world_size=1)
+    saved = {"fingerprint": run_fingerprint(CONFIG, world_size=1, data="synthetic")}
+    now = Resume.of(replace(CONFIG, batch_size=16, seed=3), world_size=1, data="synthetic")
     with pytest.raises(ResumeMismatch) as info:
         now.check(saved, "runs/ck")
     message = str(info.value)
@@ -61,19 +62,19 @@ def test_a_resume_under_other_settings_is_refused_naming_each_field_and_the_flag
 
 
 def test_allowed_changes_pass_and_are_recorded_other_changes_still_refused():
-    saved = {"fingerprint": run_fingerprint(CONFIG, world_size=1)}
+    saved = {"fingerprint": run_fingerprint(CONFIG, world_size=1, data="synthetic")}
     allowed = replace(CONFIG, batch_size=16, lr=2e-3, allow_resume_change="batch_size,lr")
-    resume = Resume.of(allowed, world_size=1)
+    resume = Resume.of(allowed, world_size=1, data="synthetic")
     assert resume.check(saved, "ck") == {"batch_size": (8, 16), "lr": (1e-3, 2e-3)}
     assert resume.record() == {"batch_size": [8, 16], "lr": [1e-3, 2e-3]}
     with pytest.raises(ResumeMismatch, match=r"world_size 1 -> 2; .*--allow-resume-change world_size"):
-        Resume.of(allowed, world_size=2).check(saved, "ck")
+        Resume.of(allowed, world_size=2, data="synthetic").check(saved, "ck")
 
 
 def test_the_model_framework_and_optimizer_can_never_change():
-    saved = {"fingerprint": run_fingerprint(CONFIG, world_size=1)}
+    saved = {"fingerprint": run_fingerprint(CONFIG, world_size=1, data="synthetic")}
     with pytest.raises(ResumeMismatch) as err:
-        Resume.of(replace(CONFIG, model="gpt"), world_size=1).check(saved, "ck")
+        Resume.of(replace(CONFIG, model="gpt"), world_size=1, data="synthetic").check(saved, "ck")
     assert "model.name 'cnn' -> 'gpt'" in str(err.value) and "--checkpoint-dir" in str(err.value)
     assert "--allow-resume-change" not in str(err.value)  # the model cannot change on resume
     with pytest.raises(ParameterError, match="'allow_resume_change' cannot include 'model'"):
@@ -85,7 +86,8 @@ def test_the_model_framework_and_optimizer_can_never_change():
 
 def test_a_checkpoint_without_a_fingerprint_is_refused_naming_the_folder():
     with pytest.raises(ResumeMismatch, match="ck.*no run fingerprint"):
-        Resume.of(CONFIG, world_size=1).check({"world_size": 1, "framework": "torch"}, "ck")
+        Resume.of(CONFIG, world_size=1, data="synthetic").check({"world_size": 1, "framework": "torch"},
+                                                                "ck")
 
 
 def test_the_engines_optimizer_is_the_fingerprints():
@@ -201,7 +203,7 @@ def test_a_checkpoint_of_the_other_engine_is_refused_not_skipped(tmp_path):
     ck = str(tmp_path / "ck")
     checkpoint.save(ck, 2, {"model.npz": b"weights"},
                     {"framework": "tf", "world_size": 1,
-                     "fingerprint": run_fingerprint(replace(CONFIG, framework="tf"), world_size=1)})
+                     "fingerprint": run_fingerprint(replace(CONFIG, framework="tf"), world_size=1, data="synthetic")})
     with pytest.raises(ParameterError, match=r"holds a checkpoint of the tf engine"):
         fit(replace(CONFIG, checkpoint_dir=ck))
     assert checkpoint.committed_steps(ck) == [2]  # nothing written over it

@@ -14,6 +14,7 @@ from labkit.data.synthetic import (
     held_out,
     held_out_batches,
     heldout_record,
+    source_name,
 )
 
 
@@ -131,3 +132,19 @@ def test_held_out_batches_are_the_held_out_samples_in_order():
     assert np.array_equal(np.concatenate([x for x, _ in parts]), inputs)
     assert np.array_equal(np.concatenate([y for _, y in parts]), targets)
     assert heldout_record(1.5, 10, cfg) == {"heldout": {"loss": 1.5, "samples": 10, "chance": chance_loss(cfg)}}
+
+
+def test_a_checkpoint_trained_on_other_samples_is_not_resumed_on_these():
+    """Images with another share of random labels are other data: the run fingerprint names the
+    share, so a checkpoint made on clean labels (an earlier version) is refused, and data can
+    never be allowed to change on resume."""
+    from labkit.core.fingerprint import Resume, ResumeMismatch, run_fingerprint
+    from labkit.core.train_config import TrainConfig
+
+    assert source_name(build_config("cnn")) == f"synthetic, label noise {TRAINING_LABEL_NOISE:g}"
+    assert source_name(build_config("gpt")) == "synthetic"  # the tokens did not change
+    config = TrainConfig(model="cnn", steps=3, batch_size=8, num_samples=64, device="cpu", progress=False)
+    saved = {"fingerprint": run_fingerprint(config, world_size=1, data="synthetic")}
+    now = Resume.of(config, world_size=1, data=source_name(build_config("cnn")))
+    with pytest.raises(ResumeMismatch, match="data 'synthetic' -> 'synthetic, label noise 0.1'"):
+        now.check(saved, "ck")
