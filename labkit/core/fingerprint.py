@@ -6,7 +6,8 @@ schedule (peak LR and whether it scales with the world size, warm-up, AdamW's be
 weight decay, gradient clipping, the precision), the data source (the synthetic generator with
 what makes its samples these, such as the images' share of random labels, and its sample count)
 and the framework. Resuming under another fingerprint would silently train a different run from
-the restored state, so `Resume.check` refuses it, naming every field that differs, unless the user allowed those fields to change (`TrainConfig.allow_resume_change`,
+the restored state, so `Resume.check` refuses it, naming every field that differs, unless the
+user allowed those fields to change (`TrainConfig.allow_resume_change`,
 ``--allow-resume-change batch_size,lr``). Allowed changes then take effect: the engines use the
 new settings from the next step on, the data position is kept in samples (so a batch-size
 change loses and repeats no sample), and the metrics record what changed.
