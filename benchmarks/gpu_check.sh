@@ -12,7 +12,9 @@
 #
 # Arguments after OUT go to course_gpu.py. TESTS_LIMIT_S and BENCH_LIMIT_S (seconds, default
 # none) bound the other two parts; PARTS picks the parts (default "course tests bench", e.g.
-# PARTS="tests bench" when time is short); PYTHON picks the interpreter (default python3).
+# PARTS="tests bench" when time is short); GPU_TESTS picks the test paths (default every test
+# file that has a GPU test, e.g. GPU_TESTS=tests/recipes); PYTHON picks the interpreter
+# (default python3).
 set -u
 out=${1:?usage: benchmarks/gpu_check.sh OUT [course_gpu.py arguments]}
 shift
@@ -47,7 +49,7 @@ if [[ $parts == *" course "* ]]; then
 fi
 
 if [[ $parts == *" tests "* ]]; then
-    gpu_tests=$(grep -rl "mark.gpu" tests --include='test_*.py' | sort)
+    gpu_tests=${GPU_TESTS:-$(grep -rl "mark.gpu" tests --include='test_*.py' | sort)}
     # shellcheck disable=SC2086 # one argument per file
     limit "${TESTS_LIMIT_S:-}" "$py" -m pytest -m gpu -v --tb=short -p no:cacheprovider $gpu_tests 2>&1 \
         | tee "$out/gpu_tests.log"

@@ -56,7 +56,7 @@ from labkit.core.frameworks import has_aiplatform
 from labkit.core.gcs import GCS_MOUNT, LOCAL_GCS_ENV
 from labkit.core.hypertune import METRIC_FILE_ENV, TRIAL_ID_ENV
 from labkit.core.launcher import Process, ProcessSpec, child_env
-from labkit.core.progress import progress
+from labkit.core.progress import OFF_ENV, STYLE_ENV, progress
 from labkit.hardware import facts
 from labkit.vertex.specs import SETUP_MARKER, check_spec, validate
 
@@ -154,6 +154,7 @@ class LocalJob:
     # job attempt -> {path as given in `snapshot`: the copy taken when that attempt ended}
     snapshots: dict[int, dict[str, Path]] = field(default_factory=dict)
     gcs_root: Path | None = None  # the folder standing in for Cloud Storage (default workdir/gcs)
+    faults_sent: int = 0  # how many times the injected `Fault`'s signal was delivered
 
     @property
     def succeeded(self) -> bool:
@@ -465,6 +466,10 @@ class _EmulatedJob:
         base |= {"PYTHONUNBUFFERED": "1", "LABKIT_EMULATED_VERTEX": "1", LOCAL_GCS_ENV: str(self.paths.root)}
         base["PYTHONPATH"] = os.pathsep.join([str(SITE_DIR), base["PYTHONPATH"]])
         base.setdefault("OMP_NUM_THREADS", "1")  # replicas share this machine's cores
+        # A replica's step is read from its progress bar (see _step_of): a fault's trigger, the
+        # job's progress and each run's last step need it, whatever this process's own setting.
+        base[STYLE_ENV] = "terminal"
+        base.pop(OFF_ENV, None)
         self.base_env = base | dict(env or {})
         self.runs: list[ReplicaRun] = []
         self.on_step: Callable[[int], None] = lambda step: None  # the furthest step seen so far
@@ -507,7 +512,7 @@ class _EmulatedJob:
         self.events.append(f"job {state}" + (f": {error}" if error else ""))
         return LocalJob(state, self.runs, self.events, self.job_restarts, self.worker_restarts,
                         time.monotonic() - self.start, self.workdir, error, self.snapshots,
-                        self.paths.root)
+                        self.paths.root, len(self.trigger.signalled))
 
     def _attempt(self, attempt: int) -> tuple[str, str]:
         """Run one attempt of the whole job; ("succeeded" | "failed" | "cancelled" |

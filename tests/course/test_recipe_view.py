@@ -176,6 +176,26 @@ def test_explain_says_what_the_numbers_say():
         "The recipe (1 process, 2 replicas) and `labkit train` (1 replica, the same global batch) agree")
 
 
+def test_a_gap_on_a_gpu_is_judged_against_the_engine_run_twice():
+    """On a GPU the engine does not repeat itself exactly: a recipe as far from it as it is from
+    itself computes the same thing; one far beyond that does not."""
+    drift = _comparison([2.3, 2.0, 1.7], [2.3, 2.001, 1.703])
+    drift.engine_repeat_losses = [2.3, 2.002, 1.701]
+    assert not drift.equal and drift.engine_spread == pytest.approx(0.002) and drift.within_spread
+    text = recipe_view.explain(drift)
+    assert "differs from its first run by up to 2.00e-03" in text and "no sign of a different computation" in text
+    real = _comparison([2.3, 2.0, 1.7], [2.3, 2.05, 1.75])
+    real.engine_repeat_losses = [2.3, 2.051, 1.75]
+    assert not real.within_spread
+    assert "more than 2× the 1.00e-03 by which" in recipe_view.explain(real)
+    assert "did not compute the same thing" in recipe_view.explain(real)
+    exact = _comparison([2.3, 2.0], [2.3, 2.1])
+    exact.engine_repeat_losses = [2.3, 2.1]  # an engine that repeats itself leaves no excuse
+    assert exact.engine_spread == 0 and not exact.within_spread
+    assert recipe_view.ran_on_a_gpu({"device": "cuda:0"}) and recipe_view.ran_on_a_gpu({"devices": ["/GPU:0"]})
+    assert not recipe_view.ran_on_a_gpu({"device": "cpu"}) and not recipe_view.ran_on_a_gpu({})
+
+
 def test_explain_says_whether_the_curve_shows_learning():
     falling = [2.30, 2.25, 2.0, 1.8, 1.5, 1.4, 1.2, 1.0]
     text = recipe_view.explain(_comparison(falling, falling))

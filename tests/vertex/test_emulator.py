@@ -116,9 +116,31 @@ def test_a_non_permanent_failure_restarts_the_worker_alone(tmp_path):
     job = run_local(script_job(STEPPER), tmp_path,
                     fault=Fault("workerpool1[0]", at_step=2, signal="SIGKILL", times=2))
     assert job.state == SUCCEEDED and job.worker_restarts == 2 and job.job_restarts == 0, job.summary()
+    assert job.faults_sent == 2
     worker = [r for r in job.runs if r.pool == 1]
     assert [r.exit_code for r in worker] == [-9, -9, 0] and [r.restart for r in worker] == [0, 1, 2]
     assert job.final("workerpool1[0]").log_path.name == "workerpool1-0.restart2.log"
+
+
+def test_replicas_show_the_progress_their_steps_are_read_from_whatever_this_process_shows(tmp_path, monkeypatch):
+    """A fault fires at a step read from a replica's progress bar: a parent that turned its own
+    bar off (a headless notebook run) must not leave the trigger blind."""
+    monkeypatch.setenv("LABKIT_PROGRESS", "off")
+    monkeypatch.setenv("LABKIT_NO_PROGRESS", "1")
+    show = "import os; print('style', os.environ.get('LABKIT_PROGRESS'), os.environ.get('LABKIT_NO_PROGRESS'))"
+    job = run_local(script_job(show, workers=0), tmp_path, show_progress=False)
+    assert job.state == SUCCEEDED and "style terminal None" in job.final().log()
+
+
+def test_a_drill_whose_signal_never_arrived_says_so_instead_of_comparing(tmp_path, monkeypatch):
+    """Two jobs that were never interrupted are trivially identical: that must not pass for a
+    resume that works."""
+    from labkit.course.preemption import drill
+    from labkit.vertex.emulator import LocalJob
+
+    monkeypatch.setattr(drill, "run_local", lambda *a, **k: LocalJob(SUCCEEDED, [], [], 0, 0, 1.0, tmp_path))
+    with pytest.raises(RuntimeError, match=r"SIGTERM never reached workerpool1\[0\].*step 9"):
+        drill.preemption_drill(drill.DrillConfig(), tmp_path)
 
 
 @pytest.mark.slow
@@ -290,14 +312,19 @@ def test_two_worker_tf_job_finishes(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_preemption_drill_resumes_to_the_uninterrupted_result(tmp_path):
+def test_preemption_drill_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
     pytest.importorskip("torch")
     from labkit.course.preemption.drill import DrillConfig, preemption_drill
+
+    # As a headless notebook run may set them: the drill reads steps from the replicas' bars.
+    monkeypatch.setenv("LABKIT_PROGRESS", "off")
+    monkeypatch.setenv("LABKIT_NO_PROGRESS", "1")
 
     r = preemption_drill(DrillConfig(steps=8, preempt_step=4, checkpoint_every=3,
                                      input_latency_ms=100), tmp_path)
     assert r.clean.succeeded and r.preempted.succeeded, r.preempted.summary()
     assert r.preempted.job_restarts == 1 and any("preempted (Spot)" in e for e in r.preempted.events)
+    assert r.preempted.faults_sent == 1 and r.clean.faults_sent == 0
     first = [x for x in r.preempted.runs if x.job_attempt == 0]
     assert {x.exit_code for x in first} == {143}  # every rank checkpointed and left at the same step
     assert r.resumed_at_step is not None and 4 <= r.resumed_at_step < 8

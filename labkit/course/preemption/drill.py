@@ -138,8 +138,12 @@ def preemption_drill(config: DrillConfig, workdir: str | os.PathLike) -> DrillRe
                         ("preempted", Fault(config.target, config.preempt_step, config.signal))):
         spec = config.spec(name)
         metrics = f"{config.bucket}/{name}/metrics.json"
-        job = run_local(spec, workdir / name, fault=fault, timeout_s=config.timeout_s,
-                        snapshot=[metrics], env={"LABKIT_NO_PROGRESS": ""})
+        job = run_local(spec, workdir / name, fault=fault, timeout_s=config.timeout_s, snapshot=[metrics])
+        if fault is not None and not job.faults_sent:
+            # Without the signal the two jobs are the same run: "identical" would prove nothing.
+            raise RuntimeError(f"preemption drill: {config.signal} never reached {config.target}: the job "
+                               f"({job.state}) ended before any replica reported step {config.preempt_step}; "
+                               f"give it more steps or a larger input_latency_ms")
         losses, resumed, redone = _losses(job, metrics)
         out[name] = (job, losses, _final_weights(job, f"{config.bucket}/{name}/checkpoints"), resumed, redone)
     (cj, cl, cw, _, _), (pj, pl, pw, resumed, redone) = out["clean"], out["preempted"]
