@@ -56,8 +56,12 @@ chromium:
 run: setup
 	$(VENV)/bin/labkit course
 
+# Two pytest-xdist workers: the notebooks (JupyterLab, then nbval) stay together on one of them,
+# in order (see conftest.py); TEST_WORKERS=0 runs everything in this one process.
+TEST_WORKERS ?= 2
+
 test: setup
-	$(PY) -m pytest tests notebooks --nbval-lax --nbval-cell-timeout=900 $(PYTEST_FLAGS)
+	$(PY) -m pytest tests notebooks --nbval-lax --nbval-cell-timeout=900 -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_FLAGS)
 
 # The fast tier for a change in progress: unit tests only, no multi-process, notebook or browser
 # runs (those are marked slow); `make test` runs everything.

@@ -16,6 +16,19 @@ from labkit.notebooks.stderr import STDERR_TAG, allows_stderr, stderr_text
 from tests.executed import ran_in_lab
 
 MAX_SHOWN_LINES = 8
+# `make test` runs on pytest-xdist workers (--dist loadgroup): the browser tests and nbval's cells
+# are one group, so they run in one worker in collection order (browser first) and nbval sees
+# which notebooks the browser already ran; every other test goes to whichever worker is free.
+NOTEBOOK_GROUP = "notebooks"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group into each test's id
+def pytest_collection_modifyitems(config, items):
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if item.get_closest_marker("browser") or getattr(item, "cell", None) is not None:
+            item.add_marker(pytest.mark.xdist_group(NOTEBOOK_GROUP))
 
 
 @pytest.hookimpl(tryfirst=True)

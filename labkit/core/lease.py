@@ -257,9 +257,16 @@ class Lease:
         return self
 
     def _write(self) -> None:
+        """Write the lease whole, through a file beside it and a rename: a reader (this run's
+        `verify` before a commit, or another run checking the folder) must never find it empty
+        while the heartbeat rewrites it. (A rename is atomic on a local disk; on Cloud Storage it
+        is a copy, whose object appears complete, then a delete.)"""
         fs, _ = _fs(self.directory)
-        with self._lock, fs.open(self.path, "w") as f:
-            f.write(json.dumps(asdict(self.holder), indent=1))
+        partial = f"{self.path}.{self.holder.token}.partial"
+        with self._lock:
+            with fs.open(partial, "w") as f:
+                f.write(json.dumps(asdict(self.holder), indent=1))
+            fs.mv(partial, self.path)
 
     def _beat(self) -> None:
         while not self._stop.wait(self.heartbeat_s):

@@ -137,3 +137,18 @@ def test_a_half_written_lease_holds_nothing(tmp_path):
     (tmp_path / "ck" / leases.LEASE_FILE).write_text('{"owner": "ana", "ho')
     assert leases.read_holder(str(tmp_path / "ck")) is None
     Lease(str(tmp_path / "ck")).acquire().release()
+
+
+def test_a_reader_never_finds_the_lease_half_written_while_the_heartbeat_rewrites_it(tmp_path):
+    """The holder's own `verify` before a commit reads the file the heartbeat thread rewrites:
+    an empty or partial file there would stop the run as if its lease were lost. (On a local
+    disk or a /gcs/ mount; a Cloud Storage object is never seen half-written.)"""
+    folder = str(tmp_path / "ck")
+    with Lease(folder, heartbeat_s=0.001) as mine:
+        deadline = time.time() + 1.0
+        reads = 0
+        while time.time() < deadline:
+            assert leases.read_holder(folder) is not None
+            mine.verify()
+            reads += 1
+        assert reads > 100
