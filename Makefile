@@ -61,7 +61,7 @@ run: setup
 TEST_WORKERS ?= 2
 
 test: setup
-	$(PY) -m pytest tests notebooks --nbval-lax --nbval-cell-timeout=900 -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_FLAGS)
+	$(PY) -m pytest tests notebooks --nbval-lax --nbval-cell-timeout=900 -n $(TEST_WORKERS) $(PYTEST_FLAGS)
 
 # The fast tier for a change in progress: unit tests only, no multi-process, notebook or browser
 # runs (those are marked slow); `make test` runs everything.

@@ -16,19 +16,26 @@ from labkit.notebooks.stderr import STDERR_TAG, allows_stderr, stderr_text
 from tests.executed import ran_in_lab
 
 MAX_SHOWN_LINES = 8
-# `make test` runs on pytest-xdist workers (--dist loadgroup): the browser tests and nbval's cells
-# are one group, so they run in one worker in collection order (browser first) and nbval sees
-# which notebooks the browser already ran; every other test goes to whichever worker is free.
+# `make test` runs on pytest-xdist workers. The browser tests and nbval's cells are one unit of
+# work: one worker runs them all, in collection order (browser first), so nbval sees which
+# notebooks the browser already ran and a notebook's cells share one kernel; every other test
+# goes to whichever worker is free. (A scheduler rather than xdist_group marks: --dist loadgroup
+# renames node ids, which pytest 9.2 no longer lets it do.)
 NOTEBOOK_GROUP = "notebooks"
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the group into each test's id
-def pytest_collection_modifyitems(config, items):
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        if item.get_closest_marker("browser") or getattr(item, "cell", None) is not None:
-            item.add_marker(pytest.mark.xdist_group(NOTEBOOK_GROUP))
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, which may be absent
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "load":
+        return None  # another --dist mode asked for: xdist's own
+    from xdist.scheduler import LoadScopeScheduling
+
+    class NotebooksTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return NOTEBOOK_GROUP if path.startswith("tests/browser/") or path.endswith(".ipynb") else nodeid
+
+    return NotebooksTogether(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)

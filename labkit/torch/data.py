@@ -5,7 +5,8 @@ whole batch at once (vectorised, one injected latency per batch, the way a remot
 a decode costs per batch). Indices come from `DistributedSampler` (a seeded permutation per epoch,
 `set_epoch`, each rank a disjoint slice), so a run is reproducible and a resumed run starts at an
 exact `DataPosition` instead of replaying the epoch. The position counts samples, so a run
-resumed with another batch size continues the same order.
+resumed with another batch size continues the same order. A dataset of at most
+`IN_MEMORY_LIMIT_BYTES` is generated once and its batches taken from memory.
 
 `SampleDataset` is the textbook form of the same data, one sample per index, for
 `DataLoader(batch_size=micro, sampler=DistributedSampler(...))`: the recipes train on it, and
@@ -37,12 +38,33 @@ class DataPosition:
     sample: int = 0
 
 
-class BatchDataset(Dataset):
-    """`ds[list_of_indices] -> (inputs, targets)` tensors; images as uint8 NCHW."""
+# A synthetic dataset up to this size is generated once, when the run starts, and held in memory
+# (as a real dataset of its size would be read once): a step then takes its batch from memory
+# instead of drawing it. Larger ones are drawn batch by batch, in loader workers where asked.
+IN_MEMORY_LIMIT_BYTES = 64 * 2**20
+_GENERATE_CHUNK = 256  # samples drawn at once while filling the memory copy
 
-    def __init__(self, source: SyntheticImages | SyntheticTokens, latency_s: float = 0.0):
+
+def source_bytes(source: SyntheticImages | SyntheticTokens) -> int:
+    """Bytes of a dataset's inputs and targets as the engine's tensors hold them."""
+    if isinstance(source, SyntheticImages):
+        return len(source) * (source.config.image_bytes + 8)
+    return len(source) * source.config.block_size * 8 * 2
+
+
+class BatchDataset(Dataset):
+    """`ds[list_of_indices] -> (inputs, targets)` tensors; images as uint8 NCHW. `in_memory`:
+    generate every sample once and serve batches from that copy (None: when the dataset is at
+    most `IN_MEMORY_LIMIT_BYTES`); the bytes are the same either way, each sample being drawn
+    from its own stream."""
+
+    def __init__(self, source: SyntheticImages | SyntheticTokens, latency_s: float = 0.0,
+                 in_memory: bool | None = None):
         self.source = source
         self.latency_s = latency_s
+        if in_memory is None:
+            in_memory = source_bytes(source) <= IN_MEMORY_LIMIT_BYTES
+        self.held = self._generate_all() if in_memory else None
 
     def __len__(self) -> int:
         return len(self.source)
@@ -50,13 +72,24 @@ class BatchDataset(Dataset):
     def __getitem__(self, indices):
         if self.latency_s:
             time.sleep(self.latency_s)  # injected storage / decode latency, once per batch
-        x, y = self.source.batch(indices)
+        if self.held is not None:
+            rows = torch.as_tensor(indices, dtype=torch.long)
+            return self.held[0][rows], self.held[1][rows]
+        return self._tensors(*self.source.batch(indices))
+
+    def _tensors(self, x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         if isinstance(self.source, SyntheticImages):
             # Images stay uint8 (NCHW) until they reach the device: a quarter of the bytes to
             # move between workers and over PCIe; `to_float_images` scales them there.
             xt = torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2)))
             return xt, torch.from_numpy(y)
         return torch.from_numpy(np.ascontiguousarray(x)), torch.from_numpy(np.ascontiguousarray(y))
+
+    def _generate_all(self) -> tuple[torch.Tensor, torch.Tensor]:
+        n = len(self.source)
+        parts = [self._tensors(*self.source.batch(range(i, min(i + _GENERATE_CHUNK, n))))
+                 for i in range(0, n, _GENERATE_CHUNK)]
+        return torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
 
 
 class SampleDataset(Dataset):
@@ -79,10 +112,10 @@ class SampleDataset(Dataset):
 
 
 def make_dataset(model_cfg: ModelConfig, num_samples: int, seed: int,
-                 latency_s: float = 0.0) -> BatchDataset:
+                 latency_s: float = 0.0, in_memory: bool | None = None) -> BatchDataset:
     """The engine's batch-at-a-time dataset for a model config (images for conv nets, tokens
-    for GPT)."""
-    return BatchDataset(synthetic.for_model(model_cfg, num_samples, seed), latency_s)
+    for GPT); `in_memory` as in `BatchDataset`."""
+    return BatchDataset(synthetic.for_model(model_cfg, num_samples, seed), latency_s, in_memory)
 
 
 def make_sample_dataset(model_cfg: ModelConfig, num_samples: int, seed: int) -> SampleDataset:

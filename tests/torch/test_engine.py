@@ -390,3 +390,23 @@ def test_vertex_output_variables_fill_unset_dirs_only_through_the_gcs_mount():
     assert (filled.checkpoint_dir, filled.tensorboard_dir) == ("/gcs/b/run/checkpoints/", "/gcs/b/run/logs/")
     assert engine.with_vertex_dirs(replace(BASE, checkpoint_dir="/mine"), env).checkpoint_dir == "/mine"
     assert engine.with_vertex_dirs(BASE, {}) == BASE
+
+
+@pytest.mark.parametrize("model", ["cnn", "gpt"])
+def test_a_small_dataset_held_in_memory_serves_the_batches_drawn_one_by_one(model, monkeypatch):
+    """The engine holds a small synthetic dataset in memory (generated once): its batches must
+    be the bytes the per-batch draws give, in any order, so nothing a run trains on changes."""
+    import torch
+
+    from labkit.core.models import build_config
+    from labkit.torch import data
+
+    cfg = build_config(model, "smoke")
+    held = data.make_dataset(cfg, 300, 5)
+    drawn = data.make_dataset(cfg, 300, 5, in_memory=False)
+    assert held.held is not None and drawn.held is None
+    for indices in ([0, 1, 2], [299, 7, 150, 7], list(range(256, 300))):
+        for a, b in zip(held[indices], drawn[indices], strict=True):
+            assert a.dtype == b.dtype and torch.equal(a, b)
+    monkeypatch.setattr(data, "IN_MEMORY_LIMIT_BYTES", data.source_bytes(held.source) - 1)
+    assert data.make_dataset(cfg, 300, 5).held is None  # over the limit: drawn batch by batch
