@@ -20,7 +20,7 @@ MAX_SHOWN_LINES = 8
 # work: one worker runs them all, in collection order (browser first), so nbval sees which
 # notebooks the browser already ran and a notebook's cells share one kernel; every other test
 # goes to whichever worker is free. (A scheduler rather than xdist_group marks: --dist loadgroup
-# renames node ids, which pytest 9.2 no longer lets it do.)
+# renames node ids through a private attribute that pytest 9.2 no longer reads.)
 NOTEBOOK_GROUP = "notebooks"
 
 
