@@ -20,6 +20,8 @@ _COMMANDS = (
     ("labkit.cli.profile", "add_profile_command"),
     ("labkit.cli.data", "add_data_command"),
     ("labkit.cli.image", "add_image_command"),
+    ("labkit.cli.jobs", "add_emulate_command"),
+    ("labkit.cli.jobs", "add_job_command"),
 )
 
 

@@ -19,11 +19,11 @@ Two checks keep a run from losing its outputs, each a one-line reason (None when
 Storage itself cannot be reached for a ``gs://`` address (one connection attempt, where gcsfs
 would retry for over a minute and then print pages of retries).
 
-The local emulator (`labkit.vertex.emulator`) sets ``LABKIT_LOCAL_GCS`` to a folder that stands
-in for Cloud Storage: bucket ``b`` is ``<folder>/b``, and the mount root is that folder, so
-`mount_path` maps ``gs://b/x`` to ``<folder>/b/x``. In its replicas `LocalGCSFileSystem` also
-answers fsspec's ``gs://`` over the same folder, so code that handles the addresses correctly
-works locally and code that treats them as paths fails locally, as it would on Vertex.
+The local emulator (`labkit.vertex.emulator`) gives its replicas a ``/gcs`` of their own and a
+local Cloud Storage server for ``gs://``, so this code needs nothing special there. Where a
+machine cannot give replicas their own ``/gcs``, it sets ``LABKIT_LOCAL_GCS`` to the folder that
+stands in for Cloud Storage (bucket ``b`` is ``<folder>/b``): the mount root is then that
+folder, so `mount_path` maps ``gs://b/x`` to ``<folder>/b/x``.
 """
 
 from __future__ import annotations
@@ -82,6 +82,16 @@ def aip_mount_paths(env: Mapping[str, str] | None = None) -> dict[str, str]:
             if name.startswith("AIP_") and value and (is_gcs_uri(value) or name in AIP_OUTPUT_VARIABLES)}
 
 
+def _mount_points() -> set[str] | None:
+    """Every mount point this process sees (Linux), bind mounts included, which
+    `os.path.ismount` misses when they share the device of the folder above."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            return {line.split()[4].replace("\\040", " ") for line in f if len(line.split()) > 4}
+    except OSError:
+        return None
+
+
 def unmounted(path: str, env: Mapping[str, str] | None = None) -> str | None:
     """Why `path`, under ``/gcs/``, would not reach Cloud Storage here (None: it is not under
     ``/gcs/``, the emulator stands in for the mount, or a mount holds it). On Vertex, Cloud
@@ -91,9 +101,10 @@ def unmounted(path: str, env: Mapping[str, str] | None = None) -> str | None:
     path = os.path.normpath(os.fspath(path))
     if env.get(LOCAL_GCS_ENV) or not (path == GCS_MOUNT or path.startswith(GCS_MOUNT + "/")):
         return None
+    mounts = _mount_points()
     here = path
     while True:
-        if os.path.ismount(here) and here != "/":
+        if here != "/" and (here in mounts if mounts is not None else os.path.ismount(here)):
             return None
         if here == GCS_MOUNT:
             break
@@ -125,41 +136,3 @@ def unreachable(uri: str, env: Mapping[str, str] | None = None, *, timeout_s: fl
         reason = e.strerror or str(e) or type(e).__name__
         return f"Cloud Storage cannot be reached from here ({host}:{port}: {reason})"
     return None
-
-
-# ---------------------------------------------------------------- the emulator's stand-in buckets
-
-def _local_gcs_class():
-    from fsspec.implementations.dirfs import DirFileSystem
-    from fsspec.implementations.local import LocalFileSystem
-
-    class LocalGCSFileSystem(DirFileSystem):
-        """fsspec's ``gs://`` over a local folder: ``gs://b/x`` is ``<root>/b/x``. Paths come
-        back as ``b/x``, as gcsfs returns them. Parent folders are created on write (a bucket
-        has no folders to create first)."""
-
-        protocol = ("gs", "gcs")
-        cachable = False  # the root comes from the environment, which a test may change
-
-        def __init__(self, root: str | None = None, **options):
-            root = root or os.environ.get(LOCAL_GCS_ENV)
-            if not root:
-                raise ValueError(f"{LOCAL_GCS_ENV} is not set: no local folder stands in for "
-                                 "Cloud Storage here")
-            os.makedirs(root, exist_ok=True)
-            super().__init__(path=root, fs=LocalFileSystem(auto_mkdir=True), **options)
-
-    return LocalGCSFileSystem
-
-
-def register_local_gcs() -> bool:
-    """Make fsspec answer ``gs://`` and ``gcs://`` from the folder named by ``LABKIT_LOCAL_GCS``
-    (replacing gcsfs in this process). Does nothing and returns False when it is not set."""
-    if not os.environ.get(LOCAL_GCS_ENV):
-        return False
-    import fsspec
-
-    cls = _local_gcs_class()
-    for protocol in cls.protocol:
-        fsspec.register_implementation(protocol, cls, clobber=True)
-    return True

@@ -19,6 +19,7 @@ the same request to the local fake in tests and notebooks as to Vertex AI.
 from __future__ import annotations
 
 import io
+import os
 import tarfile
 import time
 from collections.abc import Mapping
@@ -170,7 +171,7 @@ def submit(spec: Mapping[str, Any], *, display_name: str, notebook: str | None =
            env: Mapping[str, str] | None = None, project: str | None = None,
            region: str | None = None, bucket: str | None = None, endpoint: str | None = None,
            credentials: Any = None, filesystem: Any = None, labels: Mapping[str, str] | None = None,
-           registry_endpoint: str | None = None):
+           registry_endpoint: str | None = None, files: Mapping[str, bytes] | None = None):
     """Create the job on Vertex AI: a CustomJob for a CustomJobSpec dict (`custom_job_spec`,
     `notebook_job`, `training_job`), a HyperparameterTuningJob for a `tuning_job` dict. Returns
     the created resource (aiplatform_v1); follow it with `job_state`, `wait` and `cancel`.
@@ -179,7 +180,10 @@ def submit(spec: Mapping[str, Any], *, display_name: str, notebook: str | None =
     it is uploaded first, with the labkit source archive when the spec pip-installs it.
     `endpoint` / `credentials`: where the JobService is and how to sign in (see
     `job_service_client`; a loopback endpoint needs no credentials). `filesystem`: the fsspec
-    filesystem uploads go through (default: gcsfs with the same project and credentials)."""
+    filesystem uploads go through (default: gcsfs with the same project and credentials; with a
+    loopback endpoint, the local Cloud Storage server named by ``STORAGE_EMULATOR_HOST``).
+    `files`: more uploads, ``{gs:// address: bytes}`` (a user job's code archive or packages),
+    made before the job is created."""
     loopback = endpoint is not None and is_loopback(endpoint)
     if loopback and credentials is None:
         from google.auth.credentials import AnonymousCredentials
@@ -205,16 +209,20 @@ def submit(spec: Mapping[str, Any], *, display_name: str, notebook: str | None =
         raise FileNotFoundError(f"notebook: no notebook at {notebook}")
     job_spec = _job_spec(spec)
     base = (job_spec.get("base_output_directory") or {}).get("output_uri_prefix", "").rstrip("/")
-    uploads = {}
+    uploads = dict(files or {})
     if notebook and base:
         uploads[f"{base}/inputs/{Path(notebook).name}"] = Path(notebook).read_bytes()
     if base and any(f"{base}/inputs/labkit.tar.gz".replace("gs://", "/gcs/") in str(p)
                     for p in job_spec.get("worker_pool_specs", [])):
         uploads[f"{base}/inputs/labkit.tar.gz"] = source_archive()
     if uploads and filesystem is None and loopback:
-        raise ValueError(f"filesystem: submitting to the local endpoint {endpoint} "
-                         f"uploads {', '.join(uploads)}; pass a filesystem standing in "
-                         "for the bucket (e.g. a local folder)")
+        if not os.environ.get("STORAGE_EMULATOR_HOST"):
+            raise ValueError(f"filesystem: submitting to the local endpoint {endpoint} "
+                             f"uploads {', '.join(uploads)}; pass a filesystem standing in "
+                             "for the bucket (e.g. a local folder), or set STORAGE_EMULATOR_HOST")
+        import fsspec
+
+        filesystem = fsspec.filesystem("gs", token="anon")  # the local Cloud Storage server
     if credentials is None:
         import google.auth
 

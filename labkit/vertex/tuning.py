@@ -134,6 +134,89 @@ def parameter_spec(name: str, value: Any, config: TrainConfig) -> dict[str, Any]
     return spec
 
 
+def generic_parameter_spec(name: str, value: Any) -> dict[str, Any]:
+    """One StudySpec.ParameterSpec for flag ``--NAME`` of any script: ``("linear"|"log", low,
+    high)`` is an INTEGER range when both bounds are ints, else DOUBLE; a list of numbers is
+    DISCRETE, a list of strings CATEGORICAL."""
+    where = f"parameters[{name!r}]"
+    if not isinstance(name, str) or not name.replace("-", "_").replace(".", "_").isidentifier():
+        raise ParameterError(where, name, "must be a flag name (letters, digits, - and _)")
+    spec: dict[str, Any] = {"parameter_id": name}
+    if isinstance(value, tuple) and len(value) == 3 and value[0] in SCALES:
+        scale, low, high = value
+        if not (_is_number(low) and _is_number(high)):
+            raise ParameterError(where, value, "a range needs numeric bounds")
+        if not low < high:
+            raise ParameterError(where, value, "needs low < high")
+        if scale == "log" and low <= 0:
+            raise ParameterError(where, value, "a log scale needs low > 0")
+        integer = isinstance(low, int) and isinstance(high, int)
+        spec |= ({"integer_value_spec": {"min_value": low, "max_value": high}} if integer else
+                 {"double_value_spec": {"min_value": float(low), "max_value": float(high)}})
+        spec["scale_type"] = SCALES[scale]
+    elif isinstance(value, (list, tuple)) and value and all(_is_number(v) for v in value):
+        spec["discrete_value_spec"] = {"values": sorted({float(v) for v in value})}
+    elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        spec["categorical_value_spec"] = {"values": list(dict.fromkeys(value))}
+    else:
+        raise ParameterError(where, value, "must be ('linear'|'log', low, high) or a non-empty "
+                             "list of numbers or of strings")
+    return spec
+
+
+def _study(metric: str, goal: str, params: list[dict[str, Any]], algorithm: str | None,
+           early_stopping: bool) -> dict[str, Any]:
+    goal_name = str(goal).upper()
+    if goal_name not in GOALS:
+        raise ParameterError("goal", goal, "must be 'minimize' or 'maximize'")
+    if algorithm is not None and algorithm not in ALGORITHMS:
+        raise ParameterError("algorithm", algorithm, f"must be None or one of {', '.join(ALGORITHMS)}")
+    if algorithm == "GRID_SEARCH" and any("double_value_spec" in p for p in params):
+        raise ParameterError("algorithm", algorithm, "needs every parameter integer, discrete or "
+                             "categorical (a DOUBLE range has no grid)")
+    study: dict[str, Any] = {"metrics": [{"metric_id": metric, "goal": goal_name}], "parameters": params}
+    if algorithm:
+        study["algorithm"] = algorithm
+    if early_stopping:
+        study["median_automated_stopping_spec"] = {"use_elapsed_duration": False}
+    return study
+
+
+def user_tuning_job(
+    trial_job: Mapping[str, Any],
+    *,
+    metric: str,
+    goal: str,
+    parameters: Mapping[str, Any],
+    max_trial_count: int,
+    parallel_trial_count: int,
+    algorithm: str | None = None,
+    early_stopping: bool = True,
+    max_failed_trial_count: int = 0,
+    display_name: str = "labkit-tuning",
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A HyperparameterTuningJob whose trials run `trial_job` (a CustomJobSpec of your own
+    code, `labkit.vertex.userjob.user_job`) with each trial's values appended as
+    ``--NAME=VALUE``; the code reports `metric` with cloudml-hypertune (see the
+    ``hypertune_report`` recipe). `parameters` as in `generic_parameter_spec`."""
+    if not isinstance(metric, str) or not metric:
+        raise ParameterError("metric", metric, "must name the metric the script reports")
+    check_int("max_trial_count", max_trial_count, minimum=1)
+    check_int("parallel_trial_count", parallel_trial_count, minimum=1, maximum=max_trial_count)
+    check_int("max_failed_trial_count", max_failed_trial_count, minimum=0)
+    if not parameters:
+        raise ParameterError("parameters", parameters, "must name at least one flag to tune")
+    params = [generic_parameter_spec(name, value) for name, value in parameters.items()]
+    spec = {"display_name": display_name, "study_spec": _study(metric, goal, params, algorithm, early_stopping),
+            "max_trial_count": max_trial_count, "parallel_trial_count": parallel_trial_count,
+            "max_failed_trial_count": max_failed_trial_count, "trial_job_spec": dict(trial_job),
+            "labels": check_labels({"labkit-job": "tuning", **dict(labels or {})})}
+    if has_aiplatform():
+        validate_tuning_job(spec)
+    return spec
+
+
 def tuning_job(
     config: Any,
     *,
@@ -161,11 +244,6 @@ def tuning_job(
     cfg = train_config(config)
     check_output_uri(output_uri)
     check_metric(metric)
-    goal_name = str(goal).upper()
-    if goal_name not in GOALS:
-        raise ParameterError("goal", goal, "must be 'minimize' or 'maximize'")
-    if algorithm is not None and algorithm not in ALGORITHMS:
-        raise ParameterError("algorithm", algorithm, f"must be None or one of {', '.join(ALGORITHMS)}")
     check_int("max_trial_count", max_trial_count, minimum=1)
     check_int("parallel_trial_count", parallel_trial_count, minimum=1, maximum=max_trial_count)
     check_int("max_failed_trial_count", max_failed_trial_count, minimum=0)
@@ -176,14 +254,7 @@ def tuning_job(
             raise ParameterError(name, getattr(cfg, name), "must be unset in a tuning job: each "
                                  "trial writes to its own AIP_* folders")
     params = [parameter_spec(name, value, cfg) for name, value in parameters.items()]
-    if algorithm == "GRID_SEARCH" and any("double_value_spec" in p for p in params):
-        raise ParameterError("algorithm", algorithm, "needs every parameter integer, discrete or "
-                             "categorical (a DOUBLE range has no grid)")
-    study: dict[str, Any] = {"metrics": [{"metric_id": metric, "goal": goal_name}], "parameters": params}
-    if algorithm:
-        study["algorithm"] = algorithm
-    if early_stopping:
-        study["median_automated_stopping_spec"] = {"use_elapsed_duration": False}
+    study = _study(metric, goal, params, algorithm, early_stopping)
     accelerators = int(job_options.get("accelerator_count") or 0)
     per_node = job_options.pop("processes_per_node", None)
     if per_node is None:
@@ -293,9 +364,9 @@ def trial_spec(spec: Mapping[str, Any], trial_id: str, values: Mapping[str, Any]
     by_id = {p["parameter_id"]: p for p in spec["study_spec"]["parameters"]}
     flags = [f"--{pid}={vertex_value(by_id.get(pid, {}), v)}" for pid, v in values.items()]
     for pool in job["worker_pool_specs"]:
-        container = pool.get("container_spec") if pool else None
-        if container and not is_reduction_server_image(container.get("image_uri")):
-            container["args"] = [*container.get("args", []), *flags]
+        program = (pool.get("container_spec") or pool.get("python_package_spec")) if pool else None
+        if program and not is_reduction_server_image(program.get("image_uri")):
+            program["args"] = [*program.get("args", []), *flags]
     return job
 
 
@@ -331,6 +402,8 @@ def run_local_tuning(
     trial_timeout_s: float | None = None,
     env: Mapping[str, str] | None = None,
     min_trials_before_stopping: int = 2,
+    image: Any = None,
+    gcs_root: str | Path | None = None,
 ) -> list[TrialRecord]:
     """Run the study of `spec` (a `tuning_job` dict) here and return one `TrialRecord` per
     trial, in trial order. Trials run through the emulator, ``parallel_trial_count`` at a time,
@@ -338,7 +411,8 @@ def run_local_tuning(
     median stopping rule, a trial whose report at some step is worse than the median of the
     earlier trials' reports at that step is stopped (once `min_trials_before_stopping` trials
     have finished). ``max_failed_trial_count`` (when > 0) stops the study after that many
-    failures. `seed` makes the suggestions reproducible."""
+    failures. `seed` makes the suggestions reproducible. `image` (`labkit.vertex.programs.Image`)
+    and `gcs_root` (default ``<workdir>/gcs``) are `run_local`'s."""
     require("optuna")
     import optuna
 
@@ -390,9 +464,9 @@ def run_local_tuning(
         started = time.monotonic()
         value, measurements, error = None, [], ""
         try:
-            job = run_local(trial_spec(spec, trial_id, trial.params), trial_dir, gcs_root=workdir / "gcs",
-                            trial=trial_id, timeout_s=trial_timeout_s, env=env, stop_when=stop_when,
-                            show_progress=False)
+            job = run_local(trial_spec(spec, trial_id, trial.params), trial_dir,
+                            gcs_root=gcs_root or workdir / "gcs", trial=trial_id, timeout_s=trial_timeout_s,
+                            env=env, stop_when=stop_when, show_progress=False, image=image)
             stop_when()  # the reports written in the last moments
             measurements = reported_values(read_reports(_metric_file(trial_dir)), tag)
             value = measurements[-1][1] if measurements else None

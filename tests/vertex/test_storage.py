@@ -4,14 +4,10 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from labkit.core import checkpoint, gcs, hypertune
-from labkit.core.launcher import child_env
+from labkit.core import gcs, hypertune
 
 VERTEX_ENV = {"AIP_MODEL_DIR": "gs://b/run/model/", "AIP_CHECKPOINT_DIR": "gs://b/run/checkpoints/",
               "AIP_TENSORBOARD_LOG_DIR": "gs://b/run/logs/", "AIP_TRAINING_DATA_URI": "gs://b/data/*.jsonl",
@@ -27,33 +23,6 @@ def test_every_aip_address_maps_to_its_mount_path():
     assert gcs.mount_path("/gcs/b/x", {gcs.LOCAL_GCS_ENV: "/tmp/fake"}) == "/tmp/fake/b/x"
     assert gcs.mount_path("relative/x", {}) == "relative/x" and gcs.aip_mount_paths({}) == {}
     assert gcs.fuse_path("gs://b/x") == "/gcs/b/x" and gcs.fuse_path("/data") == "/data"
-
-
-def test_local_gcs_filesystem_is_a_bucket_folder(tmp_path):
-    fs = gcs._local_gcs_class()(str(tmp_path))  # what register_local_gcs makes gs:// answer with
-    with fs.open("b/deep/er/f.txt", "wb") as f:  # no folders to create first, as in a bucket
-        f.write(b"x")
-    assert (tmp_path / "b/deep/er/f.txt").read_bytes() == b"x"
-    assert fs.ls("b/deep/er", detail=False) == ["b/deep/er/f.txt"]  # gcsfs-style paths
-
-
-def test_replicas_get_gs_through_fsspec_only_when_emulated(tmp_path):
-    """The sitecustomize the emulator puts on PYTHONPATH makes gs:// the stand-in folder for
-    labkit.core.checkpoint; without LABKIT_LOCAL_GCS it leaves fsspec alone."""
-    site = Path(gcs.__file__).resolve().parents[1] / "vertex" / "site"
-    code = ("import fsspec; from labkit.core import checkpoint; "
-            "checkpoint.save('gs://b/ck', 7, {'m': b'abc'}); "
-            "print(type(fsspec.filesystem('gs')).__name__)")
-    env = child_env({gcs.LOCAL_GCS_ENV: str(tmp_path)})
-    env["PYTHONPATH"] = f"{site}:{env['PYTHONPATH']}"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "LocalGCSFileSystem"
-    assert checkpoint.load(str(tmp_path / "b/ck")).files == {"m": b"abc"}
-    env.pop(gcs.LOCAL_GCS_ENV)
-    plain = subprocess.run([sys.executable, "-c", "import labkit.core.gcs as g; print(g.register_local_gcs())"],
-                           env=env, capture_output=True, text=True, timeout=60)
-    assert plain.stdout.strip() == "False"
 
 
 def test_hypertune_reports_match_cloudml_hypertune(tmp_path, monkeypatch):

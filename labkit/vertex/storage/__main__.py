@@ -1,0 +1,5 @@
+import sys
+
+from labkit.vertex.storage.server import main
+
+sys.exit(main())
