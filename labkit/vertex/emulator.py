@@ -775,8 +775,8 @@ class _EmulatedJob:
                 if self.preemptions > MAX_PREEMPTION_RESTARTS:
                     return "failed", (f"preempted more than {MAX_PREEMPTION_RESTARTS} times "
                                       f"({facts.SPOT_JOB_RESTARTS.cite()})")
-                self.events.append(f"attempt {attempt}: {trigger.fault.replica} was preempted (Spot; "
-                                   f"{name} exited {code}): job restarts")
+                self.events.append(f"attempt {attempt}: {trigger.fault.replica} was preempted (Spot): "
+                                   f"job restarts ({name} exited {code})")
                 return "restart_job", ""
             return self._non_permanent(attempt, key, name, restarts)
         if code in TRANSIENT_EXITS:

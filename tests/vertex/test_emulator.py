@@ -80,15 +80,22 @@ def test_local_argv_maps_python_gcs_and_drops_setup_wrapper(tmp_path):
 
 
 FLAKY = """
-import os, pathlib, sys
+import os, pathlib, sys, time
 from labkit.core.gcs import mount_path
-marker = pathlib.Path(mount_path(os.environ["AIP_MODEL_DIR"])) / ("tries-" + os.environ.get("RANK", "x"))
+start = time.time()
+folder = pathlib.Path(mount_path(os.environ["AIP_MODEL_DIR"]))
+marker = folder / ("tries-" + os.environ.get("RANK", "x"))
 marker.parent.mkdir(parents=True, exist_ok=True)
 n = int(marker.read_text()) if marker.exists() else 0
 marker.write_text(str(n + 1))
 if os.environ["RANK"] == "1" and n < FAILS:
     print("worker gives up: bad input", flush=True)
     sys.exit(CODE)
+# The primary waits for the worker's verdict: once it exits 0 the job has succeeded.
+worker = folder / "tries-1"
+while os.environ["RANK"] == "0" and not (worker.exists() and worker.stat().st_mtime >= start - 1):
+    time.sleep(0.05)
+time.sleep(0.5 if os.environ["RANK"] == "0" else 0)
 """
 
 
@@ -180,12 +187,15 @@ def test_spot_preemptions_restart_the_job_up_to_six_times(tmp_path):
 STEPPER = """
 import os, pathlib, time
 from labkit.core.gcs import mount_path
-done = pathlib.Path(mount_path(os.environ["AIP_MODEL_DIR"])) / ("done-" + os.environ["RANK"])
+folder = pathlib.Path(mount_path(os.environ["AIP_MODEL_DIR"]))
 for step in range(1, 6):
     print(f"step {step}", flush=True)
     time.sleep(0.1)
-done.parent.mkdir(parents=True, exist_ok=True)
-done.write_text("ok")
+folder.mkdir(parents=True, exist_ok=True)
+(folder / ("done-" + os.environ["RANK"])).write_text("ok")
+# The primary waits for the worker to finish: once it exits 0 the job has succeeded.
+while os.environ["RANK"] == "0" and os.environ["WORLD_SIZE"] != "1" and not (folder / "done-1").exists():
+    time.sleep(0.05)
 """
 
 
