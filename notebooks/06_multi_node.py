@@ -14,8 +14,11 @@
 # 1. shows the pools of a job and what each replica sees;
 # 2. runs a 2-node PyTorch DDP job and a 2-worker TensorFlow MultiWorkerMirrored job through the
 #    emulator, with `labkit train` in every replica;
-# 3. measures all-reduce bandwidth (gloo on CPU processes, NCCL across GPUs);
-# 4. configures a Reduction Server and prints the exact spec to submit for 4 nodes × 8 GPUs.
+# 3. runs **your own trainer**, a plain script that imports nothing from labkit, as a 2-node job
+#    with `labkit emulate`, and reads its model, checkpoints and TensorBoard files back from the
+#    emulated bucket;
+# 4. measures all-reduce bandwidth (gloo on CPU processes, NCCL across GPUs);
+# 5. configures a Reduction Server and prints the exact spec to submit for 4 nodes × 8 GPUs.
 
 # %% tags=["parameters"]
 scale = "auto"
@@ -28,6 +31,7 @@ gpus_per_node = 8
 machine_type = "a3-highgpu-8g"
 accelerator_type = "NVIDIA_H100_80GB"
 reduction_servers = 0  # 0: as many as Vertex's bandwidth rule asks for (labkit.vertex.reduction)
+own_epochs = 4  # epochs of the example trainer run as your own job
 output_uri = "gs://YOUR_BUCKET/labkit/06_multi_node"
 submit = False
 time_budget_s = 0.0
@@ -127,6 +131,39 @@ if fw.tensorflow:
     key_figure(f"TF MultiWorkerMirrored, {replicas} workers: final loss", tf_metrics["summary"]["final_loss"])
 else:
     print(frameworks.missing_reason("tensorflow"))
+
+# %% [markdown]
+# ## Your own trainer, unmodified, as a 2-node job
+# Everything above ran `labkit train`. Your code is what matters: `examples/ddp_trainer/train.py`
+# is a plain PyTorch DDP script of the kind you write (about 100 lines, no labkit import). It
+# reads `MASTER_ADDR`, `MASTER_PORT`, `WORLD_SIZE` and `RANK` (the variables Vertex sets, counted
+# in nodes), turns `AIP_MODEL_DIR` and friends from `gs://` into `/gcs/` paths as Google's
+# samples do, checkpoints every epoch and resumes from the last one. Its `Dockerfile` says how
+# the image runs it: `WORKDIR /app`, the code and its small data copied in,
+# `ENTRYPOINT ["python", "train.py"]`.
+#
+# `labkit emulate` runs it as Vertex would: one process per replica, each in a container of its
+# own (Linux namespaces: its own `/gcs`, its own host name, all its processes ending with it), the
+# image's files copied fresh into its working directory, and a **local Cloud Storage server**
+# behind `gs://` and `/gcs/` that google-cloud-storage, gcsfs and TensorFlow reach through their
+# own emulator settings. The command a learner types, and what it left in the bucket:
+
+# %%
+from labkit.course import own_job
+
+if fw.torch:
+    own = own_job.run_example(own_job.ddp_request(workdir, "06-own-job", replicas=replicas, epochs=own_epochs))
+    print(own.text())
+    key_figure(f"your own DDP trainer, {replicas} nodes: files it left in the bucket", len(own.run.outputs()),
+               note=f"{own.run.job.state}")
+else:
+    print(frameworks.missing_reason("torch"))
+
+# %% [markdown]
+# The same job for the service is one flag away: `labkit job` builds the same CustomJob from
+# the same flags (with your image: `--image REGION-docker.pkg.dev/PROJECT/REPO/trainer`), checks
+# it offline, and without credentials prints its REST JSON and the `gcloud ai custom-jobs create`
+# lines; notebook 07 preempts this trainer and watches it resume.
 
 # %% [markdown]
 # ## All-reduce bandwidth

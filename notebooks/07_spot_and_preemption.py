@@ -36,6 +36,7 @@ preemptions_per_hour = 0.05
 restart_overhead_s = 300.0
 checkpoint_gb = 1.5
 output_uri = "gs://YOUR_BUCKET/labkit/07_spot"
+own_epochs = 4  # epochs of the example trainer preempted as your own job
 time_budget_s = 0.0
 
 # %%
@@ -186,6 +187,29 @@ if frameworks.has_torch():
     key_figure("resumed run: final weights identical to uninterrupted", str(result.weights_equal),
                note=f"max |difference| {result.max_weight_difference:g}")
     key_figure("steps computed twice after the preemption", result.redone_steps)
+
+# %% [markdown]
+# ## Your own trainer, preempted
+# The drill above preempts `labkit train`. Yours is what will be preempted on Vertex:
+# `examples/ddp_trainer/train.py` (notebook 06 ran it as a 2-node job) handles SIGTERM the plain
+# way: it finishes the epoch it is in, every rank agrees in one all-reduce to stop, the chief
+# checkpoints to `AIP_CHECKPOINT_DIR` through `/gcs/`, and all exit 143; on start it resumes from
+# that checkpoint. `labkit emulate --spot --preempt-at-step 2 --step-pattern 'Epoch (\d+)/'`
+# preempts it when any replica prints "Epoch 2/": a fault reaches any code by what it prints
+# (or `--preempt-after 30s`, or `--preempt-when-file gs://...` when a file appears). The same job
+# runs once undisturbed, to compare. Before running: after the restart, which epoch does each
+# replica start from, and should the final held-out loss differ from the undisturbed run?
+
+# %%
+from labkit.course import own_job
+
+if frameworks.has_torch():
+    own = own_job.preemption_comparison(workdir, replicas=replicas, epochs=own_epochs)
+    print(own.text())
+    key_figure("your own trainer, preempted and resumed: held-out losses identical to undisturbed",
+               str(own.identical), note=f"{own.preempted.run.job.job_restarts} job restart(s)")
+else:
+    print(frameworks.missing_reason("torch"))
 
 # %% [markdown]
 # ## Checkpoint interval vs lost work vs cost

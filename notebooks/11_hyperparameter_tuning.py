@@ -131,3 +131,25 @@ key_figure("study cost on Spot / on demand", spot_cost.total_usd / on_demand_cos
 # %%
 print(vertex.preflight().text())
 print(tuning.submit_or_preview(spec, display_name="labkit-11-tuning"))
+
+# %% [markdown]
+# ## Your own script in a study
+# Any training script can be the trial: it reads the values as flags (in the service's own
+# formatting: a DISCRETE value arrives as `32.0`) and reports its metric with Google's
+# cloudml-hypertune package, from the primary replica, once per evaluation. The lines a script
+# adds are marked "tuning" in the recipe below. `labkit job --tune-metric ... --param ...`
+# builds the HyperparameterTuningJob around your command (`labkit emulate` with the same flags
+# runs the study here first); below, the study spec it builds for the recipe.
+
+# %%
+from labkit.course import recipe_view
+from labkit.vertex import own_job
+
+recipe_view.show("hypertune_report")
+study_request = own_job.JobRequest(command=["python", "-m", "labkit.recipes.hypertune_report", "--epochs", "5"],
+                                   output=output_uri, tune_metric="accuracy", goal="maximize",
+                                   param=["lr=log:0.001:0.3", "momentum=0.0,0.5,0.9"], trials=trials,
+                                   parallel_trials=parallel_trials, image="us-central1-docker.pkg.dev/my-project/training/trainer:1")
+print(own_job.cli_line(study_request, verb="job"))
+user_study = own_job.build(study_request, for_emulator=False, staging=workdir / "own-study")
+print(json.dumps(user_study.spec["study_spec"], indent=1))

@@ -13,6 +13,7 @@ Shared by every notebook:
     recipe_view  a recipe shown from its file, run, and compared with the engine
     sizing       a notebook's sizes for this machine (the plan announced before the long cells)
     mistakes     mistakes guides make, each measured beside its fix (02, 04, 06, 07, 08)
+    own_job      your own trainer (examples/) as an emulated Vertex job (06, 07)
 
 By notebook:
     00  tour

@@ -29,8 +29,9 @@ and every route a replica can take reaches it and nothing else:
   ``/gcs`` is the folder, and whose processes all end with it. Where this machine does not allow
   those namespaces, ``/gcs/`` inside the spec's args and env values (shell strings included) is
   rewritten to the folder instead, labkit's own code finds it through ``LABKIT_LOCAL_GCS``, and
-  a job whose other ``/gcs`` paths could reach this machine's own ``/gcs`` is refused before it
-  starts (`CannotEmulate`), saying why.
+  a job of other code whose own ``/gcs`` paths could reach this machine's own ``/gcs`` (this user
+  can write there: a container running as root, or a Vertex job whose ``/gcs`` is the real
+  bucket) is refused before it starts (`CannotEmulate`), saying why.
 
 **Restarts** follow Vertex's documented rules by the cause of an exit (`labkit.hardware.facts`,
 each rule with its page and read date). A replica that exits non-zero by itself has hit one of
@@ -506,8 +507,7 @@ class _EmulatedJob:
         self.events: list[str] = []
         workdir.mkdir(parents=True, exist_ok=True)
         self.mounts = workdir / ".mounts"
-        self.namespaces = self._choose_mount(gcs_mount)
-        self.paths = LocalPaths(workdir, gcs_root, mounted=self.namespaces)
+        self.paths = LocalPaths(workdir, gcs_root)
         self.paths.root.mkdir(parents=True, exist_ok=True)
         sched = field_of(spec, "scheduling") or {}
         self.restart_job = bool(field_of(sched, "restart_job_on_worker_restart"))
@@ -515,6 +515,10 @@ class _EmulatedJob:
         self.timeout_s = (float(str(field_of(sched, "timeout") or f"{DEFAULT_TIMEOUT_S}s").rstrip("s"))
                           if timeout_s is None else timeout_s)
         self.programs = self._programs(image)
+        self.namespaces = self.paths.mounted = self._choose_mount(gcs_mount)
+        for program in self.programs.values():
+            program.argv = [self.paths.mount(a) for a in program.argv]
+            program.env = {k: self.paths.mount(v) for k, v in program.env.items()}
         if fault is not None and fault.target[0] not in self.programs:
             raise ParameterError("fault.replica", fault.replica, "names a pool this job does not have")
         self._run_cuda_jobs_here()
@@ -553,7 +557,7 @@ class _EmulatedJob:
             return True
         if mode == "namespace":
             raise CannotEmulate(f"replicas cannot get their own /gcs here ({reason})")
-        if _host_gcs_writable():
+        if _host_gcs_writable() and not all(_is_labkit(p.argv) for p in self.programs.values() if not p.idle):
             raise CannotEmulate(
                 f"this machine cannot give the replicas their own /gcs ({reason}), and this user can "
                 f"write to the machine's own {GCS_MOUNT}: a path the code builds under /gcs would land "
@@ -580,8 +584,6 @@ class _EmulatedJob:
             else:
                 raise ParameterError(where, None, "has neither a container_spec nor a python_package_spec")
             self.events.extend(f"{where}: {note}" for note in program.notes)
-            program.argv = [self.paths.mount(a) for a in program.argv]
-            program.env = {k: self.paths.mount(v) for k, v in program.env.items()}
             programs[i] = program
         return programs
 
@@ -850,6 +852,13 @@ class _Replica:
         self.run.seconds = self.process.seconds
         self.process.close()
         return code
+
+
+def _is_labkit(argv: Sequence[str]) -> bool:
+    """Whether a command runs labkit's own code (``python -m labkit...``), which reaches the
+    bucket only through its flags and ``LABKIT_LOCAL_GCS``, so rewriting them is enough."""
+    return len(argv) >= 3 and argv[0] == sys.executable and argv[1] == "-m" and \
+        (argv[2] == "labkit" or argv[2].startswith("labkit."))
 
 
 def _image_binds(program: Program, copy: Path, cwd: Path) -> tuple[list[list[str]], str | None]:

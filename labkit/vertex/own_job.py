@@ -30,7 +30,14 @@ from labkit.vertex.emulator import LocalJob, run_local
 from labkit.vertex.faults import Fault
 from labkit.vertex.programs import JOB_MARKER, Image, check_image_files, split_command
 from labkit.vertex.tuning import TrialRecord, run_local_tuning, user_tuning_job
-from labkit.vertex.userjob import code_archive, code_uri, load_spec, parse_env, user_job
+from labkit.vertex.userjob import (
+    code_archive,
+    code_uri,
+    is_prebuilt_training_image,
+    load_spec,
+    parse_env,
+    user_job,
+)
 
 
 @dataclass
@@ -125,11 +132,17 @@ def default_name(words: Sequence[str]) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", f"labkit-{stem or 'job'}".lower())[:100]
 
 
-def image_of(request: JobRequest, staging: Path, notes: list[str], *, code_default: bool = True) -> Image:
+def image_of(request: JobRequest, staging: Path, notes: list[str], *, code_default: bool = True,
+             for_emulator: bool = True) -> Image:
     """What the emulator knows of the image: ENTRYPOINT, CMD, working directory and files
     (`code_default`: without --dockerfile or --container-workdir, the --code folder, default
-    the current one, stands for what the image holds in its working directory)."""
+    the current one, stands for what the image holds in its working directory). For the
+    service (`for_emulator=False`) only the ENTRYPOINT matters."""
     entrypoint = tuple(split_command(request.entrypoint, "--entrypoint")) if request.entrypoint else ()
+    if not for_emulator:
+        if request.dockerfile:
+            entrypoint = entrypoint or read_dockerfile(request.dockerfile, staging / "image").image.entrypoint
+        return Image(entrypoint)
     if request.dockerfile:
         read = read_dockerfile(request.dockerfile, staging / "image")
         notes.extend(f"--dockerfile: {n}" for n in read.notes)
@@ -215,14 +228,14 @@ def build(request: JobRequest, *, for_emulator: bool, staging: Path) -> Built:
         spec = loaded.spec
         job = spec["trial_job_spec"] if loaded.kind == "tuning_job" else spec
         containers = any(p and p.get("container_spec") for p in job.get("worker_pool_specs", []))
-        image = image_of(request, staging, notes, code_default=containers)
+        image = image_of(request, staging, notes, code_default=containers, for_emulator=for_emulator)
         if request.output:
             job["base_output_directory"] = {"output_uri_prefix": request.output}
         return Built(spec, loaded.kind == "tuning_job", request.display_name or loaded.display_name
                      or "labkit-job", {**loaded.labels, **labels}, image, {}, notes)
     if not request.output:
         raise ParameterError("--output", None, "is required: the gs://BUCKET/PATH the job writes under")
-    image = image_of(request, staging, notes, code_default=not request.python_module)
+    image = image_of(request, staging, notes, code_default=not request.python_module, for_emulator=for_emulator)
     uploads: dict[str, bytes] = {}
     options: dict[str, Any] = dict(
         output_uri=request.output, workers=request.workers, parameter_servers=request.ps,
@@ -240,7 +253,7 @@ def build(request: JobRequest, *, for_emulator: bool, staging: Path) -> Built:
                     for p in request.package]
         spec = user_job(words, python_module=request.python_module, package_uris=packages,
                         image_uri=request.image, **options)
-    elif request.image or request.dockerfile:
+    elif (request.image or request.dockerfile) and not is_prebuilt_training_image(request.image or ""):
         if not request.image and not for_emulator:
             raise ParameterError("--image", None, "is required with --dockerfile: build and push the "
                                  "image (e.g. gcloud builds submit --tag REGION-docker.pkg.dev/P/R/NAME) "
@@ -256,7 +269,8 @@ def build(request: JobRequest, *, for_emulator: bool, staging: Path) -> Built:
         archive = code_archive(code, skip=[staging])
         uri = code_uri(request.output, archive)
         uploads[uri] = archive
-        spec = user_job(words, code=uri, requirements=_requirements(request, code), **options)
+        spec = user_job(words, code=uri, requirements=_requirements(request, code), image_uri=request.image,
+                        **options)
     name = request.display_name or default_name(words or [request.python_module or "job"])
     if request.tune_metric or request.param:
         if not request.tune_metric or not request.param:

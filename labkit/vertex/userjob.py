@@ -165,6 +165,12 @@ def load_spec(path: str | os.PathLike) -> LoadedSpec:
 
 # ---------------------------------------------------------------- a job from a command line
 
+def is_prebuilt_training_image(image_uri: str) -> bool:
+    """Whether `image_uri` is one of Vertex's prebuilt training images (which hold a framework,
+    not your code: the code is shipped to them)."""
+    return "-docker.pkg.dev/vertex-ai/training/" in image_uri or "gcr.io/cloud-aiplatform/training/" in image_uri
+
+
 def parse_env(pairs: Sequence[str], name: str = "--env") -> dict[str, str]:
     """``KEY=VALUE`` words as a mapping."""
     out = {}
@@ -251,7 +257,8 @@ def user_job(
     boot_disk_size_gb: int = 100,
 ) -> JobSpec:
     """The CustomJobSpec that runs `command` on every training replica (see the module
-    docstring). `code`: the ``gs://`` address of the code archive the container unpacks
+    docstring). `code`: the ``gs://`` address of the code archive the container (labkit's
+    image, or a Vertex prebuilt training image named as `image_uri`) unpacks and starts in
     (`code_archive`, `code_uri`); `requirements`: a file in it to pip-install first.
     `args_only`: `command` is the args of `image_uri`'s own ENTRYPOINT. Multi-replica jobs
     restart as a whole when a replica restarts (DDP and MultiWorkerMirrored cannot lose a
@@ -273,14 +280,15 @@ def user_job(
                             "boot_disk_size_gb": boot_disk_size_gb}
     if python_module:
         pool |= {"image_uri": image_uri or default_image(framework), "args": words}
+    elif code is not None:
+        gpu = bool(accelerator_type) and str(accelerator_type).startswith("NVIDIA_") and accelerator_count > 0
+        steps = _unpack_steps(code, requirements, gpu, framework)
+        pool |= {"image_uri": image_uri or default_image(framework), "command": setup_command(steps),
+                 "args": words}
     elif image_uri:
         pool |= {"image_uri": image_uri, **({"args": words} if args_only else {"command": words})}
     else:
-        if code is None:
-            raise ParameterError("code", code, "is required without an image: the archive of the code to run")
-        gpu = bool(accelerator_type) and str(accelerator_type).startswith("NVIDIA_") and accelerator_count > 0
-        steps = _unpack_steps(code, requirements, gpu, framework)
-        pool |= {"image_uri": default_image(framework), "command": setup_command(steps), "args": words}
+        raise ParameterError("code", code, "is required without an image: the archive of the code to run")
     primary = PoolConfig(replica_count=1, **pool)
     more = {"workers": workers, "parameter_servers": parameter_servers, "evaluators": evaluators}
     made = {k: PoolConfig(replica_count=n, **pool) if n else None for k, n in more.items()}

@@ -211,3 +211,61 @@ def test_without_namespaces_a_job_that_could_write_the_hosts_gcs_is_refused(tmp_
     # Asked for: /gcs in args and env (shell strings included) goes to the bucket folder.
     job = run_local(job_spec, tmp_path / "rewrite", gcs_mount="rewrite", show_progress=False)
     assert job.succeeded and (job.local(OUT) / "a.txt").read_text() == "x\n"
+    # labkit's own programs reach the bucket only through their flags and LABKIT_LOCAL_GCS.
+    own = run_local(spec(pool(command=["python", "-m", "labkit.vertex.entry", "--help"])), tmp_path / "own",
+                    show_progress=False)
+    assert own.succeeded and any("without their own /gcs" in e for e in own.events)
+
+
+DOCKERFILE = """
+# syntax=docker/dockerfile:1
+FROM python:3.11 AS build
+RUN pip wheel . -w /wheels
+FROM us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest
+ARG APP=trainer
+ENV DATA_DIR=/data \\
+    MODE="fast mode"
+ENV LEGACY value with spaces
+COPY --from=build /wheels /wheels
+WORKDIR /
+COPY ${APP} /${APP}
+COPY data/ /data/
+ENTRYPOINT ["python", "-m", "trainer.task"]
+CMD --epochs 1
+"""
+
+
+def test_a_dockerfile_gives_the_entrypoint_workdir_env_and_files(tmp_path):
+    from labkit.vertex.dockerfile import read_dockerfile
+
+    (tmp_path / "trainer").mkdir()
+    (tmp_path / "trainer" / "task.py").write_text("print('hi')")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.csv").write_text("1")
+    (tmp_path / "Dockerfile").write_text(DOCKERFILE)
+    read = read_dockerfile(tmp_path / "Dockerfile", tmp_path / "staging")
+    image = read.image
+    assert image.entrypoint == ("python", "-m", "trainer.task")
+    assert image.cmd == ("/bin/sh", "-c", "--epochs 1") and image.workdir == "/"
+    assert image.env == {"DATA_DIR": "/data", "MODE": "fast mode", "LEGACY": "value with spaces"}
+    assert (image.root / "trainer" / "task.py").is_file() and (image.root / "data" / "x.csv").is_file()
+    assert image.files == image.root and any("--from" in n for n in read.notes)
+
+
+@pytest.mark.slow
+def test_the_image_files_appear_at_their_own_paths_in_the_replica(tmp_path):
+    """`WORKDIR /` with `COPY trainer /trainer`, as Google's samples build images: the module
+    runs from the image's root and `/trainer` is there, without touching this machine's `/`."""
+    (tmp_path / "trainer").mkdir()
+    (tmp_path / "trainer" / "task.py").write_text(
+        "import os, pathlib\nout = pathlib.Path('/gcs/bkt/job'); out.mkdir(parents=True, exist_ok=True)\n"
+        "(out / 'seen.txt').write_text(str(sorted(os.listdir('/trainer'))) + ' ' + os.getcwd())\n")
+    (tmp_path / "Dockerfile").write_text("FROM x\nWORKDIR /\nCOPY trainer /trainer\n"
+                                         "ENTRYPOINT [\"python\", \"-m\", \"trainer.task\"]\n")
+    from labkit.vertex.dockerfile import read_dockerfile
+
+    image = read_dockerfile(tmp_path / "Dockerfile", tmp_path / "staging").image
+    job = run_local(spec(pool()), tmp_path / "w", image=image, show_progress=False)
+    assert job.succeeded, job.summary()
+    seen = (job.local(OUT) / "seen.txt").read_text()
+    assert seen.startswith("['task.py']") and not os.path.exists("/trainer")
