@@ -36,7 +36,7 @@ preemptions_per_hour = 0.05
 restart_overhead_s = 300.0
 checkpoint_gb = 1.5
 output_uri = "gs://YOUR_BUCKET/labkit/07_spot"
-own_epochs = 4  # epochs of the example trainer preempted as your own job
+own_epochs = 3  # epochs of the example trainer preempted as your own job
 time_budget_s = 0.0
 
 # %%
@@ -194,8 +194,8 @@ if frameworks.has_torch():
 # `examples/ddp_trainer/train.py` (notebook 06 ran it as a 2-node job) handles SIGTERM the plain
 # way: it finishes the epoch it is in, every rank agrees in one all-reduce to stop, the chief
 # checkpoints to `AIP_CHECKPOINT_DIR` through `/gcs/`, and all exit 143; on start it resumes from
-# that checkpoint. `labkit emulate --spot --preempt-at-step 2 --step-pattern 'Epoch (\d+)/'`
-# preempts it when any replica prints "Epoch 2/": a fault reaches any code by what it prints
+# that checkpoint. `labkit emulate --spot --preempt-at-step 1 --step-pattern 'Epoch (\d+)/'`
+# preempts it when any replica prints "Epoch 1/": a fault reaches any code by what it prints
 # (or `--preempt-after 30s`, or `--preempt-when-file gs://...` when a file appears). The same job
 # runs once undisturbed, to compare. Before running: after the restart, which epoch does each
 # replica start from, and should the final held-out loss differ from the undisturbed run?

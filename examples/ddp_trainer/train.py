@@ -22,7 +22,6 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
-from torch.utils.tensorboard import SummaryWriter
 
 
 def on_disk(uri: str) -> str:
@@ -76,7 +75,11 @@ def main() -> int:
         optimizer.load_state_dict(state["optimizer"])
         start = state["epoch"] + 1
         print(f"resumed from {checkpoint} after epoch {start}", flush=True)
-    writer = SummaryWriter(on_disk(args.log_dir)) if rank == 0 else None
+    writer = None
+    if rank == 0:  # only the chief writes TensorBoard summaries (imported here: it is slow to load)
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(on_disk(args.log_dir))
 
     for epoch in range(start, args.epochs):
         sampler.set_epoch(epoch)

@@ -140,7 +140,7 @@ class PreemptionComparison:
             f"{hit[-1]['test_loss']:.4f}: " + ("identical at every epoch" if self.identical else "they differ")])
 
 
-def preemption_comparison(workdir: Path, *, replicas: int, epochs: int, at_epoch: int = 2) -> PreemptionComparison:
+def preemption_comparison(workdir: Path, *, replicas: int, epochs: int, at_epoch: int = 1) -> PreemptionComparison:
     """Run `examples/ddp_trainer` on Spot twice: undisturbed, and preempted at `at_epoch`."""
     runs = [run_example(ddp_request(workdir, f"own-{name}", replicas=replicas, epochs=epochs, spot=True,
                                     preempt_at_epoch=at))

@@ -220,9 +220,10 @@ def submit(spec: Mapping[str, Any], *, display_name: str, notebook: str | None =
             raise ValueError(f"filesystem: submitting to the local endpoint {endpoint} "
                              f"uploads {', '.join(uploads)}; pass a filesystem standing in "
                              "for the bucket (e.g. a local folder), or set STORAGE_EMULATOR_HOST")
-        import fsspec
+        from gcsfs.core import GCSFileSystem  # the plain one: nothing to ask but the JSON API
 
-        filesystem = fsspec.filesystem("gs", token="anon")  # the local Cloud Storage server
+        filesystem = GCSFileSystem(token="anon", endpoint_url=os.environ["STORAGE_EMULATOR_HOST"],
+                                   skip_instance_cache=True)
     if credentials is None:
         import google.auth
 
