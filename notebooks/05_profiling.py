@@ -200,7 +200,30 @@ else:
     print(frameworks.missing_reason("tensorflow") if not frameworks.has_tf() else "skipped (profile_tf=False)")
 
 # %% [markdown]
-# ## 6. The code
+# ## 7. Your own script, unmodified
+# Everything above profiled labkit's runs. `labkit profile -- COMMAND` profiles yours as it is:
+# `examples/image_trainer/train.py` is a plain first script (its own `Dataset` over a folder of
+# JPEG files, its own CNN, one device, no labkit import). The command runs with a profiler hook
+# attached from outside: its first `optimizer.step()` starts `torch.profiler` (with Python
+# stacks), a warm-up step is dropped, the next steps are recorded, the script is stopped, and
+# the trace is read as above; the report names **your** functions and **your** DataLoader.
+# `labkit profile --trace FILE` reads a trace you recorded yourself the same way. Before
+# running: with `num_workers=0`, which of the script's functions do you expect to dominate?
+
+# %%
+if has_torch:
+    images = profiling.example_images(out / "images", per_class=plan["own_images_per_class"])
+    mine = profiling.profile_own_script(out / "own", images, steps=active_steps)
+    print("$ labkit profile --out", out / "own", "--steps", active_steps, "--", *mine.command[:2], "...")
+    print(mine.text())
+    print("\n$ labkit profile --trace", mine.trace_path, "\n" + profiling.trace_verdict(mine.trace_path))
+    fixed = profiling.profile_own_script(out / "own-fixed", images, steps=active_steps, num_workers=2)
+    print(f"\nwith --num-workers 2: {fixed.breakdown.text()}\n{fixed.verdict.kind}: {fixed.verdict.evidence}")
+    key_figure("your own script: share of a step waiting for its batch (num_workers=0)",
+               100 * mine.breakdown.fractions["input"], "%", note=f"{fixed.breakdown.fractions['input']:.0%} with 2 workers")
+
+# %% [markdown]
+# ## 8. The code
 # labkit's profiling above wraps `torch.profiler` and analyses the trace in code.
 # `labkit/recipes/profile.py` is the plain version you would write: `torch.profiler.profile`
 # with a `schedule` (wait, warm-up, active steps), `record_function` regions around data,

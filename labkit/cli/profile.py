@@ -6,6 +6,12 @@ the verdict, and write the Chrome trace (Perfetto), TensorBoard logs and a JSON 
     labkit profile --shape deep_narrow --batch-size 2   # launch/overhead-bound
     labkit profile --model cnn --input-latency-ms 100   # a real `labkit train` run (torch engine)
     labkit profile --trace path/to/trace.json        # analyse an existing torch.profiler trace
+    labkit profile -- python my_train.py --epochs 3  # your own script, unmodified
+
+With a command after --, the command runs as it is: its first `optimizer.step()` starts the
+profiler, --warmup steps are traced and dropped, the next --active steps are kept, then the
+command is stopped (--then continue lets it finish). The report names your own functions and
+DataLoader. Exit 2 when the command never trains (no optimizer step) or ends too soon.
 """
 
 from __future__ import annotations
@@ -40,6 +46,12 @@ def add_profile_command(subparsers) -> None:
     p.add_argument("--active", type=int, default=3)
     p.add_argument("--out", default=None, help="folder for traces and summary (default: a temp folder)")
     p.add_argument("--json", default=None, help="also write the summary JSON here")
+    p.add_argument("--steps", type=int, default=None,
+                   help="with a command: training steps to record (default: --active)")
+    p.add_argument("--then", choices=("stop", "continue"), default="stop",
+                   help="with a command: stop it once the steps are traced (default), or let it finish")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+                   help="profile this training command, unmodified (after --)")
     p.set_defaults(handler=_profile_command)
 
 
@@ -49,7 +61,10 @@ def _profile_command(args) -> int:
 
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="labkit-profile-"))
     out.mkdir(parents=True, exist_ok=True)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
     try:
+        if command:
+            return _profile_command_line(command, args, out)
         if args.trace:
             from labkit.profiling.trace import timeline_from_chrome_trace
 
@@ -86,6 +101,21 @@ def _profile_command(args) -> int:
         print(f"labkit profile: {e}")
         return 2
     return _print_result(result, args, out)
+
+
+def _profile_command_line(command: list[str], args, out: Path) -> int:
+    import json
+
+    from labkit.profiling.command import profile_command
+
+    print(f"labkit profile: running {' '.join(command)} (traces in {out})", flush=True)
+    result = profile_command(command, out, steps=args.steps or args.active, warmup=args.warmup, then=args.then,
+                             on_line=lambda line: print(f"  | {line.rstrip()}", flush=True))
+    print(result.text())
+    path = Path(args.json) if args.json else out / "summary.json"
+    path.write_text(json.dumps(result.summary(), indent=2, default=str))
+    print(f"summary: {path}")
+    return 0
 
 
 def _print_result(result, args, out: Path) -> int:

@@ -1,6 +1,8 @@
 """Notebook 05's reading of `labkit.profiling` results: two runs side by side with a speed verdict
 from repeated runs, one stacked bar of the step breakdown per run, the labkit phase ranges a
-trace holds, and the loader-worker sweep of the CPU-bound decode case.
+trace holds, and the loader-worker sweep of the CPU-bound decode case. Your own script:
+`profile_own_script` runs `labkit profile -- python train.py ...` on the example trainer
+(`examples/image_trainer`, a plain script over a folder of JPEG files it does not know labkit).
 
 A profiled run is one run: good for *where* the time goes, not for *how much faster* a fix is.
 The speed verdict comes from separate, unprofiled runs of both settings, taking turns after a
@@ -14,6 +16,7 @@ import json
 import os
 import warnings
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from labkit.core import stats
@@ -145,3 +148,46 @@ def nvtx_ranges(result: ProfileResult) -> dict[str, int]:
         if name.startswith("labkit/") and ev.get("ph") == "X":
             counts[name] = counts.get(name, 0) + 1
     return counts
+
+
+# ---------------------------------------------------------------- your own script (section 7)
+
+def example_images(folder: os.PathLike, *, per_class: int, size: int = 192) -> Path:
+    """A folder of JPEG files for `examples/image_trainer`, written by its own make_images.py."""
+    import subprocess
+    import sys
+
+    from labkit.course.own_job import example
+
+    folder = Path(folder)
+    if not (folder / "train").is_dir():
+        subprocess.run([sys.executable, str(example("image_trainer") / "make_images.py"), str(folder),
+                        "--per-class", str(per_class), "--size", str(size)], check=True, capture_output=True)
+    return folder
+
+
+def own_script_command(images: os.PathLike, *, num_workers: int = 0, epochs: int = 3) -> list[str]:
+    """The command a learner runs: the example trainer on the images, as it is."""
+    from labkit.course.own_job import example
+
+    return ["python", str(example("image_trainer") / "train.py"), "--data", str(images), "--epochs", str(epochs),
+            "--num-workers", str(num_workers), "--out", os.path.join(os.fspath(images), "model.pt")]
+
+
+def profile_own_script(out: os.PathLike, images: os.PathLike, *, steps: int, num_workers: int = 0):
+    """`labkit profile --out OUT --steps STEPS -- python train.py ...` on the example trainer:
+    the `labkit.profiling.command.CommandProfile`."""
+    from labkit.profiling.command import profile_command
+
+    return profile_command(own_script_command(images, num_workers=num_workers), out, steps=steps, warmup=1)
+
+
+def trace_verdict(trace: os.PathLike) -> str:
+    """What `labkit profile --trace FILE` says of a trace: the breakdown and the verdict."""
+    from labkit.profiling.analysis import op_profile, step_breakdown
+    from labkit.profiling.trace import timeline_from_chrome_trace
+    from labkit.profiling.verdict import diagnose
+
+    timeline = timeline_from_chrome_trace(trace)
+    breakdown = step_breakdown(timeline)
+    return breakdown.text() + "\n" + diagnose(breakdown, op_profile(timeline)).text()
