@@ -47,10 +47,10 @@ COPY labkit ./labkit
 # The build fails if the framework that ends up installed has no CUDA support.
 RUN case "$FRAMEWORK" in \
       torch) pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX}" && \
-             pip install ".[torch,vertex,tune]" && \
+             pip install ".[torch,vertex,data,tune]" && \
              python -c "import torch; assert torch.version.cuda, 'torch has no CUDA'; print('torch', torch.__version__, 'CUDA', torch.version.cuda)" ;; \
       tf) pip install "tensorflow[and-cuda]==${TENSORFLOW_VERSION}" && \
-          pip install ".[tf,vertex,tune]" && \
+          pip install ".[tf,vertex,data,tune]" && \
           python -c "import tensorflow as tf; assert tf.test.is_built_with_cuda(), 'TensorFlow has no CUDA'; print('tensorflow', tf.__version__)" ;; \
       *) echo "FRAMEWORK must be torch or tf (got $FRAMEWORK)" >&2; exit 2 ;; \
     esac && \

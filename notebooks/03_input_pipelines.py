@@ -25,6 +25,7 @@ bandwidth_mb_s = 50.0
 repeats = 3
 bench_record_kb = 100
 seed = 0
+own_image_size = 0  # section 8: the side your images are read at (0: chosen for the scale)
 time_budget_s = 0.0
 
 # %%
@@ -188,7 +189,83 @@ else:
     print(frameworks.missing_reason("torch"))
 
 # %% [markdown]
-# ## 8. The code
+# ## 8. Your own images: a folder of JPEG files as shards
+# Your data is more likely a folder of JPEG files in a bucket, one subfolder per class, than
+# synthetic pixels. Below, `examples/image_trainer/make_images.py` writes such a folder, and
+# `labkit data shard` turns it into TFRecord shards: the files' bytes as they are (a JPEG stays
+# the JPEG it was: no decode, no re-encode), with the label and the file's name, shuffled before
+# they are cut so each shard mixes the classes, written in parallel, with the manifest that
+# `labkit data verify` checks. The same command takes a CSV of paths and labels
+# (`--labels csv:COLUMN`), a CSV, JSON Lines or Parquet table, and `gs://` or `/gcs/` on either
+# side; an interrupted run resumes where it stopped when run again.
+#
+# Shards default to about 100 MB: each file costs one request's latency (tens of milliseconds
+# on Cloud Storage, the `open_latency_ms` the ladders above simulate) before it streams, and
+# at 100 MB that is a few percent of the file's transfer, while a few GB still make dozens of
+# files for ranks and loader workers to split. A small set like this one is cut into at least
+# 8 files instead, so that many readers each get their own.
+
+# %%
+from labkit.course import own_data
+from labkit.course.profiling import example_images
+
+photos = example_images(out / "own_photos", per_class=plan["own_images_per_class"], size=plan["own_jpeg_size"]) / "train"
+own_shards_dir = out / "own_shards"
+n_files, n_bytes = own_data.count_files(photos)
+print(f"{n_files} JPEG files, {n_bytes / 1e6:.1f} MB in {photos}")
+shard_cmd = own_data.shard_command(photos, own_shards_dir, "--overwrite")
+print("$", " ".join(shard_cmd))
+print(own_data.run_labkit(shard_cmd))
+print("$ labkit data verify", own_shards_dir)
+print(own_data.run_labkit(["labkit", "data", "verify", str(own_shards_dir)]))
+
+# %% [markdown]
+# Three readers of these images, each with `num_workers` workers and batches of `batch_size`,
+# one epoch at a time, interleaved `repeats` times: the folder as most training scripts read it
+# (torchvision's `ImageFolder` with `Resize`, `CenterCrop`, `ToTensor`: a file opened, decoded
+# and made a float tensor per sample, then collated), the shards through labkit's reader (a
+# batch of JPEGs decoded straight into one uint8 array, handed over whole), and the shards
+# through tf.data (`parse_example` on a batch, its JPEGs decoded in parallel). Before running:
+# here the files sit in the page cache, so the folder pays no request latency. Which do you
+# expect to win, and by how much?
+
+# %%
+own_size = own_image_size or plan["own_image_size"]
+readers_here = own_data.frameworks_here()
+own_rows = own_data.compare_readers(photos, own_shards_dir, image_size=own_size, batch_size=batch_size,
+                                    workers=num_workers, repeats=repeats, frameworks=readers_here) if readers_here else []
+print(own_data.report(own_rows, files=n_files, image_size=own_size, workers=num_workers, batch_size=batch_size))
+own_vs_folder = own_data.comparison_of(own_rows, own_data.READERS[0], own_data.READERS[1])
+if own_vs_folder is not None:
+    key_figure("your JPEGs: labkit shard reader vs ImageFolder", own_vs_folder.ratio, "×",
+               note=own_vs_folder.sentence("ImageFolder", "shards", "images/s").rsplit(": ", 1)[-1])
+
+# %% [markdown]
+# From the same page cache, the gap is the work per image: the folder reader makes a PIL image
+# and a float tensor per sample and collates them; the shard reader decodes into the batch it
+# hands over, in uint8. On Cloud Storage the folder also pays a request per file, the cost the
+# ladders' naive rung shows. The plain code of the shard reader, to copy into your own script
+# (a `DataLoader` over your shards, each worker of each DDP rank reading its own files):
+
+# %%
+from labkit.course import recipe_view
+
+recipe_view.show("jpeg_shards")
+
+# %%
+if has_torch:
+    jpeg_argv = [str(own_shards_dir), "--image-size", str(own_size), "--batch-size", str(batch_size),
+                 "--workers", str(num_workers)]
+    print("$", recipe_view.command("jpeg_shards", jpeg_argv))
+    print(own_data.run_recipe(jpeg_argv))
+    compared, same = own_data.recipe_agrees(own_shards_dir, image_size=own_size, batch_size=batch_size)
+    print(f"the recipe's batches against labkit's reader, one process: {compared} images, "
+          f"{'every pixel and label equal' if same else 'NOT EQUAL'}")
+else:
+    print(frameworks.missing_reason("torch"))
+
+# %% [markdown]
+# ## 9. The code
 # The ladders above ran labkit's readers. `labkit/recipes/tfrecord_pipeline.py` is the plain
 # version you would write: it writes the dataset as TFRecord shards, indexes where each record
 # starts so a PyTorch `Dataset` can read record *i* without TensorFlow, trains through a

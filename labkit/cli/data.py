@@ -7,6 +7,9 @@
                                                      # data-manifest.json: missing, extra, short,
                                                      # records out of place, contents replaced
     labkit data verify 'OUT_DIR/data-*.tfrecord'     # these files' CRCs (and counts, if listed)
+    labkit data shard photos/ gs://bucket/shards     # your own images: one subfolder per class
+    labkit data shard labels.csv OUT --labels csv:label   # a CSV of image paths and labels
+    labkit data shard rows.parquet OUT               # a table (CSV, JSON Lines, Parquet): a record a row
 
 Exit codes: 0 done / all good; 1 (verify) problems found, one per line; 2 bad input, one line.
 """
@@ -24,7 +27,8 @@ _FLAGS = {"num_samples": "--num-samples", "num_sequences": "--num-samples", "ima
 
 
 def add_data_command(subparsers) -> None:
-    p = subparsers.add_parser("data", help="write synthetic datasets as TFRecord shards; verify shards")
+    p = subparsers.add_parser("data", help="shard your own data or write synthetic datasets as TFRecord "
+                                           "shards; verify shards")
     sub = p.add_subparsers(dest="data_command", metavar="ACTION", required=True)
     w = sub.add_parser("write", help="write SyntheticImages or SyntheticTokens as TFRecord shards")
     w.add_argument("kind", choices=("images", "tokens"))
@@ -47,6 +51,32 @@ def add_data_command(subparsers) -> None:
     v.add_argument("--compression", default=None,
                    help="GZIP or ZLIB (default: what the manifest says, else none)")
     v.set_defaults(handler=_verify)
+    s = sub.add_parser("shard", help="your own images or table as TFRecord shards (sized by bytes, "
+                                     "written in parallel, resumable)")
+    s.add_argument("src", help="an image folder (one subfolder per class), a CSV of image paths and labels, "
+                               "or a CSV / JSON Lines / Parquet table (file or folder); local, /gcs/... or gs://...")
+    s.add_argument("out_dir", help="local folder, /gcs/bucket/path or gs://bucket/path")
+    s.add_argument("--shard-mb", type=float, default=None,
+                   help="target shard size in MB (default 100: a request's latency is a few percent of a "
+                        "shard's transfer, and a few GB still make dozens of shards)")
+    s.add_argument("--min-shards", type=int, default=None,
+                   help="cut a small set into at least this many shards (default 8), one record each at least")
+    s.add_argument("--labels", default="folders",
+                   help="'folders' (one subfolder per class) or csv:COLUMN (SRC is a CSV of image paths, "
+                        "COLUMN its labels)")
+    s.add_argument("--path-column", default=None, help="the CSV's column of image paths (default: path, "
+                                                       "file, filename, image, ...)")
+    s.add_argument("--format", default="auto", help="images, table, or auto (default)")
+    s.add_argument("--no-shuffle", action="store_true", help="keep the source's order (default: records "
+                                                            "shuffled with --seed before they are cut)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--workers", type=int, default=None, help="shards written at once (default 8)")
+    s.add_argument("--compression", default=None, help="GZIP or ZLIB (default: none; JPEG and PNG "
+                                                       "do not compress further)")
+    s.add_argument("--prefix", default="data")
+    s.add_argument("--overwrite", action="store_true",
+                   help="replace a shard set (or an unfinished write of other data) already in OUT_DIR")
+    s.set_defaults(handler=_shard)
 
 
 def _flag_message(e: ValueError) -> str:
@@ -84,6 +114,44 @@ def _write(args: argparse.Namespace) -> int:
     print(f"labkit data: wrote {out.num_records} {args.kind} records in {len(out.paths)} shards "
           f"({out.bytes_written / 1e6:.1f} MB, {time.perf_counter() - t0:.1f}s) under {args.out_dir}")
     return 0
+
+
+_SHARD_FLAGS = {"shard_mb": "--shard-mb", "min_shards": "--min-shards", "labels": "--labels",
+                "format": "--format", "seed": "--seed", "workers": "--workers", "compression": "--compression",
+                "prefix": "--prefix", "shard_bytes": "--shard-mb"}
+
+
+def _shard(args: argparse.Namespace) -> int:
+    from labkit.data import own_shards, shards
+
+    kwargs = {k: v for k, v in (("shard_mb", args.shard_mb), ("min_shards", args.min_shards)) if v is not None}
+    try:
+        out = own_shards.shard_source(
+            args.src, args.out_dir, labels=args.labels, path_column=args.path_column, format=args.format,
+            shuffle=not args.no_shuffle, seed=args.seed, workers=args.workers, compression=args.compression,
+            prefix=args.prefix, overwrite=args.overwrite, **kwargs)
+    except shards.ShardSetExistsError as e:
+        print(f"labkit data shard: {str(e).replace('overwrite=True (--overwrite)', '--overwrite')}")
+        return 2
+    except (ValueError, OSError) as e:
+        message = str(e)
+        name = getattr(e, "name", None)
+        if name in _SHARD_FLAGS:
+            message = message.replace(f"parameter {name!r}", _SHARD_FLAGS[name], 1)
+        for field, flag in _SHARD_FLAGS.items():
+            message = message.replace(f"parameter '{field}'", flag)
+        print(f"labkit data shard: {message}")
+        return 2
+    kept = f", {out.kept} kept from the interrupted run" if out.kept else ""
+    what = _count(len(out.classes), "class", "classes") if out.classes else f"columns {', '.join(f'{k}:{v}' for k, v in out.columns.items())}"
+    print(f"labkit data shard: {_count(out.num_records, 'record')} ({what}) in {_count(len(out.paths), 'shard')}{kept}, "
+          f"{out.bytes_written / 1e6:.1f} MB written in {out.seconds:.1f}s under {args.out_dir}; "
+          f"check them with: labkit data verify {args.out_dir}")
+    return 0
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
 
 
 def _verify(args: argparse.Namespace) -> int:

@@ -47,7 +47,7 @@ TRAINING_RECIPES = {
     "keras_mirrored_fit": ("tf", None),  # one process; --devices N replicas inside it
     "tf_multiworker": ("tf", "tf_config"),
 }
-RECIPES = (*TRAINING_RECIPES, "vertex_job", "hypertune_report")
+RECIPES = (*TRAINING_RECIPES, "vertex_job", "hypertune_report", "jpeg_shards")
 # The notebook whose "The code" section shows and runs each recipe.
 NOTEBOOKS = {
     "ddp": "02_distribution_tf_vs_ddp", "keras_mirrored_fit": "02_distribution_tf_vs_ddp",
@@ -58,7 +58,7 @@ NOTEBOOKS = {
     "elastic_ddp": "07_spot_and_preemption", "fsdp": "08_memory", "attention": "08_memory",
     "zero": "10_model_parallelism", "deepspeed_zero": "10_model_parallelism",
     "tensor_parallel": "10_model_parallelism", "pipeline": "10_model_parallelism",
-    "hypertune_report": "11_hyperparameter_tuning",
+    "hypertune_report": "11_hyperparameter_tuning", "jpeg_shards": "03_input_pipelines",
 }
 MAX_RESTARTS = 5  # a preemptible run is restarted after each drill, as Vertex restarts a job
 # The settings that decide a run's losses: an engine run is reused for a comparison only when

@@ -54,7 +54,7 @@ from labkit.data.tfrecord import (
 SUFFIX = {"": ".tfrecord", "GZIP": ".tfrecord.gz", "ZLIB": ".tfrecord.zz"}
 MANIFEST_SUFFIX = "-manifest.json"
 IF_EXISTS = ("error", "replace")
-INDEXED_KINDS = ("images", "tokens")  # kinds whose records carry their sample `index`
+INDEXED_KINDS = ("images", "tokens", "encoded_images", "table")  # records that carry their `index`
 
 
 class ShardSetExistsError(FileExistsError):
@@ -136,13 +136,13 @@ def write_shards(
     check_choice("if_exists", if_exists, IF_EXISTS)
     out = os.fspath(out_dir)
     comp = normalize_compression(config.compression)
-    fs = _Folder(out)
+    fs = ShardFolder(out)
     fs.make_writable()
     old = fs.shard_set_files(config.prefix)
     if old and if_exists == "error":
         raise ShardSetExistsError(out, config.prefix, old, 'write with if_exists="replace" to replace '
                                   "it whole, or choose another folder or prefix")
-    manifest_path = _join(out, manifest_name(config.prefix))
+    manifest_path = join_path(out, manifest_name(config.prefix))
     if manifest_name(config.prefix) in old:  # from here on the folder holds no complete set
         fs.remove(manifest_path)
     n = math.ceil(num_records / config.records_per_shard)
@@ -151,10 +151,10 @@ def write_shards(
     try:
         with progress(num_records, f"write {kind} shards", unit="record") as bar:
             for s in range(n):
-                path = _join(out, f"{config.prefix}-{s:05d}-of-{n:05d}{SUFFIX[comp]}")
+                path = join_path(out, f"{config.prefix}-{s:05d}-of-{n:05d}{SUFFIX[comp]}")
                 lo, hi = s * config.records_per_shard, min(num_records, (s + 1) * config.records_per_shard)
                 paths.append(path)
-                digest = _Digest(open_binary(path, "wb"))
+                digest = HashingWriter(open_binary(path, "wb"))
                 with RecordWriter(path, comp, opener=lambda _p, f=digest: f) as w:
                     for i in range(lo, hi):
                         w.write(make_record(i))
@@ -166,7 +166,7 @@ def write_shards(
         path = manifest_path
         new = {os.path.basename(p) for p in paths}
         for name in sorted(old - new - {manifest_name(config.prefix)}):
-            fs.remove(_join(out, name))
+            fs.remove(join_path(out, name))
         manifest = {"kind": kind, "compression": comp, "num_records": num_records,
                     "shards": [os.path.basename(p) for p in paths], "counts": counts,
                     "sha256": digests, "shard_config": asdict(config)}
@@ -178,11 +178,11 @@ def write_shards(
         for written in paths:  # an incomplete set: its shards only take space
             with contextlib.suppress(OSError):
                 fs.remove(written)
-        raise _named(e, f"cannot write {path}") from e
+        raise named_error(e, f"cannot write {path}") from e
     return ShardSet(paths, counts, kind, comp, total)
 
 
-class _Digest:
+class HashingWriter:
     """A binary file that hashes every byte written through it: the shard's SHA-256 as stored
     (after compression), which the manifest pins."""
 
@@ -229,7 +229,7 @@ class _HashingReader:
         return self._sha.hexdigest()
 
 
-def _named(error: OSError, where: str) -> OSError:
+def named_error(error: OSError, where: str) -> OSError:
     """`error` as an OSError of the same kind whose message says `where` and its cause on one
     line. Some OSError subclasses (aiohttp's, for one) cannot be built from a message alone:
     those become a plain OSError."""
@@ -269,11 +269,11 @@ def write_raw_shards(out_dir, records: Iterable[bytes], num_records: int, config
     return write_shards(out_dir, num_records, lambda _i: next(it), config, kind="raw", if_exists=if_exists)
 
 
-def _join(directory: str, name: str) -> str:
+def join_path(directory: str, name: str) -> str:
     return directory.rstrip("/") + "/" + name if is_remote(directory) else os.path.join(directory, name)
 
 
-class _Folder:
+class ShardFolder:
     """The few file-system operations a shard set needs, on a local folder (a /gcs/ mount
     included) or an fsspec URL."""
 
@@ -292,7 +292,11 @@ class _Folder:
 
     def names(self) -> list[str]:
         if self.remote:
-            return sorted(os.path.basename(p.rstrip("/")) for p in self.fs.ls(self.root, detail=False))
+            try:
+                listed = self.fs.ls(self.root, detail=False)
+            except FileNotFoundError:  # a prefix with no objects yet: an empty folder
+                return []
+            return sorted(os.path.basename(p.rstrip("/")) for p in listed)
         return sorted(os.listdir(self.path))
 
     def remove(self, path: str) -> None:
@@ -318,7 +322,7 @@ class _Folder:
                 self.fs.pipe_file(probe, b"")
                 self.fs.rm(probe)
             except OSError as e:
-                raise _named(e, where) from None
+                raise named_error(e, where) from None
             return
         probe = os.path.join(self.path, probe_name)
         if os.path.exists(self.path) and not os.path.isdir(self.path):
@@ -329,7 +333,7 @@ class _Folder:
                 pass
             os.remove(probe)
         except OSError as e:
-            raise _named(e, where) from None
+            raise named_error(e, where) from None
 
     def shard_set_files(self, prefix: str) -> set[str]:
         """The names in the folder that belong to a shard set with this prefix."""
@@ -373,8 +377,8 @@ def load_shard_set(directory: str | os.PathLike, prefix: str = "data") -> ShardS
     """The shard set a writer left in `directory`, from its manifest (the exact file list, in
     order: safer than a glob, which also matches files that belong to no set)."""
     d = os.fspath(directory)
-    man = read_manifest(_join(d, manifest_name(prefix)))
-    return ShardSet([_join(d, n) for n in man["shards"]], list(man["counts"]), man.get("kind", "raw"),
+    man = read_manifest(join_path(d, manifest_name(prefix)))
+    return ShardSet([join_path(d, n) for n in man["shards"]], list(man["counts"]), man.get("kind", "raw"),
                     man["compression"], 0)
 
 
@@ -409,14 +413,14 @@ def verify_shards(paths: str | os.PathLike | Sequence[str | os.PathLike],
     report = VerifyReport()
     for item in items:
         path = os.fspath(item)
-        folder = _Folder(path)
+        folder = ShardFolder(path)
         if not any(ch in path for ch in "*?[") and folder.is_dir():
             _verify_folder(folder, comp, report)
             continue
         for file in expand_paths(path):
             listed = _listing(file)
             want_comp = comp if comp is not None else (listed[0] if listed else "")
-            checked = _verify_file(file, want_comp, report)
+            checked = verify_file(file, want_comp, report)
             if listed and checked is not None and checked.count != listed[1]:
                 report.problems.append(_count_problem(file, checked.count, listed[1], listed[2]))
     return report
@@ -425,14 +429,14 @@ def verify_shards(paths: str | os.PathLike | Sequence[str | os.PathLike],
 def _listing(file: str) -> tuple[str, int, str] | None:
     """(compression, record count, manifest name) of a shard as a manifest beside it lists it."""
     directory, name = os.path.split(file.rstrip("/"))
-    folder = _Folder(directory or ".")
+    folder = ShardFolder(directory or ".")
     try:
         manifests = [n for n in folder.names() if n.endswith(MANIFEST_SUFFIX)]
     except OSError:
         return None
     for m in manifests:
         try:
-            man = read_manifest(_join(directory or ".", m))
+            man = read_manifest(join_path(directory or ".", m))
         except ManifestError:
             continue
         if name in man["shards"]:
@@ -440,7 +444,7 @@ def _listing(file: str) -> tuple[str, int, str] | None:
     return None
 
 
-def _verify_folder(folder: _Folder, comp: str | None, report: VerifyReport) -> None:
+def _verify_folder(folder: ShardFolder, comp: str | None, report: VerifyReport) -> None:
     names = folder.names()
     manifests = [n for n in names if n.endswith(MANIFEST_SUFFIX)]
     shard_files = [n for n in names if ".tfrecord" in n and not n.startswith(".")]
@@ -453,18 +457,18 @@ def _verify_folder(folder: _Folder, comp: str | None, report: VerifyReport) -> N
                             f"their CRCs only)")
     listed: set[str] = set()
     for m in manifests:
-        man = read_manifest(_join(folder.path, m))
-        report.manifests.append(_join(folder.path, m))
+        man = read_manifest(join_path(folder.path, m))
+        report.manifests.append(join_path(folder.path, m))
         shard_comp = comp if comp is not None else man["compression"]
         digests = man["sha256"]
         firsts = man.get("first_index") if man.get("kind") in INDEXED_KINDS else None
         for i, (name, want) in enumerate(zip(man["shards"], man["counts"], strict=True)):
             listed.add(name)
-            path = _join(folder.path, name)
+            path = join_path(folder.path, name)
             if name not in names:
                 report.problems.append(f"{path}: missing (listed in {m} with {want} records)")
                 continue
-            checked = _verify_file(path, shard_comp, report, first_index=None if firsts is None else firsts[i])
+            checked = verify_file(path, shard_comp, report, first_index=None if firsts is None else firsts[i])
             if checked is None:
                 continue
             if checked.count != want:
@@ -478,7 +482,7 @@ def _verify_folder(folder: _Folder, comp: str | None, report: VerifyReport) -> N
                                        f"(replaced by another shard set's file of the same name?)")
     for name in shard_files:
         if name not in listed:
-            report.problems.append(f"{_join(folder.path, name)}: extra shard, listed in no manifest "
+            report.problems.append(f"{join_path(folder.path, name)}: extra shard, listed in no manifest "
                                    f"({', '.join(manifests)})")
 
 
@@ -497,7 +501,7 @@ class _Checked:
     misplaced: str | None = None
 
 
-def _verify_file(path: str, comp: str, report: VerifyReport, *,
+def verify_file(path: str, comp: str, report: VerifyReport, *,
                  first_index: int | None = None) -> _Checked | None:
     """Records in one file with both CRCs checked (and, from `first_index`, each record's
     sample index); None (and a problem) when one is corrupt."""

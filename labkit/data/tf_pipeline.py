@@ -155,3 +155,79 @@ def tf_record_batches(paths, batch_size: int = 64, num_parallel_reads: int = 2, 
     ds = tf.data.TFRecordDataset(expand_paths(paths), compression_type=normalize_compression(compression),
                                  num_parallel_reads=num_parallel_reads if num_parallel_reads > 1 else None)
     return ds.batch(batch_size) if batch_size > 1 else ds
+
+
+def make_tf_image_dataset(src, *, image_size: int = 224, batch_size: int = 64, shuffle_buffer: int = 0,
+                          seed: int = 0, drop_remainder: bool = False, num_parallel_reads: int = AUTOTUNE,
+                          num_workers: int = 1, worker_index: int = 0, threads: int | None = None):
+    """tf.data over the image shards `labkit data shard` writes: batches of `image` uint8
+    (B, S, S, 3) (shorter side resized to `image_size`, centre crop), `label` and `index` int64.
+
+    Files are read `num_parallel_reads` at once; records are batched, parsed a batch at a time
+    (`tf.io.parse_example`) and the batch's JPEG / PNG bytes decoded in parallel
+    (`tf.map_fn`). With `num_workers` > 1 this worker reads its own share here; otherwise the
+    dataset carries `AutoShardPolicy.FILE` when the set has at least as many files as a
+    multi-worker job has workers, else `DATA`, so a `MultiWorkerMirroredStrategy` that
+    distributes it gives each worker distinct records. `threads`: the size of the dataset's
+    own thread pool (default: tf.data's shared pool, one thread per core)."""
+    import tensorflow as tf
+
+    from labkit.data.images import shard_files
+
+    check_int("image_size", image_size, minimum=1)
+    check_int("batch_size", batch_size, minimum=1)
+    check_int("shuffle_buffer", shuffle_buffer, minimum=0)
+    check_int("num_workers", num_workers, minimum=1)
+    check_int("worker_index", worker_index, minimum=0, maximum=num_workers - 1)
+    check_int("threads", threads, minimum=1, allow_none=True)
+    files, comp = shard_files(src)
+    ds = tf.data.Dataset.from_tensor_slices(files)
+    if num_workers > 1:
+        ds = ds.shard(num_workers, worker_index) if len(files) % num_workers == 0 else ds
+    ds = ds.interleave(lambda f: tf.data.TFRecordDataset(f, compression_type=comp),
+                       cycle_length=None if num_parallel_reads == AUTOTUNE else num_parallel_reads,
+                       num_parallel_calls=tf.data.AUTOTUNE, deterministic=shuffle_buffer == 0)
+    if num_workers > 1 and len(files) % num_workers:
+        ds = ds.shard(num_workers, worker_index)
+    if shuffle_buffer:
+        ds = ds.shuffle(shuffle_buffer, seed=seed)
+    spec = {"index": tf.io.FixedLenFeature([], tf.int64), "label": tf.io.FixedLenFeature([], tf.int64),
+            "image": tf.io.FixedLenFeature([], tf.string)}
+    size = image_size
+
+    def decode_one(data):
+        image = tf.io.decode_image(data, channels=3, expand_animations=False)
+        shape = tf.cast(tf.shape(image)[:2], tf.float32)
+        scale = size / tf.reduce_min(shape)
+        new = tf.maximum(tf.cast(tf.round(shape * scale), tf.int32), size)
+        image = tf.image.resize(image, new, method="bilinear", antialias=True)  # as Pillow does
+        top, left = (new[0] - size) // 2, (new[1] - size) // 2
+        image = image[top:top + size, left:left + size]
+        return tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
+
+    def parse(records):
+        ex = tf.io.parse_example(records, spec)
+        images = tf.map_fn(decode_one, ex["image"], fn_output_signature=tf.TensorSpec((size, size, 3), tf.uint8),
+                           parallel_iterations=batch_size)
+        return {"image": images, "label": ex["label"], "index": ex["index"]}
+
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    options = tf.data.Options()
+    policy = tf.data.experimental.AutoShardPolicy
+    options.experimental_distribute.auto_shard_policy = (
+        policy.OFF if num_workers > 1 else policy.FILE if len(files) >= _job_workers() else policy.DATA)
+    if threads:
+        options.threading.private_threadpool_size = threads
+    return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+
+def _job_workers() -> int:
+    """Workers of the multi-worker job TF_CONFIG describes (chief included); 1 outside one."""
+    import json
+    import os
+
+    try:
+        cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+    except ValueError:
+        return 1
+    return max(1, sum(len(cluster.get(k, [])) for k in ("chief", "master", "worker")))

@@ -77,7 +77,7 @@ class LoaderConfig:
             raise ValueError("parameters 'prefetch_factor' and 'persistent_workers' need num_workers > 0")
 
 
-def _dist_rank_world(config: LoaderConfig) -> tuple[int, int]:
+def dist_rank_world(config: LoaderConfig) -> tuple[int, int]:
     import torch.distributed as dist
 
     if config.rank is not None and config.world_size is not None:
@@ -89,7 +89,7 @@ def _dist_rank_world(config: LoaderConfig) -> tuple[int, int]:
 
 def _make_dataset(paths, read: ReadConfig, loader: LoaderConfig, opener: Opener | None):
     files = expand_paths(paths)
-    rank, world = _dist_rank_world(loader)
+    rank, world = dist_rank_world(loader)
     return _iterable_class()(files, read, loader, rank, world, opener)
 
 
@@ -198,7 +198,7 @@ def make_loader(paths, read: ReadConfig | None = None, loader: LoaderConfig | No
     if loader.mechanism == "batch":
         # The dataset already yields batches of tensors: nothing for the loader to convert.
         return DataLoader(dataset, batch_size=None, num_workers=loader.num_workers,
-                          pin_memory=loader.pin_memory, collate_fn=_as_is, **kwargs)
+                          pin_memory=loader.pin_memory, collate_fn=as_is, **kwargs)
     return DataLoader(dataset, batch_size=read.batch_size, drop_last=read.drop_remainder,
                       num_workers=loader.num_workers, pin_memory=loader.pin_memory, **kwargs)
 
@@ -206,7 +206,7 @@ def make_loader(paths, read: ReadConfig | None = None, loader: LoaderConfig | No
 _END = object()
 
 
-def _as_is(batch):
+def as_is(batch):
     """The collate function of a dataset that yields whole batches (module level: picklable)."""
     return batch
 

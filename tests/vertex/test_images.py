@@ -81,7 +81,7 @@ def test_the_dockerfile_builds_an_image_that_sees_the_gpu():
     assert "LD_LIBRARY_PATH=/usr/local/nvidia/lib64" in dockerfile
     # labkit and its extras from pyproject.
     assert "COPY pyproject.toml" in dockerfile and "COPY labkit ./labkit" in dockerfile
-    assert 'pip install ".[torch,vertex,tune]"' in dockerfile and 'pip install ".[tf,vertex,tune]"' in dockerfile
+    assert 'pip install ".[torch,vertex,data,tune]"' in dockerfile and 'pip install ".[tf,vertex,data,tune]"' in dockerfile
     # torch pinned to a CUDA build meeting labkit's minimum; TensorFlow likewise.
     torch_version = re.search(r"^ARG TORCH_VERSION=([0-9.]+)$", dockerfile, re.M).group(1)
     assert images.meets_minimum("torch", torch_version)
