@@ -24,6 +24,9 @@ preemptions_per_hour = 0.05
 checkpoint_every_min = 30.0
 restart_min = 5.0
 catalog_path = ""
+own_model = ""  # section 6: your factory, package.module:function (default: the example trainer's CNN)
+own_input_shape = "3,96,96"
+own_batch_size = 64
 time_budget_s = 0.0
 
 # %%
@@ -188,3 +191,30 @@ for r in rows:
     print(f"{r['tpu']}: ${r['TPU $/run at same MFU']:,.2f} per run at {100 * mfu:.0f}% of datasheet peak vs "
           f"${r['GPU $/run']:,.2f} on {r['cheapest GPU']}; it is the cheaper choice once it reaches "
           f"{100 * r['break-even TPU MFU']:.0f}% of its datasheet peak" + ("" if r["reachable"] else ", which no run reaches"))
+
+# %% [markdown]
+# ## 6. Your own model: `labkit estimate`
+# Section 4 priced a FLOP count with one utilisation. For your own model, `labkit estimate`
+# counts what one training step holds and computes from the model itself: it builds the model
+# from your factory on fake tensors (shapes and dtypes, no memory: a 70B model counts on a
+# laptop), runs a forward, the loss and a backward, and takes one AdamW step. Out come the exact
+# parameter count, the bytes of weights, gradients, optimizer state and saved activations per
+# precision and per data-parallel mode, the GPUs it fits with room to spare, and an epoch's time
+# and cost per machine. The utilisation now depends on the kind of model: most FLOPs in
+# convolutions take labkit's ResNet-50 run, matmul-bound models its GPT-2 small run, each
+# printed with its file; pass `--mfu` once you have timed your own step. Below, the example
+# trainer's CNN (`examples/image_trainer/train.py`), as you would run it in a terminal:
+#
+#     cd examples/image_trainer && labkit estimate "train:SmallCNN(4)" --input-shape 3,96,96 --batch-size 64
+
+# %%
+if frameworks.has_torch():
+    from labkit.course.own_job import example
+    from labkit.torch.estimate import estimate
+
+    own = estimate(own_model or "train:SmallCNN(4)", tuple(int(s) for s in own_input_shape.split(",")),
+                   batch_size=own_batch_size, search_path=None if own_model else str(example("image_trainer")),
+                   samples_per_epoch=samples_per_epoch, catalog_path=catalog_path or None)
+    print(own.text())
+else:
+    print(frameworks.missing_reason("torch"))

@@ -19,6 +19,7 @@ _COMMANDS = (
     ("labkit.cli.train", "add_launch_tf_command"),
     ("labkit.cli.profile", "add_profile_command"),
     ("labkit.cli.data", "add_data_command"),
+    ("labkit.cli.estimate", "add_estimate_command"),
     ("labkit.cli.image", "add_image_command"),
     ("labkit.cli.jobs", "add_emulate_command"),
     ("labkit.cli.jobs", "add_job_command"),

@@ -390,52 +390,26 @@ def plot_per_process_batch(r: dict[str, Any], path: str | os.PathLike | None = N
 
 def training_memory(config: GPTConfig = MODEL_110M, batch_size: int = 8,
                     precision: str = "fp32") -> dict[str, Any]:
-    """Bytes one training step of `config` holds, counted from the tensors: the parameters, a
-    gradient per parameter, AdamW's state after a step, and what autograd saves for backward
-    during the forward of `batch_size` sequences of `block_size` tokens (under bf16 autocast
-    with `precision="bf16"`). Run on fake tensors (shapes and dtypes, no data, no arithmetic)
-    with the CPU kernels' choices, so a 110M model is counted in seconds. Leaves out what
-    varies by machine: the CUDA context, allocator caching and fragmentation, and temporaries
-    freed within the step."""
-    import torch
-    import torch.nn.functional as F
-    from torch._subclasses.fake_tensor import FakeTensorMode  # tensors without storage behind them
-
+    """Bytes one training step of `config` holds, counted from the tensors by the same function
+    `labkit estimate` uses (`labkit.torch.footprint.measure`, on fake tensors: shapes and dtypes,
+    no data, so a 110M model is counted in seconds): the parameters, a gradient per parameter,
+    AdamW's state after a step, and what autograd saves for backward during the forward and the
+    cross-entropy of `batch_size` sequences of `block_size` tokens (under bf16 autocast with
+    `precision="bf16"`). Leaves out what varies by machine: the CUDA context, allocator caching
+    and fragmentation, and temporaries freed within the step."""
+    from labkit.torch.footprint import measure
     from labkit.torch.models import build_model
 
     if precision not in ("fp32", "bf16"):
         raise ValueError(f"precision must be 'fp32' or 'bf16' (got {precision!r})")
-    with FakeTensorMode():
-        model = build_model(config)
-        params = list(model.parameters())  # unique: the tied output layer is the embedding
-        param_bytes = sum(p.numel() * p.element_size() for p in params)
-        keep = {id(p.untyped_storage()) for p in params}
-        saved: dict[int, Any] = {}
-
-        def pack(t):
-            storage = t.untyped_storage()
-            if id(storage) not in keep:
-                saved[id(storage)] = storage  # kept alive, so its id is not reused
-            return t
-
-        ids = torch.zeros(batch_size, config.block_size, dtype=torch.long)
-        keep.add(id(ids.untyped_storage()))
-        autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), autocast:
-            loss = F.cross_entropy(model(ids).flatten(0, 1).float(), ids.flatten())
-        activation_bytes = sum(s.nbytes() for s in saved.values())
-        loss.backward()
-        grad_bytes = sum(p.grad.numel() * p.grad.element_size() for p in params)
-        optimizer = torch.optim.AdamW(params, lr=1e-3)
-        optimizer.step()
-        optimizer_bytes = sum(t.numel() * t.element_size() for state in optimizer.state.values()
-                              for t in state.values() if torch.is_tensor(t))
-    n = sum(p.numel() for p in params)
-    total = param_bytes + grad_bytes + optimizer_bytes + activation_bytes
+    fp = measure(lambda: build_model(config), (config.block_size,), batch_size, precision, name="GPT",
+                 vocab_limit=config.vocab_size)
+    n = fp.parameters
+    total = fp.param_bytes + fp.grad_bytes + fp.optimizer_bytes + fp.activation_bytes
     return {"model": asdict(config), "parameters": n, "batch_size": batch_size,
             "tokens_per_step": batch_size * config.block_size, "precision": precision,
-            "guess_bytes": n * 4, "param_bytes": param_bytes, "grad_bytes": grad_bytes,
-            "optimizer_bytes": optimizer_bytes, "activation_bytes": activation_bytes,
+            "guess_bytes": n * 4, "param_bytes": fp.param_bytes, "grad_bytes": fp.grad_bytes,
+            "optimizer_bytes": fp.optimizer_bytes, "activation_bytes": fp.activation_bytes,
             "total_bytes": total, "total_over_guess": total / (n * 4)}
 
 

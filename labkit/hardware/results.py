@@ -226,3 +226,52 @@ def course_run(notebook: str | None = None) -> CourseRun | None:
             if notebook is None or run.ran(notebook):
                 runs.append(((str(data.get("date", "")), str(data.get("finished_at", "")), path.name), run))
     return max(runs, key=lambda r: r[0])[1] if runs else None
+
+
+# ---------------------------------------------------------------- utilisation by kind of model
+
+# The measured run that stands for a kind of model at a precision: (file, workload, variant).
+# Convolutional networks: labkit's ResNet-50 ladder; matmul-bound ones (transformers, MLPs):
+# labkit's GPT-2 small. No fp32 transformer run was measured: an fp32 estimate of one needs
+# the user's own utilisation.
+KIND_MFU_ROWS = {
+    ("convolutional", "fp32"): (RESNET_FILE, "ResNet-50 b=256", "labkit fp32"),
+    ("convolutional", "bf16"): (RESNET_FILE, "ResNet-50 b=256", "labkit bf16 + channels_last + compile"),
+    ("matmul", "bf16"): (GPT_FILE, "GPT b=48", "labkit bf16 + compile"),
+}
+
+
+@dataclass(frozen=True)
+class KindMfu:
+    """The FLOP rate one measured training run reached (`achieved_tflops`: its MFU times the
+    bf16 GEMM peak measured in the same run), to restate against any datasheet peak."""
+
+    kind: str
+    precision: str
+    label: str
+    rate: float
+    unit: str
+    achieved_tflops: float
+    source: ResultsFile
+
+    def of_datasheet(self, datasheet_tflops: float) -> float:
+        return self.achieved_tflops / datasheet_tflops
+
+    def text(self, datasheet_tflops: float) -> str:
+        return (f"{self.label} ({self.rate:,.0f} {self.unit}, {self.achieved_tflops:,.0f} TFLOP/s = "
+                f"{self.of_datasheet(datasheet_tflops):.1%} of the {datasheet_tflops:,.0f} TFLOP/s datasheet "
+                f"peak); {self.source.provenance()}")
+
+
+def kind_mfu(kind: str, precision: str) -> KindMfu | None:
+    """The measured run standing for `kind` ("convolutional" or "matmul") at `precision`
+    ("fp32", or "bf16" which fp16 shares), or None when labkit measured none."""
+    key = (kind, "bf16" if precision == "fp16" else precision)
+    if key not in KIND_MFU_ROWS:
+        return None
+    name, workload, variant = KIND_MFU_ROWS[key]
+    f = load(name)
+    row = next(r for r in f.data["rows"] if r["workload"] == workload and r["variant"] == variant)
+    achieved = float(row["mfu"]) * float(f.data["peak_tflops"])
+    return KindMfu(kind, key[1], f"labkit {workload.split(' ')[0]} {variant.removeprefix('labkit ')}, "
+                   f"{workload.split(' ', 1)[1]}, on {f.device}", float(row["rate"]), row["unit"], achieved, f)
