@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", choices=("full", "smoke", "auto"), default="full")
-    p.add_argument("--notebooks", nargs="*", help="names or prefixes (default: all twelve)")
+    p.add_argument("--notebooks", nargs="*", help="names or prefixes (default: all of them)")
     p.add_argument("--out", default=None, help="folder for the executed notebooks and the JSON "
                    "(default runs/course-<date>)")
     p.add_argument("--budget", type=float, default=None, help="seconds for all the notebooks together")

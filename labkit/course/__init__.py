@@ -19,7 +19,7 @@ By notebook:
     00  tour
     01  hardware_choice (MLP throughput and MFU, roofline, time against cost)
     02  distribution (DDP vs tf.distribute; the engine's DDP agreement)
-    03  input_pipeline: ladder, read_rates, step_probe, conclusions
+    03  input_pipeline: ladder, read_rates, step_probe, conclusions; own_data (your JPEGs as shards)
     04  precision (the ladder and its conclusions): loss_scaling, tensor_cores, cuda_graphs
     05  profiling
     06  multinode (all-reduce bandwidth, gradient compression)
@@ -28,6 +28,7 @@ By notebook:
     09  capstone
     10  model_parallel
     11  tuning
+    12  your_job (a plain script carried step by step to a Spot-safe multi-node job)
 
 Running notebooks (papermill, the kernel and its log, key figures) is `labkit.notebooks`'s, below
 this layer. Rungs and levers are found by key; their labels are only for display.

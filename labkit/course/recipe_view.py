@@ -150,9 +150,43 @@ def show(name: str):
 def new_lines(name: str, base: str) -> list[int]:
     """The numbers (from 1) of the non-blank lines of recipe `name` that recipe `base` does not
     have: inserted or changed where difflib matches the two files line by line."""
+    return changed_lines(source(base), source(name))
+
+
+def show_file(path: Path, base: Path | None = None):
+    """Any source file (an example script), syntax-highlighted, with the lines `base` does not
+    have marked as `show(...).changes_from(...)` marks a recipe's."""
+    from IPython.display import Code
+
+    text = Path(path).read_text(encoding="utf-8")
+    marked = changed_lines(Path(base).read_text(encoding="utf-8"), text) if base is not None else []
+    title = Path(path).name + (f"; highlighted, the {len(marked)} lines {Path(base).name} does not have"
+                               if base is not None else "")
+
+    class FileCode(Code):
+        def _repr_html_(self) -> str:
+            from pygments import highlight
+            from pygments.formatters import HtmlFormatter
+
+            fmt = HtmlFormatter(hl_lines=marked)
+            style = (f"<style>{fmt.get_style_defs('.labkit-changes')}"
+                     ".labkit-changes .hll { background-color: #fff0b3; display: block; }</style>")
+            return (f"<p>{title}:</p>{style}<div class='labkit-changes'>"
+                    f"{highlight(self.data, self._get_lexer(), fmt)}</div>")
+
+        def __repr__(self) -> str:
+            lines = set(marked)
+            return f"{title}:\n" + "\n".join(("+ " if i in lines else "  ") + line
+                                              for i, line in enumerate(self.data.splitlines(), 1))
+
+    return FileCode(text, language="python")
+
+
+def changed_lines(old_text: str, new_text: str) -> list[int]:
+    """The numbers (from 1) of the non-blank lines of `new_text` that `old_text` does not have."""
     import difflib
 
-    old, new = source(base).splitlines(), source(name).splitlines()
+    old, new = old_text.splitlines(), new_text.splitlines()
     matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
     return [j + 1 for tag, _, _, j1, j2 in matcher.get_opcodes() if tag in ("replace", "insert")
             for j in range(j1, j2) if new[j].strip()]

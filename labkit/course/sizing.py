@@ -288,7 +288,7 @@ def _planner(prefix: str):
 
 
 def notebooks() -> tuple[str, ...]:
-    """The notebook prefixes ("00" … "11") that have a plan."""
+    """The notebook prefixes ("00" … "12") that have a plan."""
     return tuple(sorted(_PLANNERS))
 
 
@@ -642,6 +642,21 @@ def _plan_11(scale: str, machine: Machine, *, model: str = "cnn", parallel_trial
         trial = PROCESS_START_S + RUN_START_S + s["steps"] * per_step
         return math.ceil(s["trials"] / max(1, parallel_trials)) * trial + 10.0
     return _Draft(sizes, estimate, (Elastic("steps", 100), Elastic("trials", 6)))
+
+
+@_planner("12")
+def _plan_12(scale: str, machine: Machine, *, repeats: int = 3, **_: Any) -> _Draft:
+    full = scale == "full"
+    # the example's JPEG folder (4 classes), its file side, the side it trains at, and epochs
+    sizes = {"images_per_class": 256 if full else 32, "jpeg_size": 160 if full else 48,
+             "image_size": 96 if full else 32, "epochs": 8 if full else 4}
+
+    def estimate(s):
+        images = 4 * s["images_per_class"] * (s["image_size"] / 32) ** 2
+        run = PROCESS_START_S * 2 + s["epochs"] * images / (4000.0 if machine.has_gpu else 1500.0)
+        # five steps once, two timed (repeats + warm-up each), two profiles, two 2-node jobs
+        return 5 * run + 2 * (repeats + 1) * run + 2 * (run + 4.0) + 2 * 2.5 * run + 10.0
+    return _Draft(sizes, estimate, (Elastic("images_per_class", 32),))
 
 
 # ---------------------------------------------------------------- the course on one machine

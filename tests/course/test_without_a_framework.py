@@ -39,7 +39,7 @@ ONE_REPEAT = ["-p", "repeats", "1"]
 LIGHTER = {"03_input_pipelines": ONE_REPEAT, "04_mixed_precision": ONE_REPEAT,
            "09_capstone": ["-p", "steps", "4"],  # TensorFlow's bf16 on a CPU is slow per step
            "10_model_parallelism": ["-p", "four_processes", "False", "-p", "use_deepspeed", "False"],
-           "11_hyperparameter_tuning": ["-p", "trials", "3"]}
+           "11_hyperparameter_tuning": ["-p", "trials", "3"], "12_your_own_job": ONE_REPEAT}
 
 
 @pytest.mark.slow

@@ -1,0 +1,137 @@
+"""Step 4: safe on Spot VMs. A checkpoint after every epoch (written beside, then renamed: a
+preemption never leaves half a file), resumed when the job restarts; the shuffle order is
+seeded by the epoch, so a resumed run trains on exactly the batches it would have. On SIGTERM
+(Vertex stops a preempted VM's container) the epoch finishes, is checkpointed, and the script
+exits 143. On Vertex, AIP_CHECKPOINT_DIR and AIP_MODEL_DIR name gs:// folders; the bucket is
+mounted at /gcs/.
+
+    python step4_spot.py --data images --epochs 3 --checkpoint-dir checkpoints
+"""
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+
+def on_disk(uri):
+    """gs://bucket/path -> /gcs/bucket/path, where Vertex mounts the bucket."""
+    return "/gcs/" + uri[len("gs://"):] if uri.startswith("gs://") else uri
+
+
+class JpegFolder(Dataset):
+    """DIR/<class>/<image>.jpg -> (a CHW float tensor in [0, 1], the class index)."""
+
+    def __init__(self, folder, size):
+        self.classes = sorted(p.name for p in Path(folder).iterdir() if p.is_dir())
+        self.files = [(f, i) for i, c in enumerate(self.classes) for f in sorted((Path(folder) / c).glob("*.jpg"))]
+        self.size = size
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, index):
+        path, label = self.files[index]
+        image = Image.open(path).convert("RGB").resize((self.size, self.size))
+        pixels = torch.from_numpy(np.asarray(image, dtype=np.float32) / 255.0)
+        return pixels.permute(2, 0, 1), label
+
+
+class SmallCNN(nn.Module):
+    def __init__(self, classes):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1))
+        self.head = nn.Linear(64, classes)
+
+    def forward(self, x):
+        return self.head(self.features(x).flatten(1))
+
+
+def evaluate(model, loader, device):
+    model.eval()
+    loss = right = total = 0.0
+    with torch.no_grad():
+        for x, y in loader:
+            logits = model(x.to(device))
+            loss += nn.functional.cross_entropy(logits, y.to(device), reduction="sum").item()
+            right += (logits.argmax(1).cpu() == y).sum().item()
+            total += len(y)
+    model.train()
+    return loss / total, right / total
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--data", default="images")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--image-size", type=int, default=64)
+    p.add_argument("--model-dir", default=os.environ.get("AIP_MODEL_DIR", "model"))
+    p.add_argument("--checkpoint-dir", default=os.environ.get("AIP_CHECKPOINT_DIR", "checkpoints"))
+    p.add_argument("--num-workers", type=int, default=4)
+    args = p.parse_args()
+
+    torch.manual_seed(0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    train = JpegFolder(f"{args.data}/train", args.image_size)
+    val = JpegFolder(f"{args.data}/val", args.image_size)
+    workers = {"num_workers": args.num_workers, "pin_memory": device == "cuda",
+               "persistent_workers": args.num_workers > 0}
+    order = torch.Generator()
+    loader = DataLoader(train, batch_size=args.batch_size, shuffle=True, generator=order, **workers)
+    val_loader = DataLoader(val, batch_size=args.batch_size, **workers)
+    model = SmallCNN(len(train.classes)).to(device)
+    memory_format = torch.channels_last if device == "cuda" else torch.contiguous_format
+    model = model.to(memory_format=memory_format)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))  # finish the epoch, then stop
+    checkpoint = os.path.join(on_disk(args.checkpoint_dir), "checkpoint.pt")
+    first = 0
+    if os.path.exists(checkpoint):  # the job restarted: carry on after the last epoch
+        state = torch.load(checkpoint, map_location=device)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        first = state["epoch"] + 1
+        print(f"resumed from {checkpoint} after epoch {first}", flush=True)
+    print(f"{len(train)} training images, {len(val)} held out, {len(train.classes)} classes, on {device}")
+    for epoch in range(first, args.epochs):
+        start = time.time()
+        order.manual_seed(epoch)  # the same batches whether or not the run was interrupted
+        for x, y in loader:
+            x = x.to(device, non_blocking=True).to(memory_format=memory_format)
+            y = y.to(device, non_blocking=True)
+            with torch.autocast(device_type=device, dtype=torch.bfloat16):
+                loss = nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        test_loss, accuracy = evaluate(model, val_loader, device)
+        print(f"Epoch {epoch + 1}/{args.epochs}: train loss {loss.item():.4f}, test loss {test_loss:.4f}, "
+              f"test accuracy {accuracy:.3f} ({time.time() - start:.3f}s)", flush=True)
+        os.makedirs(os.path.dirname(checkpoint), exist_ok=True)
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
+                   checkpoint + ".tmp")
+        os.replace(checkpoint + ".tmp", checkpoint)
+        if stop:
+            print(f"SIGTERM: stopped after epoch {epoch + 1}, checkpoint saved", flush=True)
+            return 143
+    os.makedirs(on_disk(args.model_dir), exist_ok=True)
+    torch.save(model.state_dict(), os.path.join(on_disk(args.model_dir), "model.pt"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""Step 5: several machines with DistributedDataParallel. Vertex gives every replica
+MASTER_ADDR, MASTER_PORT, WORLD_SIZE (machines) and RANK; each machine trains on its share of
+the images (DistributedSampler, reshuffled by epoch), DDP averages the gradients, the first
+machine writes checkpoints and the model, and every machine stops after the same epoch on a
+SIGTERM. With one process (no WORLD_SIZE) it is step 4.
+
+    python step5_ddp.py --data images --epochs 3                  # one machine
+    torchrun --nproc-per-node 2 step5_ddp.py --data images        # two local processes
+"""
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from PIL import Image
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+
+def on_disk(uri):
+    """gs://bucket/path -> /gcs/bucket/path, where Vertex mounts the bucket."""
+    return "/gcs/" + uri[len("gs://"):] if uri.startswith("gs://") else uri
+
+
+class JpegFolder(Dataset):
+    """DIR/<class>/<image>.jpg -> (a CHW float tensor in [0, 1], the class index)."""
+
+    def __init__(self, folder, size):
+        self.classes = sorted(p.name for p in Path(folder).iterdir() if p.is_dir())
+        self.files = [(f, i) for i, c in enumerate(self.classes) for f in sorted((Path(folder) / c).glob("*.jpg"))]
+        self.size = size
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, index):
+        path, label = self.files[index]
+        image = Image.open(path).convert("RGB").resize((self.size, self.size))
+        pixels = torch.from_numpy(np.asarray(image, dtype=np.float32) / 255.0)
+        return pixels.permute(2, 0, 1), label
+
+
+class SmallCNN(nn.Module):
+    def __init__(self, classes):
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1))
+        self.head = nn.Linear(64, classes)
+
+    def forward(self, x):
+        return self.head(self.features(x).flatten(1))
+
+
+def evaluate(model, loader, device):
+    model.eval()
+    loss = right = total = 0.0
+    with torch.no_grad():
+        for x, y in loader:
+            logits = model(x.to(device))
+            loss += nn.functional.cross_entropy(logits, y.to(device), reduction="sum").item()
+            right += (logits.argmax(1).cpu() == y).sum().item()
+            total += len(y)
+    model.train()
+    return loss / total, right / total
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--data", default="images")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--image-size", type=int, default=64)
+    p.add_argument("--model-dir", default=os.environ.get("AIP_MODEL_DIR", "model"))
+    p.add_argument("--checkpoint-dir", default=os.environ.get("AIP_CHECKPOINT_DIR", "checkpoints"))
+    p.add_argument("--num-workers", type=int, default=4)
+    args = p.parse_args()
+
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    torch.manual_seed(0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if world > 1:
+        dist.init_process_group("nccl" if device == "cuda" else "gloo")  # reads MASTER_ADDR etc.
+    train = JpegFolder(f"{args.data}/train", args.image_size)
+    val = JpegFolder(f"{args.data}/val", args.image_size)
+    workers = {"num_workers": args.num_workers, "pin_memory": device == "cuda",
+               "persistent_workers": args.num_workers > 0}
+    sampler = DistributedSampler(train, num_replicas=world, rank=rank, seed=0)
+    loader = DataLoader(train, batch_size=args.batch_size, sampler=sampler, **workers)
+    val_loader = DataLoader(val, batch_size=args.batch_size, **workers)
+    model = SmallCNN(len(train.classes)).to(device)
+    memory_format = torch.channels_last if device == "cuda" else torch.contiguous_format
+    model = model.to(memory_format=memory_format)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    ddp = DistributedDataParallel(model) if world > 1 else model
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(True))  # finish the epoch, then stop
+    checkpoint = os.path.join(on_disk(args.checkpoint_dir), "checkpoint.pt")
+    first = 0
+    if os.path.exists(checkpoint):  # the job restarted: carry on after the last epoch
+        state = torch.load(checkpoint, map_location=device)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        first = state["epoch"] + 1
+        print(f"resumed from {checkpoint} after epoch {first}", flush=True)
+    print(f"{len(train)} training images, {len(val)} held out, {len(train.classes)} classes, on {device}")
+    for epoch in range(first, args.epochs):
+        start = time.time()
+        sampler.set_epoch(epoch)  # the same batches whether or not the run was interrupted
+        for x, y in loader:
+            x = x.to(device, non_blocking=True).to(memory_format=memory_format)
+            y = y.to(device, non_blocking=True)
+            with torch.autocast(device_type=device, dtype=torch.bfloat16):
+                loss = nn.functional.cross_entropy(ddp(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        test_loss, accuracy = evaluate(model, val_loader, device)
+        print(f"Epoch {epoch + 1}/{args.epochs}: train loss {loss.item():.4f}, test loss {test_loss:.4f}, "
+              f"test accuracy {accuracy:.3f} ({time.time() - start:.3f}s)", flush=True)
+        if rank == 0:
+            os.makedirs(os.path.dirname(checkpoint), exist_ok=True)
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "epoch": epoch},
+                       checkpoint + ".tmp")
+            os.replace(checkpoint + ".tmp", checkpoint)
+        stopping = torch.tensor([1.0 if stop else 0.0])
+        if world > 1:  # every machine stops after the same epoch
+            dist.all_reduce(stopping, op=dist.ReduceOp.MAX)
+        if stopping.item():
+            print(f"SIGTERM: stopped after epoch {epoch + 1}, checkpoint saved", flush=True)
+            return 143
+    if rank == 0:
+        os.makedirs(on_disk(args.model_dir), exist_ok=True)
+        torch.save(model.state_dict(), os.path.join(on_disk(args.model_dir), "model.pt"))
+    if world > 1:
+        dist.barrier()  # the others wait while the first machine writes: none leaves a peer mid-call
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
