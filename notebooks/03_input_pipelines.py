@@ -202,7 +202,12 @@ else:
 # Shards default to about 100 MB: each file costs one request's latency (tens of milliseconds
 # on Cloud Storage, the `open_latency_ms` the ladders above simulate) before it streams, and
 # at 100 MB that is a few percent of the file's transfer, while a few GB still make dozens of
-# files for ranks and loader workers to split. A small set like this one is cut into at least
+# files for ranks and loader workers to split; Cloud Storage FUSE, Vertex's `/gcs` mount,
+# recommends files of 5 MB to 200 MB for sequential reads
+# ([its performance page](https://cloud.google.com/storage/docs/cloud-storage-fuse/performance),
+# read 2026-11-28). A job that reads its shards for several epochs can copy them to the VM's
+# disk first, many files at once, each checked against the manifest:
+# `labkit data stage gs://bucket/shards /tmp/shards`. A small set like this one is cut into at least
 # 8 files instead, so that many readers each get their own.
 
 # %%

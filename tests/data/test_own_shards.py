@@ -253,10 +253,32 @@ def test_from_a_bucket_to_a_bucket(folder, tmp_path):
     with LocalStorage(tmp_path / "buckets", tmp_path / "state") as server:
         env = child_env(server.client_env())
         for args in (["shard", "gs://bkt/photos", "gs://bkt/shards", "--shard-mb", "0.05"],
-                     ["verify", "gs://bkt/shards"]):
+                     ["verify", "gs://bkt/shards"], ["stage", "gs://bkt/shards", str(tmp_path / "local")]):
             done = subprocess.run([sys.executable, "-m", "labkit", "data", *args], env=env, capture_output=True,
                                   text=True, timeout=300)
             assert done.returncode == 0, done.stdout + done.stderr[-2000:]
     man = json.loads((tmp_path / "buckets" / "bkt" / "shards" / "data-manifest.json").read_text())
     assert man["num_records"] == 30 and man["classes"] == list(CLASSES)
     assert not (tmp_path / "buckets" / "bkt" / "shards" / "data-plan.json").exists()
+    assert verify_shards(tmp_path / "local").records == 30
+
+
+def test_staging_copies_checks_and_resumes(shards, tmp_path):
+    from labkit.data.stage import stage
+
+    first = stage(shards, tmp_path / "local", workers=4)
+    assert first.files == len(json.loads((shards / "data-manifest.json").read_text())["shards"]) and first.kept == 0
+    assert verify_shards(tmp_path / "local").ok
+    again = stage(shards, tmp_path / "local", workers=4)
+    assert again.kept == again.files and again.nbytes == 0
+    # a shard that is not the one its manifest lists is refused, and nothing half-copied stays
+    bad = tmp_path / "bad"
+    import shutil
+
+    shutil.copytree(shards, bad)
+    victim = sorted(bad.glob("data-*.tfrecord"))[2]
+    victim.write_bytes(victim.read_bytes()[:-1] + b"\0")
+    with pytest.raises(OSError, match="not the ones its manifest lists"):
+        stage(bad, tmp_path / "from-bad", workers=2)
+    assert not list((tmp_path / "from-bad").glob("*partial*"))
+    assert not (tmp_path / "from-bad" / "data-manifest.json").exists()
