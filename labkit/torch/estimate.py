@@ -82,6 +82,10 @@ class EstimateReport:
         lines.append("")
         if self.mfu is None:
             lines.append(f"time and cost: {self.mfu_note}")
+        elif not self.runs:
+            lines.append(f"time and cost: the step fits no catalog GPU at {self.mode} over {self.gpus} GPU(s); "
+                         "shard it (--mode fsdp), spread it (--gpus), or lower --batch-size (activations grow "
+                         "with it)")
         else:
             lines.append(f"one epoch of {self.samples_per_epoch:,} samples on {self.gpus} GPU(s), utilisation "
                          f"{self.mfu.source}:")
