@@ -225,8 +225,9 @@ print("$ labkit data verify", own_shards_dir)
 print(own_data.run_labkit(["labkit", "data", "verify", str(own_shards_dir)]))
 
 # %% [markdown]
-# Three readers of these images, each with `num_workers` workers and batches of `batch_size`,
-# one epoch at a time, interleaved `repeats` times: the folder as most training scripts read it
+# Three readers of these images, each with the same workers (`num_workers`, at most one per CPU
+# core) and batches of `batch_size`, one epoch at a time, interleaved `repeats` times: the
+# folder as most training scripts read it
 # (torchvision's `ImageFolder` with `Resize`, `CenterCrop`, `ToTensor`: a file opened, decoded
 # and made a float tensor per sample, then collated), the shards through labkit's reader (a
 # batch of JPEGs decoded straight into one uint8 array, handed over whole), and the shards
@@ -237,9 +238,10 @@ print(own_data.run_labkit(["labkit", "data", "verify", str(own_shards_dir)]))
 # %%
 own_size = own_image_size or plan["own_image_size"]
 readers_here = own_data.frameworks_here()
+own_workers = own_data.effective_workers(num_workers)  # decoding is CPU work: one worker per core at most
 own_rows = own_data.compare_readers(photos, own_shards_dir, image_size=own_size, batch_size=batch_size,
-                                    workers=num_workers, repeats=repeats, frameworks=readers_here) if readers_here else []
-print(own_data.report(own_rows, files=n_files, image_size=own_size, workers=num_workers, batch_size=batch_size))
+                                    workers=own_workers, repeats=repeats, frameworks=readers_here) if readers_here else []
+print(own_data.report(own_rows, files=n_files, image_size=own_size, workers=own_workers, batch_size=batch_size))
 own_vs_folder = own_data.comparison_of(own_rows, own_data.READERS[0], own_data.READERS[1])
 if own_vs_folder is not None:
     key_figure("your JPEGs: labkit shard reader vs ImageFolder", own_vs_folder.ratio, "×",

@@ -132,6 +132,12 @@ def reader_epochs(folder: os.PathLike, shards: os.PathLike, *, image_size: int, 
     return out
 
 
+def effective_workers(requested: int) -> int:
+    """Loader workers for the comparison: `requested`, at most one per CPU core (decoding JPEGs
+    is CPU work; more workers than cores only take turns)."""
+    return max(0, min(requested, os.cpu_count() or 1))
+
+
 def compare_readers(folder: os.PathLike, shards: os.PathLike, *, image_size: int, batch_size: int,
                     workers: int, repeats: int = stats.MIN_REPEATS,
                     frameworks: tuple[str, ...] = ("torch", "tensorflow")) -> list[dict[str, Any]]:
