@@ -161,6 +161,7 @@ def test_bad_input_names_the_path(tmp_path):
         own_shards.shard_source(tmp_path / "t.csv", tmp_path / "o")
 
 
+@pytest.mark.slow
 def test_the_cli_shards_refuses_and_verifies(folder, tmp_path):
     def labkit(*args):
         return subprocess.run([sys.executable, "-m", "labkit", "data", *args], capture_output=True, text=True)
@@ -216,6 +217,7 @@ def test_torch_loader_ranks_and_workers_read_each_record_once(shards):
     assert sorted(seen) == list(range(30))
 
 
+@pytest.mark.slow
 def test_tf_data_reads_the_same_images(shards):
     tf = pytest.importorskip("tensorflow")
     from labkit.data.tf_pipeline import make_tf_image_dataset

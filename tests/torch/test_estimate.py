@@ -150,6 +150,7 @@ def test_the_plan_fits_prices_and_says_where_its_utilisation_comes_from():
     assert none.runs == [] and "pass --mfu" in none.text()
 
 
+@pytest.mark.slow
 def test_bad_models_are_named(tmp_path):
     with pytest.raises(ModelError, match=r"returned int, not a torch.nn.Module"):
         measure(lambda: 3, (3, 8, 8))
