@@ -118,6 +118,7 @@ def main() -> int:
         writer.close()
         print(f"model saved to {args.model_dir}", flush=True)
     if world > 1:
+        dist.barrier()  # the others wait while the chief writes: none leaves a peer mid-call
         dist.destroy_process_group()
     return 0
 
