@@ -9,7 +9,13 @@ Shard sets (`write_image_shards`, ...) carry a manifest; `load_shard_set(dir)` g
 file list and `verify_shards(dir)` checks every record's CRCs and the shards against it.
 
 Readers: `read_batches` (NumPy), `make_loader` (a torch DataLoader) and `make_tf_dataset`
-(tf.data). Importing this package imports neither torch nor TensorFlow; each reader imports its
+(tf.data).
+
+A learner's own data: `sources` lists an image folder, a CSV of image paths or a table;
+`own_shards.shard_source` writes it as byte-sized, resumable shards (`labkit data shard`);
+`images` reads those image shards a batch at a time (`image_loader` for the DataLoader,
+`labkit.data.tf_pipeline.make_tf_image_dataset` for tf.data); `stage` copies a shard set to
+local disk (`labkit data stage`). Importing this package imports neither torch nor TensorFlow; each reader imports its
 framework when called.
 """
 

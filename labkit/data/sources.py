@@ -231,9 +231,8 @@ def _csv_rows(path: str) -> tuple[list[str], list[dict[str, str]]]:
         raise SourceError(path, "is empty (a CSV needs a header row)")
     rows = []
     for line, row in enumerate(reader, start=2):
-        if None in row or any(v is None for v in row.values()):
-            raise SourceError(f"{path}:{line}", f"has {len(row) + len(row.get(None, []) or []) - (None in row)} "
-                                                f"fields where the header has {len(header)}")
+        if None in row or any(v is None for v in row.values()):  # too many fields, or too few
+            raise SourceError(f"{path}:{line}", f"does not have the header's {len(header)} fields")
         rows.append(row)
     return header, rows
 
