@@ -41,7 +41,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -298,13 +298,13 @@ class _PlannedWrite:
 
             def one(s: int) -> None:
                 nonlocal total
-                lo = self.firsts[s]
-                data = [records.payload(order[i], i) for i in range(lo, lo + self.plan["counts"][s])]
-                digest, nbytes = self._write_shard(s, data)
+                lo, n = self.firsts[s], self.plan["counts"][s]
+                # one record in memory at a time: a shard is read from the source as it is written
+                digest, nbytes = self._write_shard(s, (records.payload(order[i], i) for i in range(lo, lo + n)))
                 with lock:
                     self.digests[s] = digest
                     total += nbytes
-                    bar.update(len(data))
+                    bar.update(n)
 
             with ThreadPoolExecutor(max_workers=max(1, min(workers, len(todo) or 1))) as pool:
                 failures = [f.exception() for f in [pool.submit(one, s) for s in todo]]
@@ -317,7 +317,7 @@ class _PlannedWrite:
             raise error
         return total
 
-    def _write_shard(self, s: int, data: list[bytes]) -> tuple[str, int]:
+    def _write_shard(self, s: int, data: Iterable[bytes]) -> tuple[str, int]:
         final = self.paths[s]
         # A local file (a /gcs/ mount included) appears under its name only once complete; a
         # Cloud Storage object exists only once its upload is finished.
@@ -329,11 +329,12 @@ class _PlannedWrite:
                     w.write(record)
             if temp != final:
                 os.replace(temp, final)
-        except OSError as e:
-            with contextlib.suppress(OSError):
-                if temp != final:
-                    os.remove(temp)
-            raise named_error(e, f"cannot write {final}") from e
+        except BaseException as e:  # a full disk, an unreadable source image, an interrupt
+            with contextlib.suppress(OSError):  # closing committed a partial object: take it back
+                os.remove(temp) if temp != final else self.folder.remove(final)
+            if isinstance(e, OSError):
+                raise named_error(e, f"cannot write {final}") from e
+            raise
         return digest.hexdigest(), w.bytes_written
 
     def finish(self, extra: dict) -> None:

@@ -156,6 +156,7 @@ def test_bad_input_names_the_path(tmp_path):
     (tmp_path / "fake" / "cls" / "a.jpg").write_bytes(b"not a jpeg")
     with pytest.raises(SourceError, match=r"a\.jpg: is named as a JPEG file"):
         own_shards.shard_source(tmp_path / "fake", tmp_path / "o")
+    assert not [p for p in (tmp_path / "o").iterdir() if "partial" in p.name or p.suffix == ".tfrecord"]
     (tmp_path / "t.csv").write_text("index,b\n1,2\n")
     with pytest.raises(SourceError, match="'index' is reserved"):
         own_shards.shard_source(tmp_path / "t.csv", tmp_path / "o")
