@@ -9,7 +9,7 @@ interleaved, after one warm-up epoch each):
   labkit   `labkit data shard` of the folder, read by labkit.data.images.image_loader
   tf.data  the same shards through labkit.data.tf_pipeline.make_tf_image_dataset
 
-The images are examples/image_trainer/make_images.py's (stripes and noise, JPEG quality 90).
+The images are examples/your_job/make_images.py's (stripes and noise, JPEG quality 90).
 Target: the labkit reader at least as fast as both peers; the ratios are printed and saved.
 """
 

@@ -24,7 +24,7 @@ preemptions_per_hour = 0.05
 checkpoint_every_min = 30.0
 restart_min = 5.0
 catalog_path = ""
-own_model = ""  # section 6: your factory, package.module:function (default: the example trainer's CNN)
+own_model = ""  # section 6: your factory, package.module:function (default: notebook 12's CNN)
 own_input_shape = "3,96,96"
 own_batch_size = 64
 time_budget_s = 0.0
@@ -203,17 +203,18 @@ for r in rows:
 # and cost per machine. The utilisation now depends on the kind of model: most FLOPs in
 # convolutions take labkit's ResNet-50 run, matmul-bound models its GPT-2 small run, each
 # printed with its file; pass `--mfu` once you have timed your own step. Below, the example
-# trainer's CNN (`examples/image_trainer/train.py`), as you would run it in a terminal:
+# CNN of notebook 12's script (`examples/your_job/step1_plain.py`), as you would run it in a
+# terminal:
 #
-#     cd examples/image_trainer && labkit estimate "train:SmallCNN(4)" --input-shape 3,96,96 --batch-size 64
+#     cd examples/your_job && labkit estimate "step1_plain:SmallCNN(4)" --input-shape 3,96,96 --batch-size 64
 
 # %%
 if frameworks.has_torch():
     from labkit.course.own_job import example
     from labkit.torch.estimate import estimate
 
-    own = estimate(own_model or "train:SmallCNN(4)", tuple(int(s) for s in own_input_shape.split(",")),
-                   batch_size=own_batch_size, search_path=None if own_model else str(example("image_trainer")),
+    own = estimate(own_model or "step1_plain:SmallCNN(4)", tuple(int(s) for s in own_input_shape.split(",")),
+                   batch_size=own_batch_size, search_path=None if own_model else str(example("your_job")),
                    samples_per_epoch=samples_per_epoch, catalog_path=catalog_path or None)
     print(own.text())
 else:

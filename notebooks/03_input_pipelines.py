@@ -191,7 +191,7 @@ else:
 # %% [markdown]
 # ## 8. Your own images: a folder of JPEG files as shards
 # Your data is more likely a folder of JPEG files in a bucket, one subfolder per class, than
-# synthetic pixels. Below, `examples/image_trainer/make_images.py` writes such a folder, and
+# synthetic pixels. Below, `examples/your_job/make_images.py` writes such a folder, and
 # `labkit data shard` turns it into TFRecord shards: the files' bytes as they are (a JPEG stays
 # the JPEG it was: no decode, no re-encode), with the label and the file's name, shuffled before
 # they are cut so each shard mixes the classes, written in parallel, with the manifest that

@@ -202,8 +202,8 @@ else:
 # %% [markdown]
 # ## 7. Your own script, unmodified
 # Everything above profiled labkit's runs. `labkit profile -- COMMAND` profiles yours as it is:
-# `examples/image_trainer/train.py` is a plain first script (its own `Dataset` over a folder of
-# JPEG files, its own CNN, one device, no labkit import). The command runs with a profiler hook
+# `examples/your_job/step1_plain.py` is a plain first script (its own `Dataset` over a folder of
+# JPEG files, its own CNN, one device, no labkit import; notebook 12 carries it to a Vertex job). The command runs with a profiler hook
 # attached from outside: its first `optimizer.step()` starts `torch.profiler` (with Python
 # stacks), a warm-up step is dropped, the next steps are recorded, the script is stopped, and
 # the trace is read as above; the report names **your** functions and **your** DataLoader.
@@ -218,7 +218,7 @@ if has_torch:
     print(mine.text())
     print("\n$ labkit profile --trace", mine.trace_path, "\n" + profiling.trace_verdict(mine.trace_path))
     fixed = profiling.profile_own_script(out / "own-fixed", images, steps=active_steps, num_workers=2)
-    print(f"\nwith --num-workers 2: {fixed.breakdown.text()}\n{fixed.verdict.kind}: {fixed.verdict.evidence}")
+    print(f"\nstep2_loader.py with --num-workers 2: {fixed.breakdown.text()}\n{fixed.verdict.kind}: {fixed.verdict.evidence}")
     key_figure("your own script: share of a step waiting for its batch (num_workers=0)",
                100 * mine.breakdown.fractions["input"], "%", note=f"{fixed.breakdown.fractions['input']:.0%} with 2 workers")
 

@@ -27,9 +27,9 @@ CHANCE_LOSS = 1.0986
 
 
 def example(name: str) -> Path:
-    """The folder of example trainer `name` (``ddp_trainer``, ``tf_trainer``)."""
+    """The folder of example trainer `name` (``ddp_trainer``, ``tf_trainer``, ``your_job``)."""
     folder = source_root() / "examples" / name
-    if not (folder / "train.py").is_file():
+    if not folder.is_dir() or not any(folder.glob("*.py")):
         raise FileNotFoundError(f"no example trainer at {folder}: the examples/ folder comes with the "
                                 "course's source tree (git clone), not with an installed labkit")
     return folder

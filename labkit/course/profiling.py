@@ -1,8 +1,8 @@
 """Notebook 05's reading of `labkit.profiling` results: two runs side by side with a speed verdict
 from repeated runs, one stacked bar of the step breakdown per run, the labkit phase ranges a
 trace holds, and the loader-worker sweep of the CPU-bound decode case. Your own script:
-`profile_own_script` runs `labkit profile -- python train.py ...` on the example trainer
-(`examples/image_trainer`, a plain script over a folder of JPEG files it does not know labkit).
+`profile_own_script` runs `labkit profile -- python step1_plain.py ...` on notebook 12's first
+script (`examples/your_job`, a plain script over a folder of JPEG files that does not know labkit).
 
 A profiled run is one run: good for *where* the time goes, not for *how much faster* a fix is.
 The speed verdict comes from separate, unprofiled runs of both settings, taking turns after a
@@ -153,7 +153,8 @@ def nvtx_ranges(result: ProfileResult) -> dict[str, int]:
 # ---------------------------------------------------------------- your own script (section 7)
 
 def example_images(folder: os.PathLike, *, per_class: int, size: int = 192) -> Path:
-    """A folder of JPEG files for `examples/image_trainer`, written by its own make_images.py."""
+    """A folder of JPEG files (train/ and val/, one subfolder per class) for `examples/your_job`,
+    written by its own make_images.py."""
     import subprocess
     import sys
 
@@ -161,21 +162,23 @@ def example_images(folder: os.PathLike, *, per_class: int, size: int = 192) -> P
 
     folder = Path(folder)
     if not (folder / "train").is_dir():
-        subprocess.run([sys.executable, str(example("image_trainer") / "make_images.py"), str(folder),
+        subprocess.run([sys.executable, str(example("your_job") / "make_images.py"), str(folder),
                         "--per-class", str(per_class), "--size", str(size)], check=True, capture_output=True)
     return folder
 
 
 def own_script_command(images: os.PathLike, *, num_workers: int = 0, epochs: int = 3) -> list[str]:
-    """The command a learner runs: the example trainer on the images, as it is."""
+    """The command a learner runs on the images: the first script as written
+    (`step1_plain.py`), or with `num_workers` the next one, which adds loader workers."""
     from labkit.course.own_job import example
 
-    return ["python", str(example("image_trainer") / "train.py"), "--data", str(images), "--epochs", str(epochs),
-            "--num-workers", str(num_workers), "--out", os.path.join(os.fspath(images), "model.pt")]
+    script, extra = ("step2_loader.py", ["--num-workers", str(num_workers)]) if num_workers else ("step1_plain.py", [])
+    return ["python", str(example("your_job") / script), "--data", str(images), "--epochs", str(epochs), *extra,
+            "--out", os.path.join(os.fspath(images), "model.pt")]
 
 
 def profile_own_script(out: os.PathLike, images: os.PathLike, *, steps: int, num_workers: int = 0):
-    """`labkit profile --out OUT --steps STEPS -- python train.py ...` on the example trainer:
+    """`labkit profile --out OUT --steps STEPS -- python step1_plain.py ...` (or step 2):
     the `labkit.profiling.command.CommandProfile`."""
     from labkit.profiling.command import profile_command
 

@@ -32,7 +32,7 @@ _EPOCH = re.compile(r"Epoch (\d+)/(\d+): train loss ([\d.]+), test loss ([\d.]+)
 
 
 def folder() -> Path:
-    return example("image_trainer").parent / "your_job"
+    return example("your_job")
 
 
 def step_path(name: str) -> Path:
