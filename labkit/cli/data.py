@@ -87,11 +87,12 @@ def add_data_command(subparsers) -> None:
     g.set_defaults(handler=_stage)
 
 
-def _flag_message(e: ValueError) -> str:
-    name = getattr(e, "name", None)
-    if name in _FLAGS:
-        return str(e).replace(f"parameter {name!r}", f"{_FLAGS[name]}", 1)
-    return str(e)
+def _flag_message(e: Exception, flags: dict[str, str] | None = None) -> str:
+    """The error's message with each parameter it names (`parameter 'x'`) said as the flag."""
+    message = str(e)
+    for field, flag in (flags or _FLAGS).items():
+        message = message.replace(f"parameter {field!r}", flag)
+    return message
 
 
 def _write(args: argparse.Namespace) -> int:
@@ -142,13 +143,7 @@ def _shard(args: argparse.Namespace) -> int:
         print(f"labkit data shard: {str(e).replace('overwrite=True (--overwrite)', '--overwrite')}")
         return 2
     except (ValueError, OSError) as e:
-        message = str(e)
-        name = getattr(e, "name", None)
-        if name in _SHARD_FLAGS:
-            message = message.replace(f"parameter {name!r}", _SHARD_FLAGS[name], 1)
-        for field, flag in _SHARD_FLAGS.items():
-            message = message.replace(f"parameter '{field}'", flag)
-        print(f"labkit data shard: {message}")
+        print(f"labkit data shard: {_flag_message(e, _SHARD_FLAGS)}")
         return 2
     kept = f", {out.kept} kept from the interrupted run" if out.kept else ""
     what = _count(len(out.classes), "class", "classes") if out.classes else f"columns {', '.join(f'{k}:{v}' for k, v in out.columns.items())}"
@@ -164,8 +159,7 @@ def _stage(args: argparse.Namespace) -> int:
     try:
         report = stage(args.src, args.dest, workers=args.workers, prefix=args.prefix)
     except (ValueError, OSError) as e:
-        message = str(e).replace("parameter 'workers'", "--workers").replace("parameter 'dest'", "DEST")
-        print(f"labkit data stage: {message}")
+        print(f"labkit data stage: {_flag_message(e, {'workers': '--workers', 'dest': 'DEST'})}")
         return 2
     print(f"labkit data stage: {report.text()} to {args.dest}")
     return 0

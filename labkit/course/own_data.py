@@ -32,11 +32,16 @@ def shard_command(src: os.PathLike, out: os.PathLike, *extra: str) -> list[str]:
     return ["labkit", "data", "shard", str(src), str(out), *extra]
 
 
-def run_labkit(argv: list[str]) -> str:
-    """Run a `labkit ...` command line in this environment; its output (the command must succeed)."""
-    done = subprocess.run([sys.executable, "-m", "labkit", *argv[1:]], capture_output=True, text=True)
+def run_labkit(argv: list[str], cwd: os.PathLike | None = None) -> str:
+    """A `labkit ...` command line run in this environment (in `cwd`); its output (it must succeed)."""
+    return _run_module("labkit", argv[1:], " ".join(argv), cwd)
+
+
+def _run_module(module: str, args: list[str], what: str, cwd: os.PathLike | None = None) -> str:
+    """`python -m MODULE ARGS` with this interpreter; its output, or RuntimeError with its last words."""
+    done = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, cwd=cwd)
     if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}: {done.stdout.strip()} {done.stderr.strip()[-500:]}")
+        raise RuntimeError(f"{what} exited {done.returncode}: {done.stdout.strip()[-800:]} {done.stderr.strip()[-800:]}")
     return done.stdout.strip()
 
 
@@ -194,10 +199,7 @@ def comparison_of(rows: list[dict[str, Any]], a: str, b: str) -> stats.Compariso
 
 def run_recipe(argv: list[str]) -> str:
     """`python -m labkit.recipes.jpeg_shards ARGV` in this environment; its output."""
-    done = subprocess.run([sys.executable, "-m", "labkit.recipes.jpeg_shards", *argv], capture_output=True, text=True)
-    if done.returncode != 0:
-        raise RuntimeError(f"the jpeg_shards recipe exited {done.returncode}: {done.stderr.strip()[-800:]}")
-    return done.stdout.strip()
+    return _run_module("labkit.recipes.jpeg_shards", argv, "the jpeg_shards recipe")
 
 
 def recipe_agrees(shards: os.PathLike, *, image_size: int, batch_size: int) -> tuple[int, bool]:

@@ -128,21 +128,12 @@ def show(name: str):
                     f"{len(self.data.splitlines())} lines that recipes/{self.base}.py does not have")
 
         def _marked_html(self) -> str:
-            from pygments import highlight
-            from pygments.formatters import HtmlFormatter
-
-            fmt = HtmlFormatter(hl_lines=new_lines(name, self.base or name))
-            # Scoped to this block: JupyterLab styles pygments' token classes, not its `hll`.
-            style = (f"<style>{fmt.get_style_defs('.labkit-changes')}"
-                     ".labkit-changes .hll { background-color: #fff0b3; display: block; }</style>")
-            return f'{style}<div class="labkit-changes">{highlight(self.data, self._get_lexer(), fmt)}</div>'
+            return _marked_html(self.data, self._get_lexer(), new_lines(name, self.base or name))
 
         def __repr__(self) -> str:  # plain text (papermill, a terminal): "+" before the new lines
             if self.base is None:
                 return super().__repr__()
-            marked = set(new_lines(name, self.base))
-            return "\n".join(("+ " if i in marked else "  ") + line
-                             for i, line in enumerate(self.data.splitlines(), 1))
+            return _marked_text(self.data, new_lines(name, self.base))
 
     return RecipeCode(source(name), language="python")
 
@@ -165,21 +156,30 @@ def show_file(path: Path, base: Path | None = None):
 
     class FileCode(Code):
         def _repr_html_(self) -> str:
-            from pygments import highlight
-            from pygments.formatters import HtmlFormatter
-
-            fmt = HtmlFormatter(hl_lines=marked)
-            style = (f"<style>{fmt.get_style_defs('.labkit-changes')}"
-                     ".labkit-changes .hll { background-color: #fff0b3; display: block; }</style>")
-            return (f"<p>{title}:</p>{style}<div class='labkit-changes'>"
-                    f"{highlight(self.data, self._get_lexer(), fmt)}</div>")
+            return f"<p>{title}:</p>" + _marked_html(self.data, self._get_lexer(), marked)
 
         def __repr__(self) -> str:
-            lines = set(marked)
-            return f"{title}:\n" + "\n".join(("+ " if i in lines else "  ") + line
-                                              for i, line in enumerate(self.data.splitlines(), 1))
+            return f"{title}:\n" + _marked_text(self.data, marked)
 
     return FileCode(text, language="python")
+
+
+def _marked_html(text: str, lexer, lines: list[int]) -> str:
+    """`text` highlighted, the numbered `lines` marked."""
+    from pygments import highlight
+    from pygments.formatters import HtmlFormatter
+
+    fmt = HtmlFormatter(hl_lines=lines)
+    # Scoped to this block: JupyterLab styles pygments' token classes, not its `hll`.
+    style = (f"<style>{fmt.get_style_defs('.labkit-changes')}"
+             ".labkit-changes .hll { background-color: #fff0b3; display: block; }</style>")
+    return f'{style}<div class="labkit-changes">{highlight(text, lexer, fmt)}</div>'
+
+
+def _marked_text(text: str, lines: list[int]) -> str:
+    """`text` as plain text with "+ " before the numbered `lines`."""
+    marked = set(lines)
+    return "\n".join(("+ " if i in marked else "  ") + line for i, line in enumerate(text.splitlines(), 1))
 
 
 def changed_lines(old_text: str, new_text: str) -> list[int]:

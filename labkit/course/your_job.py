@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core import stats
+from labkit.course.own_data import run_labkit  # noqa: F401  (the notebook runs commands through it)
 from labkit.course.own_job import PreemptionComparison, example, run_example
 from labkit.course.tables import table
 from labkit.vertex.own_job import JobRequest
@@ -180,10 +181,3 @@ def submit_command(images: Path, *, epochs: int) -> list[str]:
             "--spot", "--output", "gs://MY_BUCKET/your-job", "--upload", f"{images}=gs://MY_BUCKET/images",
             "--", "--data", "/gcs/MY_BUCKET/images", "--epochs", str(epochs)]
 
-
-def run_labkit(argv: list[str], cwd: Path | None = None) -> str:
-    """A `labkit ...` command line run in this environment; its output (it must succeed)."""
-    done = subprocess.run([sys.executable, "-m", "labkit", *argv[1:]], capture_output=True, text=True, cwd=cwd)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} exited {done.returncode}: {done.stdout[-800:]} {done.stderr[-800:]}")
-    return done.stdout.strip()

@@ -20,7 +20,6 @@ is read exactly once per epoch. The tf.data reader of the same shards is
 from __future__ import annotations
 
 import io
-import os
 import random
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,9 +29,16 @@ import numpy as np
 
 from labkit.core.config import check_bool, check_int
 from labkit.data.example import decode_example
-from labkit.data.reader import assign_shards
-from labkit.data.shards import ManifestError, read_manifest
-from labkit.data.tfrecord import expand_paths, is_remote, iter_views
+from labkit.data.reader import assign_shards, shuffle_buffer
+from labkit.data.shards import (
+    MANIFEST_SUFFIX,
+    ManifestError,
+    ShardFolder,
+    join_path,
+    manifest_name,
+    read_manifest,
+)
+from labkit.data.tfrecord import expand_paths, iter_views
 
 KIND = "encoded_images"
 
@@ -71,31 +77,22 @@ def shard_files(src) -> tuple[list[str], str]:
                 if manifest.get("kind") != KIND:
                     raise ManifestError(f"{path} holds {manifest.get('kind')!r} shards, not images written "
                                         f"by labkit data shard")
-                base = path.rstrip("/")
-                return [f"{base}/{n}" for n in manifest["shards"]], manifest["compression"]
+                return [join_path(path, n) for n in manifest["shards"]], manifest["compression"]
     return expand_paths(src), ""
 
 
 def _manifest_in(folder: str) -> dict | None:
     """The manifest of the shard set in `folder` (None: `folder` is not a folder)."""
-    name = "data-manifest.json"
-    if is_remote(folder):
-        import fsspec
-
-        fs, root = fsspec.core.url_to_fs(folder)
-        if not fs.isdir(root):
-            return None
-        names = [p.rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)]
-    else:
-        if not os.path.isdir(folder):
-            return None
-        names = os.listdir(folder)
-    manifests = sorted(n for n in names if n.endswith("-manifest.json"))
+    name = manifest_name("data")
+    where = ShardFolder(folder)
+    if not where.is_dir():
+        return None
+    manifests = sorted(n for n in where.names() if n.endswith(MANIFEST_SUFFIX))
     if not manifests:
         raise ManifestError(f"no shard manifest in {folder} (write the shards with labkit data shard)")
     if name not in manifests and len(manifests) > 1:
         raise ManifestError(f"{folder} holds several shard sets ({', '.join(manifests)}): name the files")
-    return read_manifest(folder.rstrip("/") + "/" + (name if name in manifests else manifests[0]))
+    return read_manifest(join_path(folder, name if name in manifests else manifests[0]))
 
 
 def decode_image(data, size: int, out: np.ndarray | None = None) -> np.ndarray:
@@ -147,7 +144,7 @@ def iter_image_batches(src, config: ImageReadConfig | None = None, *, num_consum
     try:
         records = _records(assignment, comp, config.verify)
         if config.shuffle_buffer > 1:
-            records = _shuffled(records, config.shuffle_buffer, random.Random(config.seed * 7919 + epoch))
+            records = shuffle_buffer(records, config.shuffle_buffer, random.Random(config.seed * 7919 + epoch))
         blobs: list = []
         labels: list[int] = []
         indices: list[int] = []
@@ -173,19 +170,6 @@ def _records(assignment, comp: str, verify: bool) -> Iterator[tuple[int, int, by
                 raise ValueError(f"{path}: a record without 'image' and 'label' features (not written by "
                                  f"labkit data shard from images?)")
             yield int(ex["index"][0]) if "index" in ex else -1, int(ex["label"][0]), bytes(ex["image"][0])
-
-
-def _shuffled(items: Iterator, size: int, rng: random.Random) -> Iterator:
-    buf: list = []
-    for item in items:
-        if len(buf) < size:
-            buf.append(item)
-            continue
-        j = rng.randrange(size)
-        yield buf[j]
-        buf[j] = item
-    rng.shuffle(buf)
-    yield from buf
 
 
 def _batch(blobs, labels, indices, size: int, pool) -> dict:

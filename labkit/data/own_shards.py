@@ -318,24 +318,30 @@ class _PlannedWrite:
         return total
 
     def _write_shard(self, s: int, data: Iterable[bytes]) -> tuple[str, int]:
-        final = self.paths[s]
-        # A local file (a /gcs/ mount included) appears under its name only once complete; a
-        # Cloud Storage object exists only once its upload is finished.
-        temp = final if is_remote(self.out) else join_path(self.out, f".{self.names[s]}.partial-{os.getpid()}")
-        try:
+        with self._into_place(self.paths[s]) as temp:
             digest = HashingWriter(open_binary(temp, "wb"))
             with RecordWriter(temp, self.plan["compression"], opener=lambda _p: digest) as w:
                 for record in data:
                     w.write(record)
+        return digest.hexdigest(), w.bytes_written
+
+    @contextlib.contextmanager
+    def _into_place(self, final: str):
+        """The path to write `final` through. A local file (a /gcs/ mount included) is written
+        beside it and renamed over it once complete; a Cloud Storage object exists only once
+        its upload finished, so there it is `final` itself. On any failure (a full disk, an
+        unreadable source image, an interrupt) neither name is left holding a partial file."""
+        temp = final if is_remote(self.out) else join_path(self.out, f".{os.path.basename(final)}.partial-{os.getpid()}")
+        try:
+            yield temp
             if temp != final:
                 os.replace(temp, final)
-        except BaseException as e:  # a full disk, an unreadable source image, an interrupt
+        except BaseException as e:
             with contextlib.suppress(OSError):  # closing committed a partial object: take it back
                 os.remove(temp) if temp != final else self.folder.remove(final)
             if isinstance(e, OSError):
                 raise named_error(e, f"cannot write {final}") from e
             raise
-        return digest.hexdigest(), w.bytes_written
 
     def finish(self, extra: dict) -> None:
         for name in sorted(self.stale):  # an earlier set's shards that this one does not replace
@@ -351,11 +357,5 @@ class _PlannedWrite:
             self.folder.remove(self.plan_path)
 
     def _put(self, path: str, data: bytes) -> None:
-        temp = path if is_remote(path) else join_path(self.out, f".{os.path.basename(path)}.partial-{os.getpid()}")
-        try:
-            with open_binary(temp, "wb") as f:
-                f.write(data)
-            if temp != path:
-                os.replace(temp, path)
-        except OSError as e:
-            raise named_error(e, f"cannot write {path}") from e
+        with self._into_place(path) as temp, open_binary(temp, "wb") as f:
+            f.write(data)

@@ -10,7 +10,7 @@ import random
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -28,6 +28,7 @@ KINDS = ("images", "tokens", "raw")
 _VECTOR_MIN = 4  # runs shorter than this are decoded record by record
 _LAYOUT_TRIES = 8  # records in a row that may miss the layout before layouts are given up
 SHARD_MODES = ("auto", "file", "record")
+T = TypeVar("T")
 
 
 class PayloadError(ValueError):
@@ -95,20 +96,24 @@ def iter_assigned(assignment: Assignment, config: ReadConfig, opener: Opener | N
                               opener=opener, every=assignment.every, offset=off)
 
 
-def _shuffled(views: Iterator[memoryview], size: int, rng: random.Random) -> Iterator[memoryview]:
-    """A shuffle buffer as in tf.data: hold `size` records (copied, since views are reused)."""
-    buf: list[bytes] = []
-    for v in views:
-        item = bytes(v)
+def shuffle_buffer(items: Iterator[T], size: int, rng: random.Random) -> Iterator[T]:
+    """A shuffle buffer as in tf.data: hold `size` items, hand out a random one as each new one
+    arrives, then the rest in random order."""
+    buf: list[T] = []
+    for item in items:
         if len(buf) < size:
             buf.append(item)
             continue
         j = rng.randrange(size)
-        yield memoryview(buf[j])
+        yield buf[j]
         buf[j] = item
     rng.shuffle(buf)
-    for item in buf:
-        yield memoryview(item)
+    yield from buf
+
+
+def _shuffled(views: Iterator[memoryview], size: int, rng: random.Random) -> Iterator[memoryview]:
+    """Records through a shuffle buffer (copied: the views are reused)."""
+    return (memoryview(b) for b in shuffle_buffer((bytes(v) for v in views), size, rng))
 
 
 def _numpy_alloc(shape: tuple[int, ...], dtype) -> tuple[np.ndarray, np.ndarray]:

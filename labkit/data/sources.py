@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from labkit.data.example import encode_example
+from labkit.data.shards import join_path
 from labkit.data.tfrecord import is_remote, open_binary
 
 IMAGE_FORMATS = {".jpg": "jpeg", ".jpeg": "jpeg", ".png": "png"}
@@ -179,7 +180,7 @@ def image_list(csv_path: str | os.PathLike, *, label_column: str, path_column: s
         fmt = _format_of(rel, IMAGE_FORMATS)
         if not rel or fmt is None:
             raise SourceError(f"{csv_path}:{line}", f"{rel!r} is not a .jpg, .jpeg or .png path")
-        url = rel if is_remote(rel) or os.path.isabs(rel) else _join(base.root, rel)
+        url = rel if is_remote(rel) or os.path.isabs(rel) else join_path(base.root, rel)
         try:
             size = base.size(url)
         except (FileNotFoundError, OSError):
@@ -190,10 +191,6 @@ def image_list(csv_path: str | os.PathLike, *, label_column: str, path_column: s
     if numeric and min(classes) < 0:
         raise SourceError(csv_path, f"column {label_column!r} holds a negative label ({min(classes)})")
     return ImageSource(csv_path, out, names)
-
-
-def _join(root: str, rel: str) -> str:
-    return root.rstrip("/") + "/" + rel if is_remote(root) else os.path.join(root, rel)
 
 
 def _is_int(text: str) -> bool:

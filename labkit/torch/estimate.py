@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from labkit.core.config import check_choice, check_float, check_int
-from labkit.hardware.catalog import find, load_catalog
+from labkit.hardware.catalog import CatalogEntry, find, load_catalog
 from labkit.hardware.cost import REFERENCE_MACHINE
 from labkit.hardware.fit import HEADROOM, Fit, MachineRun, MfuChoice, gpu_fits, machine_runs
 from labkit.hardware.results import ResultsUnavailable, kind_mfu
@@ -115,7 +115,8 @@ class EstimateReport:
                 "machines": [r.__dict__ for r in self.runs], "notes": self.notes}
 
 
-def choose_mfu(kind: str, precision: str, mfu: float | None, catalog_path: str | None = None) -> tuple[MfuChoice | None, str]:
+def choose_mfu(kind: str, precision: str, mfu: float | None,
+               entries: list[CatalogEntry] | None = None) -> tuple[MfuChoice | None, str]:
     """Your utilisation, else the fraction of its GPU's datasheet peak that labkit's measured run
     of a `kind` model at `precision` reached; (None, why) when there is neither."""
     if mfu is not None:
@@ -128,7 +129,7 @@ def choose_mfu(kind: str, precision: str, mfu: float | None, catalog_path: str |
     if ref is None:
         return None, (f"labkit measured no {precision} run of a {kind} model; pass --mfu (your own run's "
                       f"achieved FLOP/s over the GPU's datasheet peak)")
-    h100 = find(load_catalog(catalog_path), REFERENCE_MACHINE)
+    h100 = find(entries if entries is not None else load_catalog(), REFERENCE_MACHINE)
     peak = h100.peak_fp32_tflops if precision == "fp32" else h100.peak_bf16_tflops
     fraction = ref.of_datasheet(peak)
     return (MfuChoice(fraction, f"{fraction:.1%} of each GPU's datasheet peak, what {ref.label} reached "
@@ -156,7 +157,7 @@ def estimate(model: str | Callable, input_shape: Sequence[int], *, batch_size: i
               and not (precision == "fp16" and p == "bf16")]
     entries = load_catalog(catalog_path)
     fits = gpu_fits(fp.per_gpu(mode, gpus)["total"], entries)
-    choice, note = choose_mfu(fp.kind, precision, mfu, catalog_path)
+    choice, note = choose_mfu(fp.kind, precision, mfu, entries)
     runs = [] if choice is None else machine_runs(
         fp.flops_per_step, batch_size, gpus=gpus, samples_per_epoch=samples_per_epoch, mfu=choice, entries=entries,
         precision=precision, input_samples_per_s=input_samples_per_s, fits={f.gpu: f.verdict for f in fits})
