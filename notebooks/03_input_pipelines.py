@@ -26,10 +26,13 @@ repeats = 3
 bench_record_kb = 100
 seed = 0
 own_image_size = 0  # section 8: the side your images are read at (0: chosen for the scale)
+cloud_request_ms = 0.0  # section 9: Cloud Storage's time per request (0: the cited figure)
+cloud_stream_mb_s = 0.0  # section 9: one stream's rate, MB/s (0: the cited figure)
+cloud_bucket = ""  # section 9: gs://bucket/prefix to measure your own bucket too (needs credentials)
 time_budget_s = 0.0
 
 # %%
-from labkit.notebooks import artifacts_dir, key_figure, route_kernel_stderr
+from labkit.notebooks import artifacts_dir, key_comparison, key_figure, route_kernel_stderr
 
 route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
 
@@ -244,8 +247,7 @@ own_rows = own_data.compare_readers(photos, own_shards_dir, image_size=own_size,
 print(own_data.report(own_rows, files=n_files, image_size=own_size, workers=own_workers, batch_size=batch_size))
 own_vs_folder = own_data.comparison_of(own_rows, own_data.READERS[0], own_data.READERS[1])
 if own_vs_folder is not None:
-    key_figure("your JPEGs: labkit shard reader vs ImageFolder", own_vs_folder.ratio, "×",
-               note=own_vs_folder.sentence("ImageFolder", "shards", "images/s").rsplit(": ", 1)[-1])
+    key_comparison("your JPEGs: labkit shard reader vs ImageFolder", own_vs_folder, "ImageFolder", "shards", "images/s")
 
 # %% [markdown]
 # From the same page cache, the gap is the work per image: the folder reader makes a PIL image
@@ -272,7 +274,76 @@ else:
     print(frameworks.missing_reason("torch"))
 
 # %% [markdown]
-# ## 9. The code
+# ## 9. Your shards in Cloud Storage: the mount, gcsfs, or staged to local disk
+# In a Vertex job the shards sit in a bucket, and the script can read them three ways: through
+# the `/gcs/BUCKET/...` mount Vertex provides (Cloud Storage FUSE), straight through a client
+# (gcsfs's `gs://`, or TensorFlow's own), or copied to the VM's local disk first, many files at
+# once (`labkit data stage gs://bucket/shards /tmp/shards`, each file checked against the
+# manifest). Each request to Cloud Storage costs a wait before its first byte, and each stream
+# has a rate: below, the local Cloud Storage server that `labkit emulate` gives a job plays the
+# figures of Cloud Storage FUSE's published benchmark, per reader, and four ways read the images
+# of section 8 from it, each feeding the same small CNN with `num_workers` reader threads, the
+# ways taking turns `repeats` times. The `/gcs` mount itself does not run here (it needs FUSE and
+# Google's network): the "mount" row makes the requests the mount makes when it reads a file
+# from start to end, one streamed request per file. Before running: which way do you expect to
+# be slowest, and by how much?
+
+# %%
+from labkit.course import cloud_reads
+
+figures = cloud_reads.cited_figures()
+if cloud_request_ms or cloud_stream_mb_s:
+    figures = cloud_reads.CloudFigures(cloud_request_ms or figures.request_ms,
+                                       cloud_stream_mb_s or figures.stream_mb_s, "this notebook's parameters")
+print("Cloud Storage as the local server plays it:", figures.text())
+reads = cloud_reads.compare_ways(own_shards_dir, photos, out / "cloud_reads", figures=figures, image_size=own_size,
+                                 batch_size=batch_size, workers=own_workers, repeats=repeats, probe_mb=plan["probe_mb"])
+print(table(cloud_reads.rows(reads), title=f"{n_files} images, {own_workers} reader thread(s), batches of {batch_size}"))
+print(cloud_reads.staging_line(reads))
+print(table(cloud_reads.probe_rows(reads), title="one stream reading whole objects"))
+
+# %% [markdown]
+# What the rows say, as rules for your job: staging costs one parallel copy and then reads
+# local bytes, so it pays once the epochs it saves add up to the copy; a file per image pays
+# requests per image (a lookup and a read); a shard pays them once per file, and the probe
+# shows the size from which that wait stops mattering. gcsfs asks for 5 MiB at a time (its
+# default `block_size`), so a 100 MB shard costs it twenty requests where the mount streams it
+# in one; the requests column counts them. The measured rates sit below what the figures alone
+# predict by the local server's own cost per request and per byte, which every way pays alike.
+# The reader threads a GPU needs are its appetite (1.5× the reference GPU's ResNet-50 rate,
+# section 7) over what one reader delivered here, decoding included. Each is computed from
+# this run's rows:
+
+# %%
+cloud_rule = cloud_reads.rule(reads, cloud_reads.appetite())
+print(cloud_rule.text(cloud_reads.appetite()))
+staged_vs_mount = cloud_reads.comparison(reads, "mount", "staged")
+if staged_vs_mount is not None:
+    key_comparison("your shards: staged to local disk vs read as the /gcs mount reads them", staged_vs_mount,
+                   "mount", "staged", "images/s")
+files_vs_mount = cloud_reads.comparison(reads, "files", "mount")
+if files_vs_mount is not None:
+    key_comparison("your images from the bucket: shards vs a file per image", files_vs_mount, "files", "shards",
+                   "images/s")
+
+# %% [markdown]
+# With a bucket of your own (`cloud_bucket = "gs://BUCKET/PREFIX"` and credentials in this
+# environment), the same four ways run against it below, with no figures played: Cloud
+# Storage's own latency and rate, from wherever this notebook runs (from a VM in the bucket's
+# region, that is what a job sees). The shards and images are uploaded under that prefix.
+
+# %%
+if cloud_bucket:
+    own_reads = cloud_reads.compare_ways(own_shards_dir, photos, out / "cloud_reads_bucket", figures=figures,
+                                         image_size=own_size, batch_size=batch_size, workers=own_workers,
+                                         repeats=repeats, probe_mb=plan["probe_mb"], bucket_url=cloud_bucket)
+    print(table(cloud_reads.rows(own_reads), title=cloud_bucket))
+    print(cloud_reads.rule(own_reads, cloud_reads.appetite()).text(cloud_reads.appetite()))
+else:
+    print("no cloud_bucket given: only the local server above was measured")
+
+# %% [markdown]
+# ## 10. The code
 # The ladders above ran labkit's readers. `labkit/recipes/tfrecord_pipeline.py` is the plain
 # version you would write: it writes the dataset as TFRecord shards, indexes where each record
 # starts so a PyTorch `Dataset` can read record *i* without TensorFlow, trains through a

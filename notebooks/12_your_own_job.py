@@ -19,7 +19,7 @@ seed = 0
 time_budget_s = 0.0
 
 # %%
-from labkit.notebooks import artifacts_dir, key_figure, route_kernel_stderr
+from labkit.notebooks import artifacts_dir, key_comparison, key_figure, route_kernel_stderr
 
 route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
 
@@ -92,8 +92,7 @@ if has_torch:
     print(timing.text())
     print(timing.conclusion(plan.machine.cpu_cores, plan.machine.has_gpu))
     if timing.comparison is not None:
-        key_figure("step 2 (loader workers) vs step 1", timing.comparison.ratio, "×",
-                   note=timing.text().rsplit(": ", 1)[-1])
+        key_comparison("step 2 (loader workers) vs step 1", timing.comparison, "step 1", "step 2", "images/s")
 
 # %% [markdown]
 # ## 4. Its data, sharded and read back

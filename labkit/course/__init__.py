@@ -19,7 +19,8 @@ By notebook:
     00  tour
     01  hardware_choice (MLP throughput and MFU, roofline, time against cost)
     02  distribution (DDP vs tf.distribute; the engine's DDP agreement)
-    03  input_pipeline: ladder, read_rates, step_probe, conclusions; own_data (your JPEGs as shards)
+    03  input_pipeline: ladder, read_rates, step_probe, conclusions; own_data (your JPEGs as shards);
+        cloud_reads (your shards from Cloud Storage: mount, gcsfs or staged)
     04  precision (the ladder and its conclusions): loss_scaling, tensor_cores, cuda_graphs
     05  profiling
     06  multinode (all-reduce bandwidth, gradient compression)

@@ -428,12 +428,16 @@ def _plan_03(scale: str, machine: Machine, *, open_latency_ms: float = 20.0, rep
              "recipe_steps": 100 if full else 8, "lr": LEARNING_RATE[scale],
              # section 8: your own JPEG folder (4 classes), its file side and the side it is read at
              "own_images_per_class": 512 if full else 32, "own_jpeg_size": 256 if full else 96,
-             "own_image_size": 224 if full else 64}
+             "own_image_size": 224 if full else 64,
+             # section 9: single-stream reads of objects of these sizes (MB) from Cloud Storage
+             "probe_mb": (0.125, 1.0, 8.0, 64.0) if full else (0.125, 1.0, 8.0)}
 
     def estimate(s):
         naive = s["num_samples"] * open_latency_ms / 1000.0 * (repeats + 1)
-        # three readers, an epoch each per round, at a few hundred images/s per core
+        # three readers, an epoch each per round, at a few hundred images/s per core; section 9
+        # reads them four ways more (the file-per-image way at a fifth of the rate)
         own = 4 * s["own_images_per_class"] * 3 * (repeats + 1) / 300.0 * (s["own_image_size"] / 224) ** 2 + 8.0
+        own += own * 8 / 3 + 12.0 + sum(s["probe_mb"]) * (repeats + 1) / 200.0
         return naive * 1.3 + s["bench_mb"] / 100.0 + 15.0 + PROCESS_START_S + s["recipe_steps"] * 0.01 + own
     return _Draft(sizes, estimate, (Elastic("num_samples", 256), Elastic("bench_mb", 64)))
 

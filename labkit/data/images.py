@@ -38,7 +38,7 @@ from labkit.data.shards import (
     manifest_name,
     read_manifest,
 )
-from labkit.data.tfrecord import expand_paths, iter_views
+from labkit.data.tfrecord import Opener, expand_paths, iter_views
 
 KIND = "encoded_images"
 
@@ -134,15 +134,17 @@ def decode_images(blobs: Sequence, size: int, out: np.ndarray | None = None,
 
 
 def iter_image_batches(src, config: ImageReadConfig | None = None, *, num_consumers: int = 1,
-                       consumer: int = 0, epoch: int = 0, shard_mode: str = "auto") -> Iterator[dict]:
+                       consumer: int = 0, epoch: int = 0, shard_mode: str = "auto",
+                       opener: Opener | None = None) -> Iterator[dict]:
     """This consumer's share of an image shard set as batches of NumPy arrays: `image` uint8
-    (B, S, S, 3), `label` int64 (B,), `index` int64 (B,) (the record's place in the set)."""
+    (B, S, S, 3), `label` int64 (B,), `index` int64 (B,) (the record's place in the set).
+    `opener` opens each shard (default: `labkit.data.tfrecord.open_binary`)."""
     config = config or ImageReadConfig()
     files, comp = shard_files(src)
     assignment = assign_shards(files, num_consumers, consumer, shard_mode)
     pool = ThreadPoolExecutor(config.decode_threads) if config.decode_threads > 1 else None
     try:
-        records = _records(assignment, comp, config.verify)
+        records = _records(assignment, comp, config.verify, opener)
         if config.shuffle_buffer > 1:
             records = shuffle_buffer(records, config.shuffle_buffer, random.Random(config.seed * 7919 + epoch))
         blobs: list = []
@@ -162,9 +164,10 @@ def iter_image_batches(src, config: ImageReadConfig | None = None, *, num_consum
             pool.shutdown()
 
 
-def _records(assignment, comp: str, verify: bool) -> Iterator[tuple[int, int, bytes]]:
+def _records(assignment, comp: str, verify: bool, opener: Opener | None) -> Iterator[tuple[int, int, bytes]]:
     for path, off in zip(assignment.files, assignment.offsets, strict=True):
-        for view in iter_views(path, compression=comp, verify=verify, every=assignment.every, offset=off):
+        for view in iter_views(path, compression=comp, verify=verify, every=assignment.every, offset=off,
+                               opener=opener):
             ex = decode_example(view)
             if "image" not in ex or "label" not in ex:
                 raise ValueError(f"{path}: a record without 'image' and 'label' features (not written by "

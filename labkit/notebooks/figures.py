@@ -57,6 +57,18 @@ def key_figure(name: str, value: float | int | str, unit: str = "", note: str = 
         display(bundle, raw=True)
 
 
+def key_comparison(name: str, comparison: Any, a_label: str, b_label: str, what: str = "samples/s") -> None:
+    """A `labkit.core.stats.Comparison` of `b_label` against `a_label` as a key figure that says
+    what its verdict says: the ratio when one side won in every run, and "no measurable
+    difference here" when their runs overlap (the ratio, medians and ranges go in the note)."""
+    from labkit.core.stats import NO_DIFFERENCE
+
+    note = comparison.sentence(a_label, b_label, what)
+    if comparison.winner is None:
+        return key_figure(name, NO_DIFFERENCE, note=note.rsplit(": ", 1)[0])
+    return key_figure(name, comparison.ratio, "×", note=note)
+
+
 def _ipython_shell():
     try:
         from IPython import get_ipython

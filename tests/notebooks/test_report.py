@@ -17,6 +17,18 @@ def test_format_value():
     assert format_value("n/a") == "n/a"
 
 
+def test_a_compared_figure_says_what_its_verdict_says(capsys):
+    from labkit.core import stats
+    from labkit.notebooks.figures import key_comparison
+
+    key_comparison("b vs a", stats.compare([1.0, 1.1, 1.05], [2.0, 2.1, 2.05]), "a", "b", "images/s")
+    won = capsys.readouterr().out
+    assert won.startswith("b vs a: 1.95×") and won.rstrip().endswith("faster)")
+    key_comparison("b vs a", stats.compare([1.0, 1.1, 1.05], [1.02, 1.12, 1.0]), "a", "b", "images/s")
+    tied = capsys.readouterr().out
+    assert tied.startswith(f"b vs a: {stats.NO_DIFFERENCE} (b: 0.97× a") and tied.count(stats.NO_DIFFERENCE) == 1
+
+
 def test_key_figure_text_and_notebook_roundtrip(capsys):
     key_figure("bf16 speed-up over fp32", 2.4, "×", note="CPU smoke sizes")
     out = capsys.readouterr().out.strip()

@@ -27,6 +27,7 @@ import os
 import re
 import secrets
 import threading
+import time
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
@@ -35,6 +36,7 @@ from labkit.vertex.storage.store import BucketStore, ObjectInfo, StoreError
 
 _JSON_PREFIXES = ("/storage/v1/", "/upload/storage/v1/", "/download/storage/v1/", "/batch/storage/v1")
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+STATS_PATH = "/_labkit/stats"  # GET: `labkit.vertex.storage.network.Counts` as JSON
 _CONTENT_RANGE = re.compile(r"^bytes (?:(\d+)-(\d+)|\*)/(\d+|\*)$")
 
 
@@ -75,6 +77,9 @@ class StorageHandler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     server_version = "labkit-local-storage"
+    # Headers and body leave as separate writes; with Nagle's algorithm on, a small reply then
+    # waits for the client's delayed ACK (40 ms on Linux) on every kept-alive request.
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - BaseHTTPRequestHandler's name
         if os.environ.get("LABKIT_STORAGE_LOG"):
@@ -188,6 +193,11 @@ class StorageHandler(BaseHTTPRequestHandler):
     def dispatch(self) -> None:
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        if url.path == STATS_PATH:  # the server's own counts, neither delayed nor counted
+            return self.send(200, self.server.counts.snapshot())  # type: ignore[attr-defined]
+        if not isinstance(self, _SubRequest):  # a batch is one request on the wire
+            self.server.counts.add("requests")  # type: ignore[attr-defined]
+            self.server.network.wait_for_request()  # type: ignore[attr-defined]
         try:
             if url.path.startswith("/batch/storage/v1"):
                 self.batch()
@@ -293,8 +303,11 @@ class StorageHandler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.end_headers()
         if self.command != "HEAD":
-            for chunk in self.store.read(info, start, end):
+            counts, started = self.server.counts, time.perf_counter()  # type: ignore[attr-defined]
+            counts.add("media_requests")
+            for chunk in self.server.network.pace(self.store.read(info, start, end), started):  # type: ignore[attr-defined]
                 self.wfile.write(chunk)
+                counts.add("media_bytes", len(chunk))
 
     def list_objects(self, bucket: str, query: dict[str, str]) -> None:
         prefix, delimiter = query.get("prefix", ""), query.get("delimiter", "")

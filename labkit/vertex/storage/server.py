@@ -26,7 +26,8 @@ import time
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
-from labkit.vertex.storage.api import StorageHandler, Uploads
+from labkit.vertex.storage.api import STATS_PATH, StorageHandler, Uploads
+from labkit.vertex.storage.network import Counts, Network
 from labkit.vertex.storage.store import BucketStore
 
 READY_TIMEOUT_S = 60.0
@@ -37,20 +38,23 @@ TOKEN = "labkit-emulated-storage"  # TensorFlow sends it as its bearer token; no
 class ApiServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address, store: BucketStore):
+    def __init__(self, address, store: BucketStore, network: Network | None = None):
         super().__init__(address, StorageHandler)
         self.store = store
         self.uploads = Uploads()
+        self.network = network or Network()
+        self.counts = Counts()
 
 
-def serve(root: Path, state: Path, ready_file: Path) -> None:
-    """Serve the buckets under `root` until killed; write the ports to `ready_file`."""
+def serve(root: Path, state: Path, ready_file: Path, network: Network | None = None) -> None:
+    """Serve the buckets under `root` until killed, answering as `network` says; write the
+    ports to `ready_file`."""
     import threading
 
     from labkit.vertex.storage.tls import ProxyServer, make_authority
 
     store = BucketStore(root, state / "staging")
-    api = ApiServer(("127.0.0.1", 0), store)
+    api = ApiServer(("127.0.0.1", 0), store, network)
     made = make_authority(state / "tls")
     proxy = ProxyServer(("127.0.0.1", 0), api, made[:2] if made else None)
     for server in (api, proxy):
@@ -66,9 +70,10 @@ def serve(root: Path, state: Path, ready_file: Path) -> None:
 
 class LocalStorage:
     """A running local Cloud Storage over the bucket folders in `root`; its working files
-    (upload staging, the job's certificate authority) live in `state`."""
+    (upload staging, the job's certificate authority) live in `state`. `network` sets the
+    latency and stream rate it answers with (default: none added)."""
 
-    def __init__(self, root: str | os.PathLike, state: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike, state: str | os.PathLike, network: Network | None = None):
         from labkit.core.launcher import Process, ProcessSpec, child_env
 
         self.root, self.state = Path(root).resolve(), Path(state).resolve()
@@ -77,7 +82,7 @@ class LocalStorage:
         ready = self.state / "ready.json"
         ready.unlink(missing_ok=True)
         argv = [sys.executable, "-m", "labkit.vertex.storage", "--root", str(self.root),
-                "--state", str(self.state), "--ready-file", str(ready)]
+                "--state", str(self.state), "--ready-file", str(ready), *(network or Network()).argv()]
         self.process = Process(ProcessSpec("local Cloud Storage", argv, child_env(),
                                            log_path=self.state / "server.log"))
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -119,6 +124,14 @@ class LocalStorage:
                     "SSL_CERT_FILE": self.ca_bundle}
         return env
 
+    def stats(self) -> dict[str, int]:
+        """Requests answered so far, downloads among them and their bytes."""
+        import urllib.request
+
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback, never a proxy
+        with direct.open(self.endpoint + STATS_PATH, timeout=30) as reply:
+            return json.loads(reply.read())
+
     def close(self) -> None:
         self.process.close()
 
@@ -135,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", required=True, help="folder holding one folder per bucket")
     parser.add_argument("--state", required=True, help="folder for upload staging and certificates")
     parser.add_argument("--ready-file", required=True, help="written with the ports once listening")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="wait before answering each request")
+    parser.add_argument("--stream-mb-s", type=float, default=None, help="cap on each download's rate (MB/s)")
     args = parser.parse_args(argv)
-    serve(Path(args.root), Path(args.state), Path(args.ready_file))
+    serve(Path(args.root), Path(args.state), Path(args.ready_file), Network(args.latency_ms, args.stream_mb_s))
     return 0
