@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 # TensorFlow's CUDA build where an NVIDIA driver is present (plain tensorflow would train on the CPU).
 TF_EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo tf-gpu || echo tf)
-EXTRAS ?= torch,$(TF_EXTRA),vertex,data,tune,deepspeed,lab,dev
+EXTRAS ?= torch,$(TF_EXTRA),vertex,data,trace,tune,deepspeed,lab,dev
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 # The Jupyter kernel every notebook names (labkit.notebooks.KERNEL_NAME), registered in

@@ -223,6 +223,18 @@ if has_torch:
                100 * mine.breakdown.fractions["input"], "%", note=f"{fixed.breakdown.fractions['input']:.0%} with 2 workers")
 
 # %% [markdown]
+# Holistic Trace Analysis (HTA, `pip install HolisticTraceAnalysis`) reads the same trace files.
+# Where it computes what labkit computes, the two stand side by side below: each step's time
+# and, on a trace with GPU kernels, how busy the GPU was from its first kernel to its last (HTA's
+# temporal breakdown). What labkit adds is the CPU side of each step (the wait for the
+# DataLoader, forward, backward, optimizer), the verdict with its fix, and your own functions:
+# HTA's breakdowns start from the GPU's kernels, so on a CPU-only trace only the steps compare.
+
+# %%
+if has_torch:
+    print(profiling.hta_side_by_side(out / "own"))
+
+# %% [markdown]
 # ## 8. The code
 # labkit's profiling above wraps `torch.profiler` and analyses the trace in code.
 # `labkit/recipes/profile.py` is the plain version you would write: `torch.profiler.profile`

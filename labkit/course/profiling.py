@@ -185,6 +185,20 @@ def profile_own_script(out: os.PathLike, images: os.PathLike, *, steps: int, num
     return profile_command(own_script_command(images, num_workers=num_workers), out, steps=steps, warmup=1)
 
 
+def hta_side_by_side(profile_out: os.PathLike) -> str:
+    """labkit's and Holistic Trace Analysis's readings of the trace `labkit profile --out
+    PROFILE_OUT` wrote (`labkit.profiling.hta_check`), and whether they agree; where HTA is not
+    installed, the command that installs it."""
+    from labkit.profiling.hta_check import side_by_side
+
+    try:
+        both = side_by_side(Path(profile_out) / "tensorboard")
+    except ImportError as e:
+        return str(e)
+    agree = "agree within 1%" if both.agrees() else "DIFFER by more than 1%"
+    return f"{both.text()}\nwhere both compute a figure, they {agree}"
+
+
 def trace_verdict(trace: os.PathLike) -> str:
     """What `labkit profile --trace FILE` says of a trace: the breakdown and the verdict."""
     from labkit.profiling.analysis import op_profile, step_breakdown
