@@ -330,7 +330,8 @@ if files_vs_mount is not None:
 # With a bucket of your own (`cloud_bucket = "gs://BUCKET/PREFIX"` and credentials in this
 # environment), the same four ways run against it below, with no figures played: Cloud
 # Storage's own latency and rate, from wherever this notebook runs (from a VM in the bucket's
-# region, that is what a job sees). The shards and images are uploaded under that prefix.
+# region, that is what a job sees). The shards and images are uploaded to a new folder under
+# that prefix (`labkit-03-TIME-PID`), left there for you to inspect or delete.
 
 # %%
 if cloud_bucket:

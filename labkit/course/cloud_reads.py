@@ -73,7 +73,8 @@ def compare_ways(shards: os.PathLike, photos: os.PathLike, workdir: os.PathLike,
                  probe_mb: tuple[float, ...] = (0.125, 1.0, 8.0, 32.0), bucket_url: str | None = None) -> dict[str, Any]:
     """Upload `shards` and `photos` to a bucket and measure the ways (module docstring). Against
     the local server playing `figures`, or against `bucket_url` (``gs://bucket/prefix``) with
-    this environment's credentials. Returns the child's measurements."""
+    this environment's credentials, under a new ``labkit-03-TIME-PID`` folder there (left in
+    place). Returns the child's measurements."""
     from labkit.core.launcher import child_env
 
     if bucket_url is not None and (not bucket_url.startswith("gs://") or len(bucket_url.rstrip("/")) <= len("gs://")):
@@ -83,8 +84,9 @@ def compare_ways(shards: os.PathLike, photos: os.PathLike, workdir: os.PathLike,
     spec = {"shards": str(shards), "photos": str(photos), "local": str(workdir / "staged"),
             "image_size": image_size, "batch_size": batch_size, "workers": workers, "repeats": repeats,
             "probe_mb": list(probe_mb)}
-    if bucket_url is not None:
-        return _child(spec | {"url": bucket_url.rstrip("/"), "figures": None}, child_env())
+    if bucket_url is not None:  # a folder of its own per run: nothing of yours is replaced or read twice
+        url = f"{bucket_url.rstrip('/')}/labkit-03-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        return _child(spec | {"url": url, "figures": None}, child_env())
     from labkit.vertex.storage import LocalStorage
     from labkit.vertex.storage.network import Network
 
@@ -204,7 +206,8 @@ def _file_batches(fs, paths: list[str], read) -> Iterator[dict]:
 
 
 def _training_step(local: str) -> Callable[[dict], object]:
-    """The small CNN's SGD step on the batches (torch here), or only the reading without torch."""
+    """The small CNN's SGD step on the batches (on the GPU when there is one), or only the
+    reading where torch is not installed."""
     from labkit.core import frameworks
 
     if not frameworks.has_torch():
@@ -215,7 +218,7 @@ def _training_step(local: str) -> Callable[[dict], object]:
     from labkit.data.shards import read_manifest
 
     manifest = next(Path(local).glob("*-manifest.json"))
-    step = torch_image_step(len(read_manifest(str(manifest)).get("classes") or [0, 1]), device="cpu")
+    step = torch_image_step(len(read_manifest(str(manifest)).get("classes") or [0, 1]))
     return lambda batch: step({k: torch.from_numpy(v) for k, v in batch.items()})
 
 

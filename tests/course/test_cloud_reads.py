@@ -98,5 +98,5 @@ def test_a_bucket_of_ones_own(own_images, tmp_path, monkeypatch):
                                        image_size=16, batch_size=8, workers=1, repeats=3, probe_mb=(0.01,),
                                        bucket_url="gs://mine/run/")
     assert res["figures"] is None and "MB/s the figures predict" not in cloud_reads.probe_rows(res)[0]
-    assert (tmp_path / "root" / "mine" / "run" / "shards").is_dir()
+    assert len(list((tmp_path / "root" / "mine" / "run").glob("labkit-03-*/shards/*-manifest.json"))) == 1
     assert all(w["images"] == 24 for w in res["ways"].values())
