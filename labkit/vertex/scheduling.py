@@ -17,7 +17,9 @@ reservation, labels and Vertex AI TensorBoard. Each rule is from Vertex AI's pag
   guarantees capacity, and "Flex Start [...] and running training jobs on a persistent resource
   are both supported except when using Compute Engine reservations" (`RESERVATIONS_PAGE`).
 * Labels (on the CustomJob or HyperparameterTuningJob) attribute billing: keys and values "no
-  longer than 64 characters", "lowercase letters, numeric characters, underscores and dashes".
+  longer than 64 characters", "lowercase letters, numeric characters, underscores and dashes";
+  and, as for every Google Cloud label, "keys must start with a lowercase letter or
+  international character" (`LABELS_PAGE`).
 * TensorBoard: ``CustomJobSpec.tensorboard`` names a Vertex AI TensorBoard instance
   (``projects/P/locations/L/tensorboards/ID``) that receives what the job writes to
   ``AIP_TENSORBOARD_LOG_DIR``; a service account is "required when running with TensorBoard",
@@ -41,6 +43,7 @@ DWS_PAGE = _BASE + "training/schedule-jobs-dws"
 PERSISTENT_PAGE = _BASE + "training/persistent-resource-train"
 RESERVATIONS_PAGE = _BASE + "training/use-reservations"
 TENSORBOARD_PAGE = _BASE + "experiments/tensorboard-training"
+LABELS_PAGE = "https://docs.cloud.google.com/resource-manager/docs/labels-overview#requirements"
 
 DEFAULT_TIMEOUT_S = 24 * 3600
 SERVICE_DEFAULT_TIMEOUT_S = 7 * 24 * 3600
@@ -120,6 +123,9 @@ def check_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
                 raise ParameterError(f"labels[{key!r}]", value, f"{what} {text!r} must be at most 64 "
                                      "lowercase letters, digits, underscores or dashes"
                                      + (" (and not empty)" if what == "key" else ""))
+        if not key[0].isalpha() or key[0].isupper():  # a digit, _ or - first is refused at create
+            raise ParameterError(f"labels[{key!r}]", value, f"key {key!r} must start with a lowercase letter "
+                                 f"({cite(LABELS_PAGE)})")
     return dict(labels)
 
 

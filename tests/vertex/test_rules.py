@@ -190,6 +190,10 @@ def test_every_job_gets_a_timeout_and_labels():
     for bad in ({"Team": "x"}, {"team": "Vision"}, {"t": "x" * 65}, {"": "x"}, {"a b": "c"}):
         with pytest.raises(ParameterError, match="labels"):
             vertex.training_job({}, output_uri=OUT, labels=bad)
+    for first in ("1team", "_team", "-team"):  # Google Cloud wants a lowercase letter first
+        with pytest.raises(ParameterError, match=f"labels\\['{first}'\\].*start with a lowercase letter"):
+            vertex.training_job({}, output_uri=OUT, labels={first: "x"})
+    assert vertex.training_job({}, output_uri=OUT, labels={"équipe": "x", "t1_-": ""}).labels["équipe"] == "x"
 
 
 def test_flex_start_and_its_rules():
