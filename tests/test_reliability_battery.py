@@ -962,7 +962,7 @@ def probe_gcs_path_without_mount(tmp_path, monkeypatch):
     return Outcome("silent", f"{outcome.actual} (and wrote {left})") if left else outcome
 
 
-@probe("AIP_CHECKPOINT_DIR=gs://b/ck (read by the run through /gcs, not mounted here)",
+@probe("AIP_CHECKPOINT_DIR=gs://bkt/ck (read by the run through /gcs, not mounted here)",
        "exit 2 naming AIP_CHECKPOINT_DIR: /gcs is not mounted")
 def probe_aip_checkpoint_dir_without_mount(tmp_path, monkeypatch):
     if os.path.ismount("/gcs"):
@@ -975,15 +975,15 @@ def probe_aip_checkpoint_dir_without_mount(tmp_path, monkeypatch):
     return Outcome("silent", f"{outcome.actual} (and wrote {left})") if left else outcome
 
 
-@probe("AIP_CHECKPOINT_DIR=gs://b/ck whose folder cannot be written", "exit 2 naming AIP_CHECKPOINT_DIR")
+@probe("AIP_CHECKPOINT_DIR=gs://bkt/ck whose folder cannot be written", "exit 2 naming AIP_CHECKPOINT_DIR")
 def probe_aip_checkpoint_dir_unwritable(read_only, monkeypatch):
     monkeypatch.setenv("LABKIT_LOCAL_GCS", str(read_only))  # the buckets' stand-in folder
-    monkeypatch.setenv("AIP_CHECKPOINT_DIR", "gs://b/run/checkpoints/")
+    monkeypatch.setenv("AIP_CHECKPOINT_DIR", "gs://bkt/run/checkpoints/")
     r = labkit("train", *TRAIN, "--steps", "2")
     return cli_error(r, "(?-i:AIP_CHECKPOINT_DIR)", "writ")
 
 
-@probe("labkit train --checkpoint-dir gs://b/ck with Cloud Storage unreachable",
+@probe("labkit train --checkpoint-dir gs://bkt/ck with Cloud Storage unreachable",
        "exit 2 within 15 s naming checkpoint_dir and the endpoint, no retry pages")
 def probe_unreachable_gs_checkpoint_dir(monkeypatch):
     monkeypatch.delenv("LABKIT_LOCAL_GCS", raising=False)
@@ -1191,7 +1191,7 @@ def probe_data_verify_copied_neighbour(tmp_path):
     return cli_report(labkit("data", "verify", tmp_path / "d"), re.escape(second.name), "sample")
 
 
-@probe("labkit data write gs://b/d with Cloud Storage unreachable", "exit 2 within 15 s naming the folder",
+@probe("labkit data write gs://bkt/d with Cloud Storage unreachable", "exit 2 within 15 s naming the folder",
        pytest.mark.data)
 def probe_data_write_unreachable_gs(monkeypatch):
     monkeypatch.delenv("LABKIT_LOCAL_GCS", raising=False)

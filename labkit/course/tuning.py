@@ -99,15 +99,20 @@ def submit_or_preview(spec: Mapping[str, Any], display_name: str) -> str:
 
     if not frameworks.has_aiplatform():  # neither submitted nor sent: the client is what sends it
         return frameworks.missing_reason("google.cloud.aiplatform").replace("its column", "the submission")
-    if vertex.preflight().ready:
+    placeholder = vertex.submission_placeholder(spec)
+    if vertex.preflight().ready and placeholder is None:
         return f"submitted: {vertex.submit(spec, display_name=display_name).name}"
     with FakeVertex() as fake:
-        job = vertex.submit(spec, display_name=display_name, project="labkit-local", region="us-central1",
-                            bucket="gs://labkit-local", endpoint=fake.endpoint)
+        job = vertex.submit(vertex.with_bucket(spec, "labkit-local"), display_name=display_name,
+                            project="labkit-local", region="us-central1", bucket="gs://labkit-local",
+                            endpoint=fake.endpoint)
         arrived = fake.created("hyperparameterTuningJobs")[0]
         final = vertex.wait(job.name, poll_s=0, timeout_s=30, endpoint=fake.endpoint)
     metric = arrived["study_spec"]["metrics"][0]
-    return (f"not configured to submit, so the request went to a local stand-in of the Vertex "
+    why = ("not configured to submit" if placeholder is None else
+           f"{placeholder} still holds a placeholder (set output_uri to a bucket of yours to submit; the "
+           f"stand-in got gs://labkit-local there)")
+    return (f"{why}, so the request went to a local stand-in of the Vertex "
             f"JobService, which received {arrived['display_name']!r}: {int(arrived['max_trial_count'])} "
             f"trials, {int(arrived['parallel_trial_count'])} in parallel, metric {metric['metric_id']} "
             f"({metric['goal']}); state after polling: {final.state.name}")

@@ -178,6 +178,6 @@ def submit_command(images: Path, *, epochs: int) -> list[str]:
     return ["labkit", "job", "--dry-run", "--dockerfile", str(folder() / "Dockerfile"),
             "--image", "us-docker.pkg.dev/MY_PROJECT/training/your-job:1", "--workers", "1",
             "--machine-type", "g2-standard-8", "--accelerator-type", "NVIDIA_L4", "--accelerator-count", "1",
-            "--spot", "--output", "gs://MY_BUCKET/your-job", "--upload", f"{images}=gs://MY_BUCKET/images",
-            "--", "--data", "/gcs/MY_BUCKET/images", "--epochs", str(epochs)]
+            "--spot", "--output", "gs://YOUR_BUCKET/your-job", "--upload", f"{images}=gs://YOUR_BUCKET/images",
+            "--", "--data", "/gcs/YOUR_BUCKET/images", "--epochs", str(epochs)]
 

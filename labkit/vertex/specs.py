@@ -92,14 +92,83 @@ def _join(base: str, *parts: str) -> str:
     return "/".join([base.rstrip("/"), *[p.strip("/") for p in parts]])
 
 
-def check_output_uri(uri: Any, name: str = "output_uri") -> str:
+BUCKET_NAMING_PAGE = "https://docs.cloud.google.com/storage/docs/buckets#naming"
+PLACEHOLDER = re.compile(r"YOUR_[A-Z0-9_]+")  # gs://YOUR_BUCKET, YOUR_PROJECT: the course's stand-ins
+
+
+def bucket_problem(bucket: str) -> str | None:
+    """Which of Cloud Storage's bucket naming rules `bucket` breaks (None: none), as
+    `BUCKET_NAMING_PAGE` states them (read 2026-11-28)."""
+    parts = bucket.split(".")
+    if not re.fullmatch(r"[a-z0-9._-]+", bucket):
+        return "may hold only lowercase letters, digits, dashes, underscores and dots"
+    if not (bucket[0].isalnum() and bucket[-1].isalnum()):
+        return "must start and end with a letter or a digit"
+    if not 3 <= len(bucket) <= (222 if len(parts) > 1 else 63) or any(not 1 <= len(p) <= 63 for p in parts):
+        return "must be 3 to 63 characters (up to 222 with dots, each part between dots 1 to 63)"
+    if re.fullmatch(r"\d{1,3}(\.\d{1,3}){3}", bucket):
+        return "cannot be an IP address"
+    if bucket.startswith("goog") or re.search(r"g[o0]{2}g[l1]e", bucket):
+        return "cannot begin with 'goog' or contain 'google' (or a close misspelling)"
+    return None
+
+
+def check_output_uri(uri: Any, name: str = "output_uri", *, placeholder_ok: bool = True) -> str:
     """A job's outputs must go to Cloud Storage: any other path is the container's own disk,
-    lost at every restart (checkpoints included)."""
+    lost at every restart (checkpoints included). The bucket must be one Cloud Storage could
+    hold (`bucket_problem`); the course's placeholder ``gs://YOUR_BUCKET`` passes only where
+    `placeholder_ok` (a spec shown, never one submitted: `refuse_placeholders`)."""
     check_str(name, uri)
     if not uri.startswith("gs://") or len(uri.rstrip("/")) <= len("gs://") or uri[5] == "/":
         raise ParameterError(name, uri, "must be a gs://BUCKET/path address: any other path is the "
                              "container's own disk, lost when the job restarts")
+    bucket = uri[len("gs://"):].split("/", 1)[0]
+    if PLACEHOLDER.fullmatch(bucket):
+        if placeholder_ok:
+            return uri
+        raise ParameterError(name, uri, f"names the placeholder bucket {bucket}: set it to a bucket of yours")
+    problem = bucket_problem(bucket)
+    if problem:
+        raise ParameterError(name, uri, f"names bucket {bucket!r}, which {problem} "
+                             f"({BUCKET_NAMING_PAGE}, read 2026-11-28)")
     return uri
+
+
+def placeholder_in(value: Any, where: str = "spec", *, skip: frozenset[str] = frozenset()) -> str | None:
+    """The first field of `value` holding a placeholder (see `refuse_placeholders`), or None."""
+    try:
+        refuse_placeholders(value, where, skip=skip)
+    except ParameterError as e:
+        return e.name
+    return None
+
+
+def with_bucket(spec: Mapping[str, Any], bucket: str) -> dict[str, Any]:
+    """`spec` with the placeholder bucket (``gs://YOUR_BUCKET``, ``/gcs/YOUR_BUCKET``) replaced by
+    `bucket` everywhere: for a local stand-in of the service, never for a real submission."""
+    text = json.dumps(spec)
+    for scheme in ("gs://", "/gcs/"):
+        text = re.sub(re.escape(scheme) + PLACEHOLDER.pattern, scheme + bucket, text)
+    return json.loads(text)
+
+
+def refuse_placeholders(value: Any, where: str = "spec", *, skip: frozenset[str] = frozenset()) -> None:
+    """ParameterError naming the first field of `value` (a spec: mappings, lists, text) that
+    still holds a placeholder such as ``gs://YOUR_BUCKET`` or ``YOUR_PROJECT``: a job carrying
+    one would fail on the service, after its machines were billed. Fields named in `skip` are
+    not looked at."""
+    if isinstance(value, str):
+        found = PLACEHOLDER.search(value)
+        if found:
+            raise ParameterError(where, value, f"still holds the placeholder {found.group(0)}: replace it with "
+                                 "your own before submitting (nothing was submitted)")
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            if key not in skip:
+                refuse_placeholders(item, f"{where}.{key}", skip=skip)
+    elif isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            refuse_placeholders(item, f"{where}[{i}]", skip=skip)
 
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core import gcp
+from labkit.core.config import ParameterError
 from labkit.core.frameworks import has_aiplatform, missing_reason
 from labkit.vertex.fields import field_of
 from labkit.vertex.pricing import CostEstimate, estimate_cost
 from labkit.vertex.registry import check_not_placeholder, require_images
 from labkit.vertex.scheduling import check_labels
-from labkit.vertex.specs import to_rest_json, validate
+from labkit.vertex.specs import refuse_placeholders, to_rest_json, validate
 from labkit.vertex.tuning import validate_tuning_job
 
 
@@ -161,6 +162,26 @@ def _job_spec(spec: Mapping[str, Any]) -> Mapping[str, Any]:
     return spec["trial_job_spec"] if is_tuning_job(spec) else spec
 
 
+def refuse_submitting_placeholders(spec: Mapping[str, Any], more: Mapping[str, Any] | None = None) -> None:
+    """What `submit` refuses before anything is uploaded or created: a placeholder such as
+    ``gs://YOUR_BUCKET`` in the output (named ``output_uri``), elsewhere in the spec, or in `more`
+    (the bucket, the display name): on the service it fails only once machines are billed.
+    Images and the project have their own check (`registry.check_not_placeholder`), which says
+    how to make them."""
+    refuse_placeholders((_job_spec(spec).get("base_output_directory") or {}).get("output_uri_prefix"), "output_uri")
+    refuse_placeholders(spec, "spec", skip=frozenset({"image_uri"}))
+    refuse_placeholders(dict(more or {}), "submit")
+
+
+def submission_placeholder(spec: Mapping[str, Any]) -> str | None:
+    """The field `refuse_submitting_placeholders` would name for `spec`, or None."""
+    try:
+        refuse_submitting_placeholders(spec)
+    except ParameterError as e:
+        return e.name
+    return None
+
+
 def job_images(spec: Mapping[str, Any]) -> list[str]:
     """The container images a job's pools run (a tuning job's trial job's)."""
     pools = field_of(_job_spec(spec), "worker_pool_specs") or []
@@ -200,6 +221,7 @@ def submit(spec: Mapping[str, Any], *, display_name: str, notebook: str | None =
     from google.cloud import aiplatform_v1
 
     ctx = check.context
+    refuse_submitting_placeholders(spec, {"bucket": ctx.bucket, "display_name": display_name})
     images = job_images(spec)
     # A local stand-in of the service has no registry of yours: only its project must be real.
     check_not_placeholder(ctx.project, [] if loopback else images)

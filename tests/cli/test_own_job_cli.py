@@ -61,10 +61,10 @@ def test_input_refused_before_any_replica_starts_is_one_line_and_exit_2(tmp_path
     cases = [
         (["--spec", str(spec)], "comand"),
         (["--", "python", "x.py"], "--output"),
-        (["--output", "gs://b/r", "--image", "gcr.io/p/i", "--", "--epochs", "2"], "--entrypoint"),
-        (["--output", "gs://b/r", "--preempt-after", "3s", "--preempt-at-step", "2", "--", "python", "x.py"],
+        (["--output", "gs://bkt/r", "--image", "gcr.io/p/i", "--", "--epochs", "2"], "--entrypoint"),
+        (["--output", "gs://bkt/r", "--preempt-after", "3s", "--preempt-at-step", "2", "--", "python", "x.py"],
          "--preempt-at-step"),
-        (["--output", "gs://b/r", "--preempt-at-step", "2", "--step-pattern", "Epoch", "--", "python", "x.py"],
+        (["--output", "gs://bkt/r", "--preempt-at-step", "2", "--step-pattern", "Epoch", "--", "python", "x.py"],
          "--step-pattern"),
     ]
     for flags, named in cases:
@@ -75,7 +75,7 @@ def test_input_refused_before_any_replica_starts_is_one_line_and_exit_2(tmp_path
 
 
 def test_a_failing_job_exits_1_naming_the_replica_and_its_last_words(tmp_path, capsys):
-    code = main(["emulate", "--workers", "1", "--output", "gs://b/r", "--workdir", str(tmp_path / "w"),
+    code = main(["emulate", "--workers", "1", "--output", "gs://bkt/r", "--workdir", str(tmp_path / "w"),
                  "--code", str(tmp_path), "--quiet", "--", "python", "-c",
                  "import os, sys; sys.exit('bad input on ' + os.environ['RANK']) if os.environ['RANK'] == '1' "
                  "else __import__('time').sleep(30)"])

@@ -166,7 +166,7 @@ def test_a_job_spec_carries_no_clipping_as_none():
     from labkit.core.train_config import from_argv
     from labkit.vertex.specs import train_args
 
-    args = train_args(TrainConfig(grad_clip=None, checkpoint_dir="gs://b/run"))
+    args = train_args(TrainConfig(grad_clip=None, checkpoint_dir="gs://bkt/run"))
     assert args[args.index("--grad-clip") + 1] == "none"
     assert from_argv(args).grad_clip is None
 

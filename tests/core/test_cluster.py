@@ -342,14 +342,14 @@ def test_pool2_role_variable_contradicting_the_job_raises():
 def test_job_specs_tell_training_pools_that_pool2_reduces():
     from labkit import vertex
 
-    spec = vertex.training_job({"framework": "torch"}, output_uri="gs://b/j", replica_count=3,
+    spec = vertex.training_job({"framework": "torch"}, output_uri="gs://bkt/j", replica_count=3,
                                reduction_server_count=2, machine_type="g2-standard-8",
                                accelerator_type="NVIDIA_L4", accelerator_count=1)
     pools = spec["worker_pool_specs"]
     envs = [{e["name"]: e["value"] for e in p["container_spec"].get("env", [])} for p in pools]
     assert envs[0][cluster.POOL2_ROLE_ENV] == envs[1][cluster.POOL2_ROLE_ENV] == "reduction_server"
     assert cluster.POOL2_ROLE_ENV not in envs[2]  # Google's image, not labkit
-    plain = vertex.training_job({"framework": "torch"}, output_uri="gs://b/j", replica_count=3)
+    plain = vertex.training_job({"framework": "torch"}, output_uri="gs://bkt/j", replica_count=3)
     assert all("env" not in p["container_spec"] for p in plain["worker_pool_specs"])
     # What a real replica of that job sees: the variable and the job agree.
     pools_env = {"workerpool0": ["a:1"], "workerpool1": ["b:1", "c:1"], "workerpool2": ["d:1", "e:1"]}

@@ -203,7 +203,7 @@ def test_cost_per_epoch_arithmetic():
 
 
 def test_epoch_job_runs_one_epoch_of_the_optimised_config():
-    spec = capstone.epoch_job(_result(), 1_281_167, checkpoint_every_min=30.0, output_uri="gs://b/x",
+    spec = capstone.epoch_job(_result(), 1_281_167, checkpoint_every_min=30.0, output_uri="gs://bkt/x",
                               machine_type="a3-highgpu-1g", accelerator_type="NVIDIA_H100_80GB",
                               accelerator_count=1, spot=True)
     args = spec["worker_pool_specs"][0]["container_spec"]["args"]

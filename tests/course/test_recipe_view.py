@@ -91,7 +91,7 @@ def test_a_preempted_recipe_is_restarted_until_it_finishes(tmp_path):
 @pytest.mark.slow
 def test_submit_locally_shows_the_request_and_the_states():
     pytest.importorskip("google.cloud.aiplatform")
-    r = recipe_view.submit_locally(["--project", "p", "--bucket", "gs://b", "--image-uri", "img:1",
+    r = recipe_view.submit_locally(["--project", "p", "--bucket", "gs://bkt", "--image-uri", "img:1",
                                     "--replicas", "2", "--spot", "--", "--model", "gpt"])
     assert r["states"][-1] == "JOB_STATE_SUCCEEDED"
     assert r["request"]["job_spec"]["scheduling"]["strategy"] == "SPOT"
@@ -238,7 +238,7 @@ REQUEST = {"job_spec": {
         {"machine_spec": {"machine_type": "n1-highcpu-16", "accelerator_count": 0}, "replica_count": "4",
          "container_spec": {"image_uri": "reductionserver:latest"}}],
     "scheduling": {"strategy": "SPOT", "restart_job_on_worker_restart": True},
-    "base_output_directory": {"output_uri_prefix": "gs://b/run"}}}
+    "base_output_directory": {"output_uri_prefix": "gs://bkt/run"}}}
 
 
 def test_the_request_the_service_received_is_described_from_its_fields():
@@ -248,7 +248,7 @@ def test_the_request_the_service_received_is_described_from_its_fields():
     text = "\n".join(recipe_view.request_conclusions({"request": REQUEST, "states": ["JOB_STATE_SUCCEEDED"]}))
     assert "4 training node(s)" in text and "4 replica(s) of reductionserver:latest on n1-highcpu-16" in text
     assert "scheduling.strategy = SPOT" in text and "restart_job_on_worker_restart = True" in text
-    assert "AIP_CHECKPOINT_DIR=gs://b/run/checkpoints/" in text and "pool 0 runs: torchrun" in text
+    assert "AIP_CHECKPOINT_DIR=gs://bkt/run/checkpoints/" in text and "pool 0 runs: torchrun" in text
 
 
 def test_every_capstone_lever_has_code_or_a_recipe():

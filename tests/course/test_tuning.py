@@ -61,7 +61,35 @@ def test_without_a_cloud_the_request_goes_to_the_local_stand_in(monkeypatch, tmp
     monkeypatch.setenv("HOME", str(tmp_path))  # no gcloud configuration
     for name in ("GOOGLE_CLOUD_PROJECT", "GOOGLE_CLOUD_REGION", "LABKIT_BUCKET", "GOOGLE_APPLICATION_CREDENTIALS"):
         monkeypatch.delenv(name, raising=False)
-    spec = vertex.tuning_job(TrainConfig(steps=3), output_uri="gs://b/s", metric="loss", goal="minimize",
+    spec = vertex.tuning_job(TrainConfig(steps=3), output_uri="gs://bkt/s", metric="loss", goal="minimize",
                              parameters={"lr": ("log", 1e-4, 1e-2)}, max_trial_count=3, parallel_trial_count=1)
     line = tuning.submit_or_preview(spec, "t")
     assert "local stand-in" in line and "3 trials, 1 in parallel" in line and "JOB_STATE_SUCCEEDED" in line
+
+
+def test_a_placeholder_bucket_is_never_submitted_even_with_a_cloud(monkeypatch, tmp_path):
+    """Notebook 11's default output_uri is gs://YOUR_BUCKET/...: with a project, region and
+    credentials configured it would otherwise be submitted, and fail on the service."""
+    from labkit import vertex
+    from labkit.core.train_config import TrainConfig
+
+    monkeypatch.setattr(vertex, "preflight", lambda *a, **k: type("Ready", (), {"ready": True})())
+    monkeypatch.setattr(vertex, "submit", _refuse_real_submissions(vertex.submit))
+    spec = vertex.tuning_job(TrainConfig(steps=3), output_uri="gs://YOUR_BUCKET/s", metric="loss", goal="minimize",
+                             parameters={"lr": ("log", 1e-4, 1e-2)}, max_trial_count=2, parallel_trial_count=1)
+    line = tuning.submit_or_preview(spec, "t")
+    assert line.startswith("output_uri still holds a placeholder") and "local stand-in" in line
+
+
+def _refuse_real_submissions(submit):
+    def only_local(spec, **kw):
+        assert kw.get("endpoint", "").startswith("http://127.0.0.1"), "a real submission was attempted"
+        assert vertex_placeholder_free(spec)
+        return submit(spec, **kw)
+    return only_local
+
+
+def vertex_placeholder_free(spec) -> bool:
+    from labkit import vertex
+
+    return vertex.submission_placeholder(spec) is None

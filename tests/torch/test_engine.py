@@ -385,9 +385,9 @@ def test_loader_workers_give_the_same_batches_as_the_main_process():
 def test_vertex_output_variables_fill_unset_dirs_only_through_the_gcs_mount():
     """Vertex gives gs:// addresses; a run uses them through the /gcs/ mount (no gcsfs or
     TensorFlow needed to write TensorBoard events there)."""
-    env = {"AIP_CHECKPOINT_DIR": "gs://b/run/checkpoints/", "AIP_TENSORBOARD_LOG_DIR": "gs://b/run/logs/"}
+    env = {"AIP_CHECKPOINT_DIR": "gs://bkt/run/checkpoints/", "AIP_TENSORBOARD_LOG_DIR": "gs://bkt/run/logs/"}
     filled = engine.with_vertex_dirs(BASE, env)
-    assert (filled.checkpoint_dir, filled.tensorboard_dir) == ("/gcs/b/run/checkpoints/", "/gcs/b/run/logs/")
+    assert (filled.checkpoint_dir, filled.tensorboard_dir) == ("/gcs/bkt/run/checkpoints/", "/gcs/bkt/run/logs/")
     assert engine.with_vertex_dirs(replace(BASE, checkpoint_dir="/mine"), env).checkpoint_dir == "/mine"
     assert engine.with_vertex_dirs(BASE, {}) == BASE
 

@@ -299,8 +299,8 @@ def test_demo_job_runs_on_an_image_with_labkit():
         container = pool["container_spec"]
         assert container["image_uri"] == vertex.default_image("torch") and "command" not in container
     prebuilt = demo_job("tf", image_uri="us-docker.pkg.dev/vertex-ai/training/tf-gpu.2-19.py310:latest",
-                        package_uri="gs://b/in/labkit.tar.gz")
-    assert "pip install --quiet /gcs/b/in/labkit.tar.gz" in \
+                        package_uri="gs://bkt/in/labkit.tar.gz")
+    assert "pip install --quiet /gcs/bkt/in/labkit.tar.gz" in \
         prebuilt["worker_pool_specs"][0]["container_spec"]["command"][2]
 
 

@@ -164,7 +164,7 @@ def test_submit_to_a_local_endpoint_needs_a_stand_in_for_the_bucket(fake, tmp_pa
 @pytest.mark.slow
 def test_the_vertex_job_recipe_sends_pools_spot_reduction_server_and_its_command(fake):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    cmd = [sys.executable, "-m", "labkit.recipes.vertex_job", "--project", "p", "--bucket", "gs://b",
+    cmd = [sys.executable, "-m", "labkit.recipes.vertex_job", "--project", "p", "--bucket", "gs://bkt",
            "--image-uri", "us-docker.pkg.dev/p/r/train:1", "--machine-type", "a2-highgpu-2g",
            "--accelerator", "NVIDIA_TESLA_A100", "--accelerator-count", "2", "--replicas", "3",
            "--reduction-servers", "2", "--spot", "--endpoint", fake.endpoint, "--wait",
@@ -182,7 +182,7 @@ def test_the_vertex_job_recipe_sends_pools_spot_reduction_server_and_its_command
     assert pools[2]["container_spec"]["image_uri"] == vertex.REDUCTION_SERVER_IMAGE
     assert s["scheduling"]["strategy"] == "SPOT" and s["scheduling"]["restart_job_on_worker_restart"]
     base = s["base_output_directory"]["output_uri_prefix"]
-    assert base.startswith("gs://b/labkit-ddp-")
+    assert base.startswith("gs://bkt/labkit-ddp-")
     script = pools[0]["container_spec"]["command"]
     assert script[:2] == ["bash", "-c"]
     assert "--nnodes=${WORLD_SIZE:-1} --node-rank=${RANK:-0}" in script[2]
@@ -197,14 +197,14 @@ def test_the_vertex_job_recipe_sends_pools_spot_reduction_server_and_its_command
 def test_the_vertex_job_recipe_sends_tensorboard_service_account_and_env(fake):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     board, account = "projects/p/locations/us-central1/tensorboards/7", "trainer@p.iam.gserviceaccount.com"
-    base = [sys.executable, "-m", "labkit.recipes.vertex_job", "--project", "p", "--bucket", "gs://b",
+    base = [sys.executable, "-m", "labkit.recipes.vertex_job", "--project", "p", "--bucket", "gs://bkt",
             "--image-uri", "us-docker.pkg.dev/p/r/train:1", "--endpoint", fake.endpoint]
     r = subprocess.run([*base, "--tensorboard", board, "--service-account", account, "--env", "NCCL_DEBUG=INFO",
                         "--", "--steps", "5"], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     s = fake.created()[0]["job_spec"]
     assert s["tensorboard"] == board and s["service_account"] == account
-    assert s["base_output_directory"]["output_uri_prefix"].startswith("gs://b/")
+    assert s["base_output_directory"]["output_uri_prefix"].startswith("gs://bkt/")
     assert s["worker_pool_specs"][0]["container_spec"]["env"] == [{"name": "NCCL_DEBUG", "value": "INFO"}]
     posted = next(q.body for q in fake.requests if q.method == "POST")
     assert posted["jobSpec"]["tensorboard"] == board and posted["jobSpec"]["serviceAccount"] == account

@@ -39,8 +39,8 @@ def test_default_images_satisfy_the_minimums(framework):
     image = vertex.default_image(framework)
     assert images.prebuilt(image) is None  # labkit's own image: built from pyproject (below)
     assert image.endswith(f"/labkit/labkit-{framework}:{images.image_tag(framework)}")
-    for spec in (vertex.training_job({"framework": framework}, output_uri="gs://b/r"),
-                 vertex.notebook_job("nb.ipynb", {}, output_uri="gs://b/r", framework=framework)):
+    for spec in (vertex.training_job({"framework": framework}, output_uri="gs://bkt/r"),
+                 vertex.notebook_job("nb.ipynb", {}, output_uri="gs://bkt/r", framework=framework)):
         uri = spec["worker_pool_specs"][0]["container_spec"]["image_uri"]
         images.check_image(uri)  # refuses a prebuilt image below the minimums or past its date
         assert uri == image

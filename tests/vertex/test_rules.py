@@ -34,7 +34,30 @@ def refused(call, name, *words):
 
 # ---------------------------------------------------------------- outputs and notebooks
 
-@pytest.mark.parametrize("uri", ["b/run", "/tmp/run", "/gcs/b/run", "gs://", "gs:///run", "s3://b/run"])
+@pytest.mark.parametrize(("bucket", "rule"), [
+    ("My Bucket", "lowercase"), ("my_bucket_", "start and end"), ("ab", "3 to 63"), ("a" * 64, "3 to 63"),
+    ("192.168.5.4", "IP address"), ("goog-data", "goog"), ("my-g00gle-data", "google")])
+def test_bucket_names_follow_cloud_storage_rules(bucket, rule):
+    err = refused(lambda: vertex.training_job({}, output_uri=f"gs://{bucket}/run"), "output_uri", rule)
+    assert "storage/docs/buckets#naming" in str(err)
+
+
+def test_good_bucket_names_and_the_placeholder_pass_until_submitted(tmp_path):
+    for bucket in ("my-bucket", "my_bucket-2", "a.b.c", "x" * 63, ".".join(["y" * 63] * 3)):
+        assert vertex.training_job({}, output_uri=f"gs://{bucket}/run")
+    spec = vertex.training_job({}, output_uri="gs://YOUR_BUCKET/run", image_uri=IMAGE)  # shown, as notebooks do
+    with FakeVertex() as fake:
+        with pytest.raises(ParameterError, match=r"'output_uri' still holds the placeholder YOUR_BUCKET"):
+            _submit(spec, fake, tmp_path)
+        assert fake.created() == []  # refused before anything was created
+    local = vertex.with_bucket(spec, "labkit-local")  # for a local stand-in only
+    assert vertex.submission_placeholder(spec) == "output_uri" and vertex.submission_placeholder(local) is None
+    assert local["base_output_directory"]["output_uri_prefix"] == "gs://labkit-local/run"
+    with pytest.raises(ParameterError, match="placeholder bucket YOUR_BUCKET"):
+        vertex.check_output_uri("gs://YOUR_BUCKET/run", placeholder_ok=False)
+
+
+@pytest.mark.parametrize("uri", ["b/run", "/tmp/run", "/gcs/bkt/run", "gs://", "gs:///run", "s3://b/run"])
 def test_outputs_must_be_in_cloud_storage(uri):
     refused(lambda: vertex.training_job({}, output_uri=uri), "output_uri", "gs://", "restarts")
     refused(lambda: vertex.notebook_job("nb.ipynb", {}, output_uri=uri), "output_uri")
@@ -52,7 +75,7 @@ def test_notebook_parameters_are_checked_against_the_notebook_before_the_spec():
     refused(lambda: vertex.notebook_job("notebooks/06_multi_node.ipynb", {"steps": "many"}, output_uri=OUT),
             "steps", "integer")
     # A notebook not readable here: the parameters every notebook shares are still checked.
-    refused(lambda: vertex.notebook_job("gs://b/nb.ipynb", {"scale": "huge"}, output_uri=OUT), "scale")
+    refused(lambda: vertex.notebook_job("gs://bkt/nb.ipynb", {"scale": "huge"}, output_uri=OUT), "scale")
     vertex.notebook_job("notebooks/00_tour.ipynb", {"scale": "smoke"}, output_uri=OUT)
 
 

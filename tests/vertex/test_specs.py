@@ -23,7 +23,7 @@ def roundtrip(spec):
 
 def all_specs():
     yield vertex.notebook_job("notebooks/06_multi_node.ipynb", {"scale": "smoke"}, output_uri=OUT)
-    yield vertex.notebook_job("gs://b/nb.ipynb", {}, output_uri=OUT, machine_type="n1-highmem-96",
+    yield vertex.notebook_job("gs://bkt/nb.ipynb", {}, output_uri=OUT, machine_type="n1-highmem-96",
                               accelerator_type="NVIDIA_TESLA_V100", accelerator_count=8,
                               replica_count=5, spot=True, reduction_server_count=16, timeout_s=7200)
     yield vertex.notebook_job("nb.ipynb", {"a": [1, 2]}, output_uri=OUT, image_uri="gcr.io/p/img:1",
@@ -81,9 +81,9 @@ def test_on_a_prebuilt_image_the_job_installs_labkit_first():
     own = vertex.notebook_job("nb.ipynb", {}, output_uri=OUT, image_uri=image)
     assert "command" not in own["worker_pool_specs"][0]["container_spec"]  # a custom image has labkit
     with_package = vertex.notebook_job("nb.ipynb", {}, output_uri=OUT, image_uri=image,
-                                       package_uri="gs://b/labkit.tar.gz")
+                                       package_uri="gs://bkt/labkit.tar.gz")
     command = with_package["worker_pool_specs"][0]["container_spec"]["command"]
-    assert command[:2] == ["bash", "-c"] and "pip install --quiet /gcs/b/labkit.tar.gz papermill" in command[2]
+    assert command[:2] == ["bash", "-c"] and "pip install --quiet /gcs/bkt/labkit.tar.gz papermill" in command[2]
 
 
 @pytest.mark.parametrize("image,why", [

@@ -9,20 +9,20 @@ import pytest
 
 from labkit.core import gcs, hypertune
 
-VERTEX_ENV = {"AIP_MODEL_DIR": "gs://b/run/model/", "AIP_CHECKPOINT_DIR": "gs://b/run/checkpoints/",
-              "AIP_TENSORBOARD_LOG_DIR": "gs://b/run/logs/", "AIP_TRAINING_DATA_URI": "gs://b/data/*.jsonl",
+VERTEX_ENV = {"AIP_MODEL_DIR": "gs://bkt/run/model/", "AIP_CHECKPOINT_DIR": "gs://bkt/run/checkpoints/",
+              "AIP_TENSORBOARD_LOG_DIR": "gs://bkt/run/logs/", "AIP_TRAINING_DATA_URI": "gs://bkt/data/*.jsonl",
               "AIP_DATA_FORMAT": "jsonl", "HOME": "/root"}
 
 
 def test_every_aip_address_maps_to_its_mount_path():
     assert gcs.aip_mount_paths(VERTEX_ENV) == {
-        "AIP_CHECKPOINT_DIR": "/gcs/b/run/checkpoints/", "AIP_MODEL_DIR": "/gcs/b/run/model/",
-        "AIP_TENSORBOARD_LOG_DIR": "/gcs/b/run/logs/", "AIP_TRAINING_DATA_URI": "/gcs/b/data/*.jsonl"}
+        "AIP_CHECKPOINT_DIR": "/gcs/bkt/run/checkpoints/", "AIP_MODEL_DIR": "/gcs/bkt/run/model/",
+        "AIP_TENSORBOARD_LOG_DIR": "/gcs/bkt/run/logs/", "AIP_TRAINING_DATA_URI": "/gcs/bkt/data/*.jsonl"}
     local = gcs.aip_mount_paths({**VERTEX_ENV, gcs.LOCAL_GCS_ENV: "/tmp/fake"})
-    assert local["AIP_CHECKPOINT_DIR"] == "/tmp/fake/b/run/checkpoints/"
-    assert gcs.mount_path("/gcs/b/x", {gcs.LOCAL_GCS_ENV: "/tmp/fake"}) == "/tmp/fake/b/x"
+    assert local["AIP_CHECKPOINT_DIR"] == "/tmp/fake/bkt/run/checkpoints/"
+    assert gcs.mount_path("/gcs/bkt/x", {gcs.LOCAL_GCS_ENV: "/tmp/fake"}) == "/tmp/fake/bkt/x"
     assert gcs.mount_path("relative/x", {}) == "relative/x" and gcs.aip_mount_paths({}) == {}
-    assert gcs.fuse_path("gs://b/x") == "/gcs/b/x" and gcs.fuse_path("/data") == "/data"
+    assert gcs.fuse_path("gs://bkt/x") == "/gcs/bkt/x" and gcs.fuse_path("/data") == "/data"
 
 
 def test_hypertune_reports_match_cloudml_hypertune(tmp_path, monkeypatch):
