@@ -176,7 +176,7 @@ def job_learned(job: PreemptionComparison) -> bool:
 def submit_command(images: Path, *, epochs: int) -> list[str]:
     """What the learner types to submit step 5 for real (a dry run without credentials)."""
     return ["labkit", "job", "--dry-run", "--dockerfile", str(folder() / "Dockerfile"),
-            "--image", "us-docker.pkg.dev/MY_PROJECT/training/your-job:1", "--workers", "1",
+            "--image", "us-docker.pkg.dev/YOUR_PROJECT/training/your-job:1", "--workers", "1",
             "--machine-type", "g2-standard-8", "--accelerator-type", "NVIDIA_L4", "--accelerator-count", "1",
             "--spot", "--output", "gs://YOUR_BUCKET/your-job", "--upload", f"{images}=gs://YOUR_BUCKET/images",
             "--", "--data", "/gcs/YOUR_BUCKET/images", "--epochs", str(epochs)]
