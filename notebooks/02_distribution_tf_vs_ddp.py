@@ -40,6 +40,7 @@ route_kernel_stderr()  # C/C++ library and child-process output goes to this not
 from dataclasses import replace
 
 from labkit.core import config, frameworks
+from labkit.core.stats import NO_DIFFERENCE
 from labkit.course import distribution as dist, sizing
 from labkit.course.tables import table
 from labkit.core.train_config import TrainConfig
@@ -130,10 +131,13 @@ if len(gaps) == 2:
 print("Your prediction, answered:")
 print("\n".join(dist.scaling_answer(comp, processes)))
 rows = dist.scaling_rows(comp)
-for r in rows:
+for r in rows:  # an efficiency only where the steps were measurably faster or slower than one process's
     if not r["run"].endswith("x1"):
-        key_figure(f"{r['run']} scaling efficiency", 100 * r["efficiency"], "%",
-                   note=f"speed-up {r['speed-up vs 1']:.2f}x on this machine")
+        key_figure(f"{r['run']} scaling efficiency",
+                   "no measurable speed-up here" if r["vs 1 process"] == NO_DIFFERENCE else 100 * r["efficiency"],
+                   "" if r["vs 1 process"] == NO_DIFFERENCE else "%",
+                   note=f"{100 * r['efficiency']:.0f}%, speed-up {r['speed-up vs 1']:.2f}x on this machine; "
+                        f"steps vs 1 process: {r['vs 1 process']}")
 print("Reference figures for hardware this notebook does not have:")
 print(table(list(dist.REFERENCES)))
 

@@ -24,7 +24,7 @@ overflow_init_scale = 268435456.0
 time_budget_s = 0.0
 
 # %%
-from labkit.notebooks import key_figure, route_kernel_stderr
+from labkit.notebooks import key_figure, key_ratio, route_kernel_stderr
 
 route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
 
@@ -87,8 +87,8 @@ if rows:
     print("\n".join(precision.conclusions(rows)))
     half = precision.find(rows, fast)
     best = max(rows, key=lambda r: r["samples_per_s"])
-    key_figure(f"{half['rung']} speed-up over fp32 (torch)", half["speedup"], "×",
-               f"{half['device']}, median of {half['repeats']} runs; {half['vs_first']}")
+    key_ratio(f"{half['rung']} speed-up over fp32 (torch)", half["speedup"], half["vs_first"],
+              f"{half['device']}, median of {half['repeats']} runs; {half['vs_first']}")
     key_figure("highest-median ladder rung (torch)", best["rung"],
                note=f"{best['speedup']:.2f}× fp32; {best['vs_first']}")
     key_figure(f"activation memory {fast} / fp32 (torch)", half["activation_mib"] / rows[0]["activation_mib"], "×")
@@ -181,8 +181,8 @@ else:
 if tf_rows:
     print("\n".join(precision.conclusions(tf_rows)))
     tf_bf16 = precision.find(tf_rows, fast)
-    key_figure(f"{tf_bf16['rung']} speed-up over fp32 (tf)", tf_bf16["speedup"], "×",
-               f"{tf_bf16['device']}, median of {tf_bf16['repeats']} runs; {tf_bf16['vs_first']}")
+    key_ratio(f"{tf_bf16['rung']} speed-up over fp32 (tf)", tf_bf16["speedup"], tf_bf16["vs_first"],
+              f"{tf_bf16['device']}, median of {tf_bf16['repeats']} runs; {tf_bf16['vs_first']}")
     if rows:
         torch_bf16 = precision.find(rows, fast)
         print(f"{fast} over fp32 here: torch {torch_bf16['speedup']:.2f}× ({torch_bf16['vs_first']}), "

@@ -40,7 +40,7 @@ own_epochs = 3  # epochs of the example trainer preempted as your own job
 time_budget_s = 0.0
 
 # %%
-from labkit.notebooks import artifacts_dir, key_figure, route_kernel_stderr
+from labkit.notebooks import artifacts_dir, key_comparison, key_figure, route_kernel_stderr
 
 route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
 
@@ -339,10 +339,11 @@ from labkit.course.preemption import writes
 if frameworks.has_torch():
     saves = writes.background_save()
     print("\n".join(writes.save_conclusions(saves, writes.checkpoint_reference())))
-    key_figure("background checkpoint: training stall / synchronous save", saves["stall_over_sync"], "×",
-               note=f"medians, {saves['state_mb']:.0f} MB of state")
-    key_figure(f"background checkpoint: a save + {saves['steps_after']} steps until written / synchronous",
-               saves["total_over_sync_total"], "×", note="medians; the writer shares the CPU with training")
+    stall, total = writes.save_comparisons(saves)
+    key_comparison("background checkpoint: training stall / synchronous save", stall, "synchronous save",
+                   f"background save's stall ({saves['state_mb']:.0f} MB of state)", "ms")
+    key_comparison(f"background checkpoint: a save + {saves['steps_after']} steps until written / synchronous",
+                   total, "synchronous save", "background save (its writer shares the CPU with training)", "ms")
 
 # %% [markdown]
 # ## Fault-tolerant DDP with `torchrun --max-restarts`

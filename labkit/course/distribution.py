@@ -197,8 +197,18 @@ def scaling_rows(comp: Comparison) -> list[dict[str, Any]]:
         rows.append({"run": run.label, "median step (ms)": 1000 * run.median_step_s,
                      "samples/s": run.log.to_dict()["summary"].get("median_samples_per_s"),
                      "speed-up vs 1": speedup, "efficiency": speedup / n,
+                     "vs 1 process": _step_verdict(one, run) if one and n > 1 else "",
                      "final loss": run.log.losses[-1] if run.log.steps else math.nan})
     return rows
+
+
+def _step_verdict(one, many) -> str:
+    """Whether `many`'s steps were measurably faster than `one`'s (their step times compared)."""
+    a, b = step_times(one), step_times(many)
+    if min(len(a), len(b)) < stats.MIN_REPEATS:
+        return f"fewer than {stats.MIN_REPEATS} timed steps: no verdict"
+    c = stats.compare(a, b, higher_is_better=False)
+    return stats.NO_DIFFERENCE if c.winner is None else ("faster" if c.winner == "b" else "slower")
 
 
 def lr_scaling_rows(base_lr: float, base_batch: int, world_sizes: tuple[int, ...]

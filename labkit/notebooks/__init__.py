@@ -16,12 +16,12 @@ Importing this package has no side effect: file descriptor 2 changes only when a
 from labkit.notebooks.artifacts import ARTIFACTS_ENV, artifacts_dir
 from labkit.notebooks.course_run import course_notebooks, course_parameters, run_course
 from labkit.notebooks.execute import NotebookRun, run_notebook, timestamp
-from labkit.notebooks.figures import KeyFigure, key_comparison, key_figure
+from labkit.notebooks.figures import KeyFigure, key_comparison, key_figure, key_ratio
 from labkit.notebooks.kernel import KERNEL_DISPLAY_NAME, KERNEL_NAME, KernelNotFound
 from labkit.notebooks.stderr import STDERR_TAG, kernel_log_path, route_kernel_stderr
 
 __all__ = [
     "ARTIFACTS_ENV", "KERNEL_DISPLAY_NAME", "KERNEL_NAME", "STDERR_TAG", "KeyFigure", "KernelNotFound",
     "NotebookRun", "artifacts_dir", "course_notebooks", "course_parameters", "kernel_log_path",
-    "key_comparison", "key_figure", "route_kernel_stderr", "run_course", "run_notebook", "timestamp",
+    "key_comparison", "key_figure", "key_ratio", "route_kernel_stderr", "run_course", "run_notebook", "timestamp",
 ]

@@ -57,6 +57,17 @@ def key_figure(name: str, value: float | int | str, unit: str = "", note: str = 
         display(bundle, raw=True)
 
 
+def key_ratio(name: str, ratio: float, verdict: str, note: str = "") -> None:
+    """A ratio of repeated measurements as a key figure that obeys its `verdict` (a
+    `labkit.core.stats` verdict): the ratio, or "no measurable difference here" where that is
+    the verdict (the ratio then goes in the note)."""
+    from labkit.core.stats import NO_DIFFERENCE
+
+    if verdict == NO_DIFFERENCE:
+        return key_figure(name, NO_DIFFERENCE, note="; ".join(x for x in (f"{ratio:.2f}×", note) if x))
+    return key_figure(name, ratio, "×", note=note)
+
+
 def key_comparison(name: str, comparison: Any, a_label: str, b_label: str, what: str = "samples/s") -> None:
     """A `labkit.core.stats.Comparison` of `b_label` against `a_label` as a key figure that says
     what its verdict says: the ratio when one side won in every run, and "no measurable

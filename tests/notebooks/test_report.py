@@ -29,6 +29,16 @@ def test_a_compared_figure_says_what_its_verdict_says(capsys):
     assert tied.startswith(f"b vs a: {stats.NO_DIFFERENCE} (b: 0.97× a") and tied.count(stats.NO_DIFFERENCE) == 1
 
 
+def test_a_ratio_says_what_its_verdict_says(capsys):
+    from labkit.core import stats
+    from labkit.notebooks.figures import key_ratio
+
+    key_ratio("bf16 over fp32", 1.65, stats.NO_DIFFERENCE, "cpu, median of 3 runs")
+    assert capsys.readouterr().out.strip() == (f"bf16 over fp32: {stats.NO_DIFFERENCE} (1.65×; cpu, median of 3 runs)")
+    key_ratio("bf16 over fp32", 1.65, "faster", "cpu")
+    assert capsys.readouterr().out.strip() == "bf16 over fp32: 1.65× (cpu)"
+
+
 def test_key_figure_text_and_notebook_roundtrip(capsys):
     key_figure("bf16 speed-up over fp32", 2.4, "×", note="CPU smoke sizes")
     out = capsys.readouterr().out.strip()

@@ -96,11 +96,18 @@ def checkpoint_reference() -> dict[str, Any] | None:
     return {**json.loads(path.read_text()), "source": references.source(path)}
 
 
+def save_comparisons(measured: dict[str, Any]) -> tuple[stats.Comparison, stats.Comparison]:
+    """(the background save's stall against the synchronous save, the background save's time
+    until written, steps included, against the synchronous one's), in ms, lower is better."""
+    m = measured
+    return (stats.compare(m["sync_ms"], m["stall_ms"], higher_is_better=False),
+            stats.compare(m["sync_total_ms"], m["background_total_ms"], higher_is_better=False))
+
+
 def save_conclusions(measured: dict[str, Any], reference: dict[str, Any] | None) -> list[str]:
     """What the engine's background writes buy here, from the measurement and the results file."""
     m = measured
-    stall = stats.compare(m["sync_ms"], m["stall_ms"], higher_is_better=False)
-    total = stats.compare(m["sync_total_ms"], m["background_total_ms"], higher_is_better=False)
+    stall, total = save_comparisons(m)
     out = [f"A {m['parameters'] / 1e6:.1f}M-parameter model, {m['state_mb']:.0f} MB of full state, "
            f"plain step {m['step_ms']:.0f} ms, {m['threads']} torch thread(s).",
            "What training waits for: " + stall.sentence("synchronous save", "background save's stall", "ms") + ".",
