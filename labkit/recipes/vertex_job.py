@@ -41,6 +41,29 @@ from google.cloud import aiplatform
 from google.cloud.aiplatform_v1 import JobState, Scheduling
 
 REDUCTION_SERVER_IMAGE = "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
+
+# Run by every training replica before torchrun (argument: the job's node count). Vertex sets
+# CLUSTER_SPEC on every replica (https://docs.cloud.google.com/vertex-ai/docs/training/distributed-training,
+# read 2026-11-28): pool 0 holds the primary replica, whose address every node meets at; a node's
+# rank is its place in pools 0 then 1. Without it a multi-node job stops here instead of every
+# node training alone.
+CLUSTER_PY = """
+import json, os, sys
+nodes = int(sys.argv[1])
+if not os.environ.get("CLUSTER_SPEC"):
+    if nodes > 1:
+        sys.exit(f"CLUSTER_SPEC is not set: a {nodes}-node job cannot find its other nodes")
+    print("NNODES=1 NODE_RANK=0 MASTER_HOST=localhost MASTER_PORT=29500")
+    sys.exit()
+spec = json.loads(os.environ["CLUSTER_SPEC"])
+pools, task = spec["cluster"], spec["task"]
+found = len(pools.get("workerpool0", [])) + len(pools.get("workerpool1", []))
+if found != nodes:
+    sys.exit(f"CLUSTER_SPEC lists {found} training node(s) in workerpool0 and workerpool1, not {nodes}")
+rank = 0 if task["type"] == "workerpool0" else 1 + int(task["index"])
+host, port = pools["workerpool0"][0].rsplit(":", 1)
+print(f"NNODES={nodes} NODE_RANK={rank} MASTER_HOST={host} MASTER_PORT={port}")
+"""
 FINISHED = (JobState.JOB_STATE_SUCCEEDED, JobState.JOB_STATE_FAILED, JobState.JOB_STATE_CANCELLED)
 
 
@@ -82,11 +105,12 @@ def main(argv: list[str] | None = None) -> aiplatform.CustomJob:
     base_output_dir = f"{args.bucket.rstrip('/')}/{args.display_name}-{datetime.now():%Y%m%d-%H%M%S}"
     metrics = base_output_dir.replace("gs://", "/gcs/", 1) + "/metrics.json"
 
-    # Vertex sets MASTER_ADDR, MASTER_PORT, WORLD_SIZE (nodes) and RANK (this node) on every
-    # replica of a multi-replica job; torchrun starts one process per GPU with global ranks.
+    # Each replica finds its place from CLUSTER_SPEC (CLUSTER_PY above); torchrun then starts
+    # one process per GPU with global ranks.
     gpus = args.accelerator_count if args.accelerator else 1
-    script = ("torchrun --nnodes=${WORLD_SIZE:-1} --node-rank=${RANK:-0} "
-              "--master-addr=${MASTER_ADDR:-localhost} --master-port=${MASTER_PORT:-29500} "
+    script = (f"set -e; cluster=$(python -c {shlex.quote(CLUSTER_PY)} {args.replicas}); eval \"$cluster\"; "
+              "torchrun --nnodes=$NNODES --node-rank=$NODE_RANK "
+              "--master-addr=$MASTER_HOST --master-port=$MASTER_PORT "
               f"--nproc-per-node={gpus} -m labkit.recipes.ddp "
               + shlex.join([*train_args, "--metrics-out", metrics]))
     machine = {"machine_type": args.machine_type}

@@ -185,7 +185,7 @@ def test_the_vertex_job_recipe_sends_pools_spot_reduction_server_and_its_command
     assert base.startswith("gs://bkt/labkit-ddp-")
     script = pools[0]["container_spec"]["command"]
     assert script[:2] == ["bash", "-c"]
-    assert "--nnodes=${WORLD_SIZE:-1} --node-rank=${RANK:-0}" in script[2]
+    assert "--nnodes=$NNODES --node-rank=$NODE_RANK" in script[2] and "CLUSTER_SPEC" in script[2]
     assert "--nproc-per-node=2 -m labkit.recipes.ddp --model gpt --steps 50 --batch-size 64" in script[2]
     assert f"--metrics-out {base.replace('gs://', '/gcs/')}/metrics.json" in script[2]
     # what the client library put on the wire: enums as numbers, camelCase, int64 as strings
