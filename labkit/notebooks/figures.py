@@ -63,7 +63,8 @@ def key_ratio(name: str, ratio: float, verdict: str, note: str = "") -> None:
     the verdict (the ratio then goes in the note)."""
     from labkit.core.stats import NO_DIFFERENCE
 
-    if verdict == NO_DIFFERENCE:
+    if verdict == NO_DIFFERENCE:  # said once, as the value
+        note = note.replace(f"; {NO_DIFFERENCE}", "").replace(NO_DIFFERENCE, "").strip("; ")
         return key_figure(name, NO_DIFFERENCE, note="; ".join(x for x in (f"{ratio:.2f}×", note) if x))
     return key_figure(name, ratio, "×", note=note)
 

@@ -33,7 +33,7 @@ def test_a_ratio_says_what_its_verdict_says(capsys):
     from labkit.core import stats
     from labkit.notebooks.figures import key_ratio
 
-    key_ratio("bf16 over fp32", 1.65, stats.NO_DIFFERENCE, "cpu, median of 3 runs")
+    key_ratio("bf16 over fp32", 1.65, stats.NO_DIFFERENCE, f"cpu, median of 3 runs; {stats.NO_DIFFERENCE}")
     assert capsys.readouterr().out.strip() == (f"bf16 over fp32: {stats.NO_DIFFERENCE} (1.65×; cpu, median of 3 runs)")
     key_ratio("bf16 over fp32", 1.65, "faster", "cpu")
     assert capsys.readouterr().out.strip() == "bf16 over fp32: 1.65× (cpu)"
