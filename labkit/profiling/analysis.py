@@ -107,7 +107,8 @@ class Breakdown:
         return f"{len(self.steps)} steps, {1e3 * self.mean_step_s:.1f} ms/step: " + ", ".join(parts) + gpu
 
 
-def _union_length(intervals: list[tuple[float, float]]) -> float:
+def union_length(intervals: list[tuple[float, float]]) -> float:
+    """The length covered by `intervals` (start, end), overlaps counted once."""
     total, end = 0.0, float("-inf")
     for s, e in sorted(intervals):
         if e <= end:
@@ -144,7 +145,7 @@ def _step_breakdown(step: Event, events: list[Event]) -> StepBreakdown:
         active = [c for c in active if c[1] > a]
         best = min((c[2] for c in active), default=None)
         seconds["idle" if best is None else _PRIORITY[best]] += (b - a) / 1e6
-    gpu_busy = _union_length(gpu) / (hi - lo) if gpu and hi > lo else None
+    gpu_busy = union_length(gpu) / (hi - lo) if gpu and hi > lo else None
     return StepBreakdown(step.name, hi - lo, seconds, gpu_busy)
 
 

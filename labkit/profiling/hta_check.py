@@ -25,7 +25,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.profiling.analysis import Timeline, _union_length, step_breakdown
+from labkit.profiling.analysis import Timeline, union_length, step_breakdown
 from labkit.profiling.trace import timeline_from_chrome_trace
 
 PACKAGE = "HolisticTraceAnalysis"
@@ -102,7 +102,7 @@ def kernel_span_busy(timeline: Timeline, steps: list | None = None) -> float:
     if not gpu:
         return 0.0
     span = max(e for _, e in gpu) - min(s for s, _ in gpu)
-    return _union_length(gpu) / span if span > 0 else 0.0
+    return union_length(gpu) / span if span > 0 else 0.0
 
 
 def _hta(folder: str | os.PathLike):
