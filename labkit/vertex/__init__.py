@@ -33,7 +33,6 @@ from labkit.vertex.specs import (
     gcs_fuse_path,
     labkit_container,
     notebook_job,
-    placeholder_in,
     reduction_server_pool,
     refuse_placeholders,
     to_rest_json,
@@ -77,6 +76,6 @@ __all__ = [
     "preflight", "reduction_server_pool", "replica_envs", "run_local", "run_local_tuning",
     "study_cost", "study_summary", "submit", "to_rest_json", "training_job", "tuning_job",
     "validate", "validate_tuning_job", "cancel", "get_job", "job_service_client", "job_state", "wait",
-    "placeholder_in", "refuse_placeholders", "refuse_submitting_placeholders", "submission_placeholder",
+    "refuse_placeholders", "refuse_submitting_placeholders", "submission_placeholder",
     "with_bucket",
 ]

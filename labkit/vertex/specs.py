@@ -134,22 +134,14 @@ def check_output_uri(uri: Any, name: str = "output_uri", *, placeholder_ok: bool
     return uri
 
 
-def placeholder_in(value: Any, where: str = "spec", *, skip: frozenset[str] = frozenset()) -> str | None:
-    """The first field of `value` holding a placeholder (see `refuse_placeholders`), or None."""
-    try:
-        refuse_placeholders(value, where, skip=skip)
-    except ParameterError as e:
-        return e.name
-    return None
-
-
 def with_bucket(spec: Mapping[str, Any], bucket: str) -> dict[str, Any]:
     """`spec` with the placeholder bucket (``gs://YOUR_BUCKET``, ``/gcs/YOUR_BUCKET``) replaced by
     `bucket` everywhere: for a local stand-in of the service, never for a real submission."""
     text = json.dumps(spec)
     for scheme in ("gs://", "/gcs/"):
         text = re.sub(re.escape(scheme) + PLACEHOLDER.pattern, scheme + bucket, text)
-    return json.loads(text)
+    out = json.loads(text)
+    return JobSpec(out, labels=spec.labels) if isinstance(spec, JobSpec) else out
 
 
 def refuse_placeholders(value: Any, where: str = "spec", *, skip: frozenset[str] = frozenset()) -> None:

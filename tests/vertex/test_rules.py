@@ -53,6 +53,7 @@ def test_good_bucket_names_and_the_placeholder_pass_until_submitted(tmp_path):
     local = vertex.with_bucket(spec, "labkit-local")  # for a local stand-in only
     assert vertex.submission_placeholder(spec) == "output_uri" and vertex.submission_placeholder(local) is None
     assert local["base_output_directory"]["output_uri_prefix"] == "gs://labkit-local/run"
+    assert local.labels == spec.labels  # a training job's labels travel beside its dict
     with pytest.raises(ParameterError, match="placeholder bucket YOUR_BUCKET"):
         vertex.check_output_uri("gs://YOUR_BUCKET/run", placeholder_ok=False)
 
