@@ -25,7 +25,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from labkit.profiling.analysis import Timeline, union_length, step_breakdown
+from labkit.profiling.analysis import Timeline, step_breakdown, union_length
 from labkit.profiling.trace import timeline_from_chrome_trace
 
 PACKAGE = "HolisticTraceAnalysis"
