@@ -82,8 +82,12 @@ print("each trial runs:", " ".join(trial_pool["container_spec"].get("command", [
 # one or a middle one? And will the batch size matter as much?
 #
 # Every trial is the spec's trial job run by the local emulator (one process per replica, the
-# environment Vertex gives it, its own `AIP_*` folders in a stand-in bucket). A trial whose
-# reports fall behind the median of the earlier trials at the same step is stopped early.
+# environment Vertex gives it, its own `AIP_*` folders in a stand-in bucket). A running trial
+# whose best report so far is worse than the median of the completed trials' running averages
+# up to that step is stopped early: the rule as Vertex's API states it (study.proto's
+# `MedianAutomatedStoppingSpec`). What differs from the service: its default search (Vertex's
+# own Bayesian optimisation; here TPE) and `max_failed_trial_count=0` (there the service decides
+# how many failed trials end the study; here none does).
 
 # %%
 records = vertex.run_local_tuning(spec, workdir / "study", seed=seed, env={"LABKIT_NO_PROGRESS": "1"})

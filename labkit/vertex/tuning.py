@@ -16,8 +16,11 @@ trial job run by the local emulator (`labkit.vertex.emulator.run_local`), ``para
 at a time, all sharing one stand-in bucket. Optuna suggests the values: it runs in-process with
 no service to start, has the three searches Vertex offers (TPE as the Bayesian default, random,
 grid), suggests from the results so far while trials run in parallel (ask/tell with a
-"constant liar"), and its median pruner applies Vertex's median stopping rule to the reports a
-trial makes while it runs. (Open Source Vizier, the family of Vertex's own service, needs its
+"constant liar"), and a pruner of labkit's applies Vertex's median stopping rule, as study.proto
+states it (`MedianStopping`), to the reports a trial makes while it runs. What still differs from
+the service: its default search (Vertex's own Bayesian optimisation, here TPE), and
+``max_failed_trial_count=0``, which lets the service decide how many failed trials end the study
+(study.proto does not say how many) and here never ends it. (Open Source Vizier, the family of Vertex's own service, needs its
 service or JAX-based designers and pins older dependencies: too heavy for a laptop and CI.)
 It returns one `TrialRecord` per trial, with its parameters and `metric`.
 
@@ -408,10 +411,10 @@ def run_local_tuning(
     """Run the study of `spec` (a `tuning_job` dict) here and return one `TrialRecord` per
     trial, in trial order. Trials run through the emulator, ``parallel_trial_count`` at a time,
     in ``<workdir>/trial-<id>`` with one stand-in bucket, ``<workdir>/gcs``. With the spec's
-    median stopping rule, a trial whose report at some step is worse than the median of the
-    earlier trials' reports at that step is stopped (once `min_trials_before_stopping` trials
-    have finished). ``max_failed_trial_count`` (when > 0) stops the study after that many
-    failures. `seed` makes the suggestions reproducible. `image` (`labkit.vertex.programs.Image`)
+    median stopping rule, a running trial whose best report so far is worse than the median
+    performance of the completed trials up to its last report is stopped (`MedianStopping`;
+    once `min_trials_before_stopping` trials have completed). ``max_failed_trial_count`` (when
+    > 0) stops the study after that many failures; 0 never does (the service decides). `seed` makes the suggestions reproducible. `image` (`labkit.vertex.programs.Image`)
     and `gcs_root` (default ``<workdir>/gcs``) are `run_local`'s."""
     require("optuna")
     import optuna
@@ -423,7 +426,7 @@ def run_local_tuning(
     tag = metric_spec["metric_id"]
     params = list(study_spec["parameters"])
     distributions = {p["parameter_id"]: _distribution(p) for p in params}
-    pruner = (optuna.pruners.MedianPruner(n_startup_trials=min_trials_before_stopping, n_warmup_steps=0)
+    pruner = (median_stopping(min_trials_before_stopping)
               if "median_automated_stopping_spec" in study_spec else optuna.pruners.NopPruner())
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
@@ -493,6 +496,36 @@ def run_local_tuning(
             future.result()
             bar.update(1)
     return [records[k] for k in sorted(records)]
+
+
+def median_stopping(min_completed: int = 2):
+    """An Optuna pruner with the rule of study.proto's ``MedianAutomatedStoppingSpec``
+    (googleapis/googleapis google/cloud/aiplatform/v1/study.proto, read 2026-11-28): "stops a
+    pending Trial if the Trial's best objective_value is strictly below the median 'performance'
+    of all completed Trials reported up to the Trial's last measurement", where performance is
+    "the running average of the objective values reported by the Trial in each measurement"
+    ("below" meaning worse: above it when minimising). Optuna's own MedianPruner compares the
+    trial's latest report with the others' at the same step, which stops other trials."""
+    import statistics
+
+    import optuna
+
+    class MedianStopping(optuna.pruners.BasePruner):
+        def prune(self, study, trial) -> bool:
+            step, mine = trial.last_step, trial.intermediate_values
+            if step is None:
+                return False
+            done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
+            performance = [statistics.fmean(v for s, v in t.intermediate_values.items() if s <= step)
+                           for t in done if any(s <= step for s in t.intermediate_values)]
+            if len(performance) < max(1, min_completed):
+                return False
+            median = statistics.median(performance)
+            if study.direction == optuna.study.StudyDirection.MAXIMIZE:
+                return max(mine.values()) < median
+            return min(mine.values()) > median
+
+    return MedianStopping()
 
 
 # ---------------------------------------------------------------- reading a study

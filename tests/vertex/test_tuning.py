@@ -252,3 +252,36 @@ def test_every_integer_flag_of_labkit_train_reads_the_services_double():
         assert getattr(ns, action.dest) == 4 and isinstance(getattr(ns, action.dest), int), flag
     with pytest.raises(SystemExit):
         argparse.ArgumentParser.parse_args(train, ["--batch-size=32.5"])
+
+
+def test_the_median_rule_is_the_one_study_proto_states():
+    """A running trial is stopped when its best report is worse than the median running average
+    of the completed trials up to its last step, not when its latest report is worse than the
+    others' reports at that step (Optuna's MedianPruner)."""
+    optuna = pytest.importorskip("optuna")
+    from labkit.vertex.tuning import median_stopping
+
+    def study_with(pruner):
+        study = optuna.create_study(direction="minimize", pruner=pruner)
+        for _ in range(2):  # completed: 4 then 0, a running average of 2 at step 1
+            t = study.ask()
+            t.report(4.0, 0)
+            t.report(0.0, 1)
+            study.tell(t, 0.0)
+        running = study.ask()
+        running.report(3.0, 0)
+        running.report(1.0, 1)  # best 1: better than the median performance 2, worse than the others' 0
+        return running
+
+    assert not study_with(median_stopping(2)).should_prune()
+    assert study_with(optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=0)).should_prune()
+    late = study_with(median_stopping(2))
+    late.report(2.5, 2)  # its best stays 1: still not behind the median of 2
+    assert not late.should_prune()
+    worse = optuna.create_study(direction="minimize", pruner=median_stopping(1))
+    done = worse.ask()
+    done.report(1.0, 0)
+    worse.tell(done, 1.0)
+    behind = worse.ask()
+    behind.report(5.0, 0)
+    assert behind.should_prune()
