@@ -7,6 +7,7 @@ and say precisely what is missing before any cell tries to submit a job.
 from __future__ import annotations
 
 import configparser
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,12 +80,26 @@ def detect(env: dict[str, str] | None = None) -> CloudContext:
     adc = _gcloud_dir(env) / "application_default_credentials.json"
     notes = []
     if key_file:
-        if Path(key_file).is_file():
-            credentials = f"GOOGLE_APPLICATION_CREDENTIALS ({key_file})"
-        else:
+        if not Path(key_file).is_file():
             notes.append(f"GOOGLE_APPLICATION_CREDENTIALS points to {key_file}, which does not exist")
+        elif (problem := _key_file_problem(Path(key_file))) is not None:
+            notes.append(f"GOOGLE_APPLICATION_CREDENTIALS points to {key_file}, which {problem}")
+        else:
+            credentials = f"GOOGLE_APPLICATION_CREDENTIALS ({key_file})"
     elif adc.is_file():
         credentials = f"application default credentials ({adc})"
     elif on_vertex or env.get("GCE_METADATA_HOST") or Path("/var/run/google.workbench").exists():
         credentials = "the VM's service account (metadata server)"
     return CloudContext(project, region, bucket, credentials, on_vertex, tuple(notes))
+
+
+def _key_file_problem(path: Path) -> str | None:
+    """Why the credentials file at `path` cannot sign in (None: it looks like one): google-auth
+    reads a JSON object with a ``type`` (service_account, authorized_user, external_account...)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        return f"is not a JSON credentials file ({type(e).__name__})"
+    if not isinstance(data, dict) or not data.get("type"):
+        return "is JSON but not a credentials file (it has no 'type', e.g. service_account)"
+    return None

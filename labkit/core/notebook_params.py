@@ -45,6 +45,19 @@ def notebook_parameters(path: str | os.PathLike) -> dict[str, Any]:
     return {name: default for name, (default, _) in _inspect(path).items()}
 
 
+def _one_parameters_cell(path: str | os.PathLike) -> None:
+    """Papermill injects the given values after the first cell tagged ``parameters``: a second
+    one would then run after them and put its own defaults back, silently."""
+    import nbformat
+
+    tagged = [i for i, cell in enumerate(nbformat.read(str(path), as_version=4).cells)
+              if "parameters" in cell.get("metadata", {}).get("tags", [])]
+    if len(tagged) > 1:
+        raise ParameterError("notebook", str(path), f"has {len(tagged)} cells tagged 'parameters' (cells "
+                             f"{', '.join(map(str, tagged))}): values given with -p would be overwritten "
+                             f"by the later one; keep the tag on one cell")
+
+
 def _inspect(path: str | os.PathLike) -> dict[str, tuple[Any, str]]:
     """Each parameter's default and papermill's name for its annotated type ("None" if none)."""
     import papermill
@@ -75,6 +88,8 @@ def check_parameters(path: str | os.PathLike, parameters: dict[str, Any],
     already read. See the module's note for defaults of None."""
     annotations = {name: kind for name, (_, kind) in _inspect(path).items()} if parameters else {}
     declared = notebook_parameters(path) if declared is None else declared
+    if parameters:
+        _one_parameters_cell(path)
     notebook = Path(path).name
     for name, value in parameters.items():
         if name not in declared:

@@ -72,6 +72,9 @@ def run_notebook(
     check_parameters(notebook, parameters)
     require_kernel(notebook)
     output = Path(output) if output else Path("runs") / timestamp() / notebook.name
+    if output.resolve() == notebook.resolve():  # papermill would write over the notebook it runs
+        raise ValueError(f"output {output} is the notebook itself: it would be replaced by the executed "
+                         f"copy with its parameters injected; write the executed notebook elsewhere")
     log = output.with_suffix(".log") if kernel_log else None
     check_file("output", output)  # before the kernel starts, not after the notebook ran
     if log is not None:

@@ -39,6 +39,12 @@ def test_cloud_context_from_env_and_gcloud_files(tmp_path):
     assert ctx.ready and "application default" in ctx.credentials
     missing_key = gcp.detect({"HOME": str(tmp_path), "GOOGLE_APPLICATION_CREDENTIALS": "/nope.json"})
     assert missing_key.credentials is None and "does not exist" in missing_key.notes[0]
+    for text, said in (("not json", "not a JSON credentials file"), ('{"a": 1}', "no 'type'")):
+        (tmp_path / "key.json").write_text(text)
+        bad_key = gcp.detect({"HOME": str(tmp_path), "GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "key.json")})
+        assert bad_key.credentials is None and said in bad_key.notes[0]
+    (tmp_path / "key.json").write_text('{"type": "service_account", "client_email": "a@p.iam.gserviceaccount.com"}')
+    assert gcp.detect({"HOME": str(tmp_path), "GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "key.json")}).credentials
 
 
 def test_cli_without_command_prints_help(capsys):

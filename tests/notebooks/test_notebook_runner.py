@@ -51,6 +51,26 @@ def test_an_output_that_cannot_be_written_is_refused_before_a_kernel_starts(tmp_
             notebook.run_notebook(HELLO_NOTEBOOK, output)
 
 
+def test_a_notebook_is_never_its_own_output(tmp_path):
+    mine = tmp_path / "mine.ipynb"
+    shutil.copy(HELLO_NOTEBOOK, mine)
+    before = mine.read_bytes()
+    with pytest.raises(ValueError, match="is the notebook itself"):
+        notebook.run_notebook(mine, tmp_path / "." / "mine.ipynb", {"size": 8})
+    assert mine.read_bytes() == before
+
+
+def test_values_a_second_parameters_cell_would_overwrite_are_refused(tmp_path):
+    nb = nbformat.read(HELLO_NOTEBOOK, as_version=4)
+    first = next(i for i, c in enumerate(nb.cells) if "parameters" in c.metadata.get("tags", []))
+    nb.cells.insert(first + 2, nbformat.v4.new_code_cell("size = 1024", metadata={"tags": ["parameters"]}))
+    twice = tmp_path / "twice.ipynb"
+    nbformat.write(nb, twice)
+    with pytest.raises(ParameterError, match=r"has 2 cells tagged 'parameters' \(cells"):
+        notebook_params.check_parameters(twice, {"size": 8})
+    notebook_params.check_parameters(twice, {})  # run as it is: nothing is overwritten
+
+
 def test_the_course_checks_every_notebooks_parameters_before_running_any(tmp_path):
     nbs = tmp_path / "notebooks"
     nbs.mkdir()
