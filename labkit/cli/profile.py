@@ -136,6 +136,9 @@ def _profile_tf(args, out: Path) -> int:
     if not has_tf():
         print("labkit profile: " + missing_reason("tensorflow"))
         return 2
+    from labkit.tf import runtime
+
+    runtime.configure(args.device)  # --device cuda without a GPU TensorFlow can use: a ParameterError
     cfg = TFWorkloadConfig(batch_size=args.batch_size, width=args.width, depth=args.depth,
                            input_latency_ms=args.input_latency_ms, parallel_calls=max(args.num_workers, 1),
                            prefetch=args.num_workers > 0, steps=args.wait + args.warmup + args.active)

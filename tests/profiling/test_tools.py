@@ -58,6 +58,18 @@ def test_labkit_profile_bad_parameter(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not has_tf(), reason="TensorFlow not installed")
+def test_tf_profile_that_asked_for_a_gpu_never_runs_on_the_cpu(tmp_path):
+    code = "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))"
+    if subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout.strip() != "0":
+        pytest.skip("TensorFlow sees a GPU here: --device cuda runs on it")
+    proc = subprocess.run([sys.executable, "-m", "labkit", "profile", "--framework", "tf", "--device", "cuda",
+                           "--out", str(tmp_path)], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode == 2 and "parameter 'device' needs a GPU that TensorFlow can use" in proc.stdout
+    assert not (tmp_path / "summary.json").exists()
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not has_tf(), reason="TensorFlow not installed")
 def test_tf_profiler_input_bound_then_compute_bound(tmp_path):
