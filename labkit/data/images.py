@@ -38,7 +38,7 @@ from labkit.data.shards import (
     manifest_name,
     read_manifest,
 )
-from labkit.data.tfrecord import Opener, expand_paths, iter_views
+from labkit.data.tfrecord import Opener, expand_paths, is_pattern, iter_views
 
 KIND = "encoded_images"
 
@@ -71,7 +71,7 @@ def shard_files(src) -> tuple[list[str], str]:
     or shard files / globs (uncompressed)."""
     if isinstance(src, (str, bytes)) or hasattr(src, "__fspath__"):
         path = str(src)
-        if not any(ch in path for ch in "*?[") and not path.endswith(".tfrecord"):
+        if not is_pattern(path) and not path.endswith(".tfrecord"):
             manifest = _manifest_in(path)
             if manifest is not None:
                 if manifest.get("kind") != KIND:

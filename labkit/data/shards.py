@@ -45,6 +45,7 @@ from labkit.data.tfrecord import (
     CorruptRecordError,
     RecordWriter,
     expand_paths,
+    is_pattern,
     is_remote,
     iter_record_chunks,
     normalize_compression,
@@ -414,7 +415,7 @@ def verify_shards(paths: str | os.PathLike | Sequence[str | os.PathLike],
     for item in items:
         path = os.fspath(item)
         folder = ShardFolder(path)
-        if not any(ch in path for ch in "*?[") and folder.is_dir():
+        if not is_pattern(path) and folder.is_dir():
             _verify_folder(folder, comp, report)
             continue
         for file in expand_paths(path):

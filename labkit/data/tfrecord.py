@@ -78,14 +78,15 @@ def is_remote(path: str) -> bool:
 
 
 def expand_paths(paths: PathLike | Iterable[PathLike]) -> list[str]:
-    """One path, a glob, or a list of them → the list of files, in order. Refuses an empty list
-    and a path or pattern that names no file, saying which."""
+    """One path, a glob, or a list of them → the list of files, in order (a local file whose
+    name holds glob characters is that file: `is_pattern`). Refuses an empty list and a path or
+    pattern that names no file, saying which."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out: list[str] = []
     for p in paths:
         p = os.fspath(p)
-        if any(ch in p for ch in "*?["):
+        if is_pattern(p):
             matches = _glob(p)
             if not matches:
                 raise FileNotFoundError(f"no TFRecord shard matches {p!r}")
@@ -97,6 +98,12 @@ def expand_paths(paths: PathLike | Iterable[PathLike]) -> list[str]:
     if not out:
         raise ValueError("no TFRecord shards given (the shard list is empty)")
     return out
+
+
+def is_pattern(path: str) -> bool:
+    """Whether `path` is a glob: it has ``*``, ``?`` or ``[`` and is not a local file or folder
+    of that very name (``run[1]/data.tfrecord`` that exists is that file, not ``run1/...``)."""
+    return any(ch in path for ch in "*?[") and (is_remote(path) or not os.path.exists(path.removeprefix("file://")))
 
 
 def _glob(pattern: str) -> list[str]:

@@ -135,3 +135,15 @@ def test_writing_into_a_file_is_refused_before_anything_is_written(tmp_path, tar
     out = f if target == "a file" else f / "sub"
     with pytest.raises(NotADirectoryError, match=f"cannot write shards into {out}"):
         _write(out)
+
+
+def test_a_path_with_brackets_that_exists_is_that_file_not_a_glob(tmp_path):
+    from labkit.data.shards import verify_shards
+    from labkit.data.tfrecord import expand_paths, write_records
+
+    write_records(tmp_path / "run[1].tfrecord", [b"a", b"b"])
+    write_records(tmp_path / "run1.tfrecord", [b"c"])  # what the pattern run[1] would match
+    literal = str(tmp_path / "run[1].tfrecord")
+    assert expand_paths(literal) == [literal]
+    assert verify_shards(literal).records == 2
+    assert expand_paths(str(tmp_path / "run[0-9].tfrecord")) == [str(tmp_path / "run1.tfrecord")]  # a glob still
