@@ -137,14 +137,16 @@ class MetricsLog:
 
     def write(self, path: str | os.PathLike) -> Path:
         """Write the file atomically: a temporary file beside it, then a rename. A write that
-        fails (a full disk) removes the temporary file and raises an OSError naming `path`."""
+        fails (a full disk) removes the temporary file and raises an OSError naming `path`.
+        Through a symbolic link, the file the link points to is written and the link stays."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        target = Path(os.path.realpath(path)) if path.is_symlink() else path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump(self.to_dict(), f, indent=1)
-            os.replace(tmp, path)
+            os.replace(tmp, target)
         except OSError as e:
             with contextlib.suppress(OSError):
                 os.remove(tmp)

@@ -81,3 +81,16 @@ def test_the_summary_holds_the_latest_held_out_loss():
             {"step": 2, "loss": 1.5, "heldout_loss": 1.4}]
     assert summarize(rows)["heldout_loss"] == 1.4
     assert "heldout_loss" not in summarize(rows[:1])
+
+
+def test_a_metrics_path_through_a_symlink_writes_its_target_and_keeps_the_link(tmp_path):
+    (tmp_path / "runs").mkdir()
+    link = tmp_path / "latest.json"
+    link.symlink_to(tmp_path / "runs" / "metrics.json")  # dangling until the first write
+    log = MetricsLog({"framework": "torch"})
+    log.append(StepMetrics(step=0, loss=1.0, step_time_s=0.1, samples_per_s=10.0))
+    assert log.write(link) == link
+    assert link.is_symlink() and load_metrics(tmp_path / "runs" / "metrics.json")["steps"][0]["loss"] == 1.0
+    log.append(StepMetrics(step=1, loss=0.5, step_time_s=0.1, samples_per_s=10.0))
+    log.write(link)
+    assert link.is_symlink() and len(load_metrics(link)["steps"]) == 2
