@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from labkit.core.config import ParameterError
-from labkit.core.gcs import aip_mount_paths, unmounted, unreachable
+from labkit.core.gcs import aip_mount_paths, fuse_path, is_gcs_uri, unmounted, unreachable
 
 PROBE_PREFIX = ".labkit-write-probe-"
 
@@ -46,7 +46,13 @@ def check_folder(name: str, path: str | os.PathLike, *, source: str | None = Non
 
 def check_file(name: str, path: str | os.PathLike, *, source: str | None = None) -> None:
     """Make sure file `path` (for setting `name`) can be written: it is not a folder, and its
-    folder exists or can be created and takes a new file."""
+    folder exists or can be created and takes a new file. A ``gs://`` address is refused: the
+    file is written through a file path (`Path` would turn ``gs://b/m.json`` into a local folder
+    named ``gs:``); on Vertex that path is the bucket's mount, ``/gcs/BUCKET/...``."""
+    if is_gcs_uri(os.fspath(path)):
+        raise UnwritableOutput(name, str(path), _from(source) + "is a Cloud Storage address, and this file is "
+                               f"written through a file path: in a Vertex job give {fuse_path(os.fspath(path))} "
+                               "(the bucket's mount), elsewhere a local path")
     p = Path(path)
     if p.is_dir():
         raise UnwritableOutput(name, str(path), _from(source) + "is a folder; give a file path")

@@ -94,3 +94,15 @@ def test_a_metrics_path_through_a_symlink_writes_its_target_and_keeps_the_link(t
     log.append(StepMetrics(step=1, loss=0.5, step_time_s=0.1, samples_per_s=10.0))
     log.write(link)
     assert link.is_symlink() and len(load_metrics(link)["steps"]) == 2
+
+
+def test_a_metrics_file_at_a_cloud_storage_address_is_refused_before_training(tmp_path, monkeypatch):
+    """`Path("gs://b/m.json")` is the local folder `gs:`: the file is named through the mount."""
+    from labkit.core.config import ParameterError
+    from labkit.core.outputs import check_run_outputs
+    from labkit.core.train_config import TrainConfig
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ParameterError, match=r"'metrics_out' is a Cloud Storage address.*/gcs/my-bucket/m\.json"):
+        check_run_outputs(TrainConfig(metrics_out="gs://my-bucket/m.json"))
+    assert not (tmp_path / "gs:").exists()
