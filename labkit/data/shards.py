@@ -418,13 +418,32 @@ def verify_shards(paths: str | os.PathLike | Sequence[str | os.PathLike],
         if not is_pattern(path) and folder.is_dir():
             _verify_folder(folder, comp, report)
             continue
+        unlisted = []
         for file in expand_paths(path):
             listed = _listing(file)
             want_comp = comp if comp is not None else (listed[0] if listed else "")
             checked = verify_file(file, want_comp, report)
             if listed and checked is not None and checked.count != listed[1]:
                 report.problems.append(_count_problem(file, checked.count, listed[1], listed[2]))
+            unlisted += [] if listed else [file]
+        report.problems += _incomplete_sets(unlisted)
     return report
+
+
+_NUMBERED = re.compile(r"^(?P<set>.*)-(?P<i>\d{5})-of-(?P<n>\d{5})(?P<ext>\.tfrecord(\.gz|\.zz)?)$")
+
+
+def _incomplete_sets(files: list[str]) -> list[str]:
+    """Files no manifest lists, named ``PREFIX-00003-of-00025.tfrecord``: the shards of a set of
+    25 that is not all there (a write that was interrupted before its manifest), one line per set."""
+    sets: dict[tuple[str, int, str], set[int]] = {}
+    for file in files:
+        m = _NUMBERED.match(file)
+        if m:
+            sets.setdefault((m["set"], int(m["n"]), m["ext"]), set()).add(int(m["i"]))
+    return [f"{prefix}-*-of-{n:05d}{ext}: {len(have)} of the set's {n} shards are here and no manifest lists "
+            f"them (a write that did not finish?); missing e.g. {prefix}-{min(set(range(n)) - have):05d}-of-{n:05d}{ext}"
+            for (prefix, n, ext), have in sorted(sets.items()) if set(range(n)) - have]
 
 
 def _listing(file: str) -> tuple[str, int, str] | None:

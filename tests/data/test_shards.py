@@ -147,3 +147,18 @@ def test_a_path_with_brackets_that_exists_is_that_file_not_a_glob(tmp_path):
     assert expand_paths(literal) == [literal]
     assert verify_shards(literal).records == 2
     assert expand_paths(str(tmp_path / "run[0-9].tfrecord")) == [str(tmp_path / "run1.tfrecord")]  # a glob still
+
+
+def test_a_glob_over_an_unfinished_set_is_not_passed(tmp_path):
+    """Shards named -of-00025 without a manifest, three of them present: a write that stopped."""
+    from labkit.data.shards import verify_shards
+    from labkit.data.tfrecord import write_records
+
+    for i in range(3):
+        write_records(tmp_path / f"data-{i:05d}-of-00025.tfrecord", [b"x"])
+    report = verify_shards(str(tmp_path / "data-*.tfrecord"))
+    assert report.records == 3 and not report.ok
+    assert "3 of the set's 25 shards are here" in report.problems[0] and "data-00003-of-00025" in report.problems[0]
+    for i in range(3, 25):
+        write_records(tmp_path / f"data-{i:05d}-of-00025.tfrecord", [b"x"])
+    assert verify_shards(str(tmp_path / "data-*.tfrecord")).ok  # the whole set: nothing to say
