@@ -274,7 +274,7 @@ def test_dry_run_prints_rest_json_cost_and_what_is_missing(tmp_path):
 
 def test_preflight_ready_with_everything(tmp_path):
     key = tmp_path / "key.json"
-    key.write_text("{}")
+    key.write_text('{"type": "service_account", "client_email": "a@p.iam.gserviceaccount.com"}')
     env = {"HOME": str(tmp_path), "GOOGLE_APPLICATION_CREDENTIALS": str(key),
            "GOOGLE_CLOUD_PROJECT": "p", "GOOGLE_CLOUD_REGION": "us-central1", "LABKIT_BUCKET": "b"}
     assert vertex.preflight(env).ready
