@@ -232,13 +232,9 @@ class _Counts:
     def _now(self) -> int | None:
         if not self.endpoint:
             return None
-        import urllib.request
+        from labkit.vertex.storage.server import server_stats
 
-        from labkit.vertex.storage.api import STATS_PATH
-
-        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        with direct.open(self.endpoint + STATS_PATH, timeout=30) as reply:
-            return json.loads(reply.read())["requests"]
+        return server_stats(self.endpoint)["requests"]
 
     def around(self, key: str):
         from contextlib import contextmanager

@@ -68,6 +68,16 @@ def serve(root: Path, state: Path, ready_file: Path, network: Network | None = N
         time.sleep(3600)
 
 
+def server_stats(endpoint: str) -> dict[str, int]:
+    """The counts (`labkit.vertex.storage.network.Counts`) of the local server at `endpoint`
+    (``http://127.0.0.1:PORT``, as ``STORAGE_EMULATOR_HOST`` names it to a replica)."""
+    import urllib.request
+
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback, never a proxy
+    with direct.open(endpoint + STATS_PATH, timeout=30) as reply:
+        return json.loads(reply.read())
+
+
 class LocalStorage:
     """A running local Cloud Storage over the bucket folders in `root`; its working files
     (upload staging, the job's certificate authority) live in `state`. `network` sets the
@@ -126,11 +136,7 @@ class LocalStorage:
 
     def stats(self) -> dict[str, int]:
         """Requests answered so far, downloads among them and their bytes."""
-        import urllib.request
-
-        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback, never a proxy
-        with direct.open(self.endpoint + STATS_PATH, timeout=30) as reply:
-            return json.loads(reply.read())
+        return server_stats(self.endpoint)
 
     def close(self) -> None:
         self.process.close()
