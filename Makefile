@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 # TensorFlow's CUDA build where an NVIDIA driver is present (plain tensorflow would train on the CPU).
 TF_EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo tf-gpu || echo tf)
-EXTRAS ?= torch,$(TF_EXTRA),vertex,data,trace,tune,deepspeed,lab,dev
+EXTRAS ?= torch,$(TF_EXTRA),vertex,data,trace,tune,deepspeed,lab,wandb,dev
 comma := ,
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 # The Jupyter kernel every notebook names (labkit.notebooks.KERNEL_NAME), registered in
@@ -64,9 +64,9 @@ test: setup
 	$(PY) -m pytest tests notebooks --nbval-lax --nbval-cell-timeout=900 -n $(TEST_WORKERS) $(PYTEST_FLAGS)
 
 # The fast tier for a change in progress: unit tests only, no multi-process, notebook or browser
-# runs (those are marked slow); `make test` runs everything.
+# runs (those are marked slow), on the same TEST_WORKERS as `make test`; `make test` runs everything.
 check: setup
-	$(PY) -m pytest tests -m "not slow and not gpu and not cloud" -q $(PYTEST_FLAGS)
+	$(PY) -m pytest tests -m "not slow and not gpu and not cloud" -q -n $(TEST_WORKERS) $(PYTEST_FLAGS)
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks

@@ -10,8 +10,8 @@
 #
 # 1. **Interactively** in JupyterLab or Vertex AI Workbench: what you are doing now.
 # 2. **Headless with papermill**, with parameters: `labkit run notebooks/04_mixed_precision.ipynb -p scale full`.
-# 3. **As a Vertex AI custom job**: papermill inside a prebuilt container, the executed notebook
-#    written to Cloud Storage. Without a Google Cloud project the job spec is built and validated
+# 3. **As a Vertex AI custom job**: papermill inside labkit's own training image (CUDA, the
+#    framework and labkit; `labkit image` builds it), the executed notebook written to Cloud Storage. Without a Google Cloud project the job spec is built and validated
 #    offline (dry run) and nothing is submitted.
 #
 # The first code cell holds the **parameters** (tagged `parameters`, so papermill can override
@@ -101,7 +101,8 @@ print("ready to submit" if cloud.ready else "dry-run mode; missing:\n- " + "\n- 
 
 # %% [markdown]
 # The job spec for running **this** notebook on Vertex AI, on one L4 GPU with real sizes:
-# papermill inside a prebuilt PyTorch container, the executed notebook written under the
+# papermill inside labkit's own PyTorch image (the `image_uri` below: Vertex's prebuilt images
+# stop at PyTorch 2.4, older than labkit needs), the executed notebook written under the
 # bucket. The dry run validates it offline against Vertex's API types
 # (`google.cloud.aiplatform_v1`) and prints it with its estimated cost per hour.
 # `labkit run notebooks/00_tour.ipynb --vertex --accelerator-type NVIDIA_L4 --accelerator-count 1`

@@ -24,7 +24,7 @@ overflow_init_scale = 268435456.0
 time_budget_s = 0.0
 
 # %%
-from labkit.notebooks import key_figure, key_ratio, route_kernel_stderr
+from labkit.notebooks import key_comparison, key_figure, key_ratio, route_kernel_stderr
 
 route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
 
@@ -99,12 +99,13 @@ if rows:
 # %% [markdown]
 # ## Without a GPU: the reference ladder
 # Tensor cores (TF32, bf16, fp16) are what the ladder is about, and a CPU has none. When this
-# run had no GPU, here is a ladder measured on one, read from the repository's benchmark results
-# (the file named below holds the device, the software, the date and the command). It is
-# labkit's own engine training ResNet-50 at batch 256 (AdamW, synthetic 224×224 images), one
-# run per rung, and it has one rung more than this notebook: CUDA graphs on top of compile. Rerun
+# run had no GPU, here is a ladder measured on one, read from the repository's results (the
+# line above the table names the file, the device, the software, the date and the command): this
+# notebook's own ladder from the newest full-size course run on a GPU, each rung with the range
+# of its repeated runs; or, where the repository holds no such run, labkit's ResNet-50 benchmark
+# ladder (batch 256, one run per rung, and a last rung that adds CUDA graphs to compile). Rerun
 # this notebook on a GPU machine (`labkit run notebooks/04_mixed_precision.ipynb -p scale full`,
-# or as a Vertex AI job) to measure the ladder yourself, with its spread.
+# or as a Vertex AI job) to measure the ladder yourself.
 
 # %%
 from labkit.hardware.results import ResultsUnavailable
@@ -113,7 +114,7 @@ if rows and not rows[0]["device"].startswith("cuda"):
     try:
         reference, provenance = precision.reference_ladder()
         print("Reference, not measured by this run:", provenance)
-        display(Markdown(table(reference, ["rung", "samples_per_s", "speedup"], markdown=True)))
+        display(Markdown(table(reference, ["rung", "samples_per_s", "range", "speedup"], markdown=True)))
     except ResultsUnavailable as e:
         print(e)
 
@@ -148,9 +149,7 @@ if has_torch:
     display(Markdown(table(aligned, ["shape", "multiple_of_64", "tflops", "ms", "dtype"], markdown=True)))
     padded = tensor_cores.vocab_comparison(device=device)
     print(padded.sentence("vocab 50257", "vocab 50304", "TFLOP/s"))
-    key_figure("vocab 50304 vs 50257 matmul FLOP rate", padded.speedup(), "×",
-               f"{aligned[0]['dtype']}; " + ("no measurable difference here" if padded.winner is None else
-                                             "faster" if padded.b_is_better else "slower"))
+    key_comparison("vocab 50304 vs 50257 matmul FLOP rate", padded, "vocab 50257", "vocab 50304", "TFLOP/s")
 
 # %% [markdown]
 # ## The TensorFlow column

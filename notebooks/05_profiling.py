@@ -39,7 +39,7 @@ profile_tf = True
 time_budget_s = 0.0
 
 # %%
-from labkit.notebooks import artifacts_dir, key_figure, route_kernel_stderr
+from labkit.notebooks import artifacts_dir, key_comparison, key_figure, route_kernel_stderr
 
 route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
 
@@ -103,9 +103,8 @@ if has_torch:
     input_fix = profiling.timed_comparison(profiling.training_rate(slow_cfg), profiling.training_rate(fixed_cfg), repeats)
     print(profiling.compare(slow, fixed, input_fix))
     key_figure("verdict after the fix", fixed.verdict.kind)
-    key_figure("speed-up from loader workers + prefetch (injected latency)", input_fix.speedup(), "×",
-               f"median of {repeats} runs each; " + ("no measurable difference here" if input_fix.winner is None
-                                                      else "faster" if input_fix.b_is_better else "slower"))
+    key_comparison("speed-up from loader workers + prefetch (injected latency)", input_fix,
+                   "the slow loader", f"num_workers={fixed_num_workers}")
 
 # %% [markdown]
 # ## 3. A CPU-bound input: real image decoding
@@ -157,9 +156,8 @@ if has_torch:
         profiling.workload_rate(WorkloadConfig(shape="deep_narrow", batch_size=large_batch, threads=0)), repeats)
     print(profiling.compare(tiny, big, launch_fix))
     key_figure("verdict with the larger batch", big.verdict.kind)
-    key_figure("throughput gain (samples/s) from the larger batch", launch_fix.speedup(), "×",
-               f"median of {repeats} runs each; " + ("no measurable difference here" if launch_fix.winner is None
-                                                      else "faster" if launch_fix.b_is_better else "slower"))
+    key_comparison("throughput gain (samples/s) from the larger batch", launch_fix,
+                   f"batch {small_batch}", f"batch {large_batch}")
 
 # %%
 if has_torch:
@@ -263,3 +261,32 @@ if has_torch:
     print("trace files:", *sorted(p.name for p in (out / "recipe_profile").rglob("*.json")))
     key_figure("recipe profile vs unprofiled labkit train: largest loss difference", prof.max_abs_diff,
                note=f"tolerance {prof.tolerance:.0e}")
+
+# %% [markdown]
+# ## 9. Looking inside a job while it runs on Vertex
+# Everything above profiles a run you start here. On Vertex two switches in the job spec let
+# you look inside a job that is already running (`labkit.vertex.cloud_profile` cites the pages):
+# `enable_web_access` opens an **interactive shell** into each node (the job lists one URI per
+# node as `webAccessUris` once it runs): the way into a replica that hangs, with `py-spy dump
+# --pid 1` or `nvidia-smi`. The **Vertex AI TensorBoard Profiler** captures a trace from the
+# running job on demand, from the Profile tab of the job's TensorBoard; it profiles TensorFlow
+# only (the SDK's profiler has a single `tensorflow` plugin), and needs the job's TensorBoard,
+# its service account, the SDK's `cloud_profiler` extra in the image, and `cloud_profiler.init()`
+# in the training process. `tensorboard_profiler=True` (or `labkit job --tensorboard-profiler`)
+# arranges the last two; a PyTorch job is profiled with `labkit profile`, as in section 7. The
+# spec below is built and checked here; the `YOUR_` names are placeholders that `submit`
+# refuses until you replace them.
+
+# %%
+from labkit import vertex
+
+watch_spec = vertex.training_job(
+    {"framework": "tf", "model": model, "steps": 2000}, output_uri="gs://YOUR_BUCKET/05-watch",
+    machine_type="g2-standard-8", accelerator_type="NVIDIA_L4", accelerator_count=1,
+    tensorboard="projects/YOUR_PROJECT/locations/us-central1/tensorboards/YOUR_TENSORBOARD_ID",
+    service_account="trainer@YOUR_PROJECT.iam.gserviceaccount.com",
+    enable_web_access=True, tensorboard_profiler=True)
+print(table(profiling.running_job_rows(watch_spec), title="the fields that open a running job"))
+print("the same from a shell: labkit job --dry-run --framework tf --enable-web-access "
+      "--tensorboard-profiler --tensorboard ... --service-account ... --output gs://... -- python train.py")
+

@@ -237,28 +237,67 @@ if fw.torch:
 # send 2(n−1)/n times the gradient size; with Vertex's **Reduction Server** (pool 2, Google's
 # image on CPU machines), each node sends its gradient once to the reducers and receives the
 # sum once. Google quotes "up to 2×" all-reduce bandwidth (Google Cloud blog). The training code
-# does not change: NCCL's all-reduce goes through the reducers. The reducers cost extra CPU VMs.
+# does not change: NCCL's all-reduce goes through the reducers.
+#
+# **Where it helps.** Vertex's distributed-training page asks for GPU workers using NCCL
+# all-reduce, and the reducers are CPU VMs every worker connects to: they are reached over the
+# training VMs' VM network. So they help where the GPUs' traffic between nodes crosses that
+# network anyway (A2, G2, G4, N1 with T4/V100, A3 High). Not on the machines Vertex sets up with
+# GPUDirect (configure-compute page: A3 Mega with TCPXO, A3 Ultra, A4 and A4X with RDMA): their
+# GPUs send over GPU NICs (1,600–3,200 Gbps) the reducers cannot reach, behind host NICs of
+# 200–400 Gbps. Nor on one node. There `auto` proposes **no reducers** and says why.
+#
+# **How many.** Vertex's rule: the reducers' total bandwidth "matches or exceeds" the training
+# nodes'. labkit counts only the bandwidth that goes through the NIC the reducers share: an
+# `a3-highgpu-8g` has 1,000 Gbps in Compute Engine's table, but 800 of it is four GPUDirect-TCPX
+# GPU NICs and its primary NIC carries up to 200 Gbps, so 4 nodes need ⌈4 × 200 / 32⌉ = 25
+# `n1-highcpu-16` reducers, not 125. The rule is advice: a count of your own
+# (`reduction_servers`) is kept, with a one-line warning when it is below the rule. Every pool is
+# priced, the reducers included. Before running: what share of the job's cost per hour do you
+# expect the reducers to be?
 
 # %%
+from labkit.vertex.reduction import plan_reducers, price_plan
+
 ring_traffic = 2 * (nodes - 1) / nodes
 print(f"{nodes} nodes: ring all-reduce sends {ring_traffic:.2f}× the gradient per node, "
       f"Reduction Server 1.00× -> up to {ring_traffic:.2f}× less traffic per node")
-big = vertex.training_job(dict(model="gpt", precision="bf16", steps=5000, batch_size=8 * gpus_per_node * nodes,
-                               checkpoint_every=500), output_uri=output_uri, machine_type=machine_type,
-                          accelerator_type=accelerator_type, accelerator_count=gpus_per_node,
-                          replica_count=nodes, reduction_server_count=reduction_servers or "auto")
-reducers = big["worker_pool_specs"][2]["replica_count"]
-print(vertex.size_reducers(nodes, machine_type, accelerator_type, "n1-highcpu-16", gpus_per_node).text())
-print(describe_environments(big, workdir / "big"))
+rs_plan = plan_reducers(reduction_servers or "auto", nodes, machine_type, accelerator_type,
+                        accelerator_count=gpus_per_node)
+rs_cost = price_plan(rs_plan)
+print(rs_plan.text() + "\n" + rs_cost.text())
+reducers = rs_plan.count
 key_figure(f"traffic per node, ring / Reduction Server ({nodes} nodes)", ring_traffic, "×")
+
+# %% [markdown]
+# The job this plan gives, and what each of its replicas sees:
+
+# %%
+from labkit.course.multinode import reducer_job, reducer_rows
+
+big = reducer_job(rs_plan, dict(model="gpt", precision="bf16", steps=5000, batch_size=8 * gpus_per_node * nodes,
+                                checkpoint_every=500), output_uri=output_uri)
+print(describe_environments(big, workdir / "big"))
+
+# %% [markdown]
+# The same `auto` plan for `nodes` nodes of other machines, priced from labkit's machine price
+# list (Compute Engine list prices, us-central1). Before running: on which of them does `auto`
+# propose reducers?
+
+# %%
+print(table(reducer_rows(nodes), title=f"Reduction Server plan ('auto') for {nodes} nodes"))
+if reducers and rs_cost.reducers_share is not None:
+    key_figure(f"{reducers} reducers' share of the job's cost per hour ({nodes} × {machine_type})",
+               100 * rs_cost.reducers_share, "%", note=f"${rs_cost.reducers_usd_hr:,.2f}/h of reducers, on-demand")
 
 # %% [markdown]
 # ## The exact spec to submit: 4 nodes × 8 GPUs
 # Pool 0 and pool 1 run `labkit train` under torchrun (8 processes per node, global rank =
-# RANK × 8 + local rank), pool 2 the Reduction Server, `restartJobOnWorkerRestart` because a DDP
-# job cannot lose a member, checkpoints under `baseOutputDirectory`. The dry run validates it
-# against `google.cloud.aiplatform_v1` and prices it; it is submitted only when `submit=True`
-# and this environment has a project, region, bucket and credentials.
+# RANK × 8 + local rank), pool 2 the reducers the plan above proposes (if any),
+# `restartJobOnWorkerRestart` because a DDP job cannot lose a member, checkpoints under
+# `baseOutputDirectory`. The dry run validates it against `google.cloud.aiplatform_v1` and prices
+# every pool; it is submitted only when `submit=True` and this environment has a project, region,
+# bucket and credentials.
 
 # %%
 from labkit.course import recipe_view
@@ -343,10 +382,14 @@ if fw.torch:
 # (`projects/P/locations/L/tensorboards/ID`), `service_account` is the account the job runs as
 # (Vertex requires one with a TensorBoard: it must be able to write the bucket and use Vertex AI),
 # and `base_output_directory`, under which Vertex sets `AIP_TENSORBOARD_LOG_DIR=<base>/logs/`.
-# Whatever the training code writes there as TensorBoard **event files** is uploaded as it is
-# written (Google's "Use Vertex AI TensorBoard with custom training",
+# The TensorBoard **event files** the training code leaves there are uploaded while the job runs
+# (Google's "Use Vertex AI TensorBoard with custom training",
 # https://docs.cloud.google.com/gemini-enterprise-agent-platform/machine-learning/experiments/tensorboard-training,
-# read 2026-11-26). `labkit train` writes its scalars there when the variable is set. Below, the
+# read 2026-11-26), but only what Cloud Storage holds as a finished object: a file written
+# through the `/gcs/` mount becomes one when it is closed, not on `flush()` or `fsync()` (Cloud
+# Storage FUSE's streaming writes, its default, finalize on close only). `labkit train` writes
+# its scalars to a file on the VM's disk and copies it whole to `AIP_TENSORBOARD_LOG_DIR` every
+# 30 seconds and at the end (`labkit.core.scalars`), so the curves arrive while it trains. Below, the
 # same DDP job as above with a TensorBoard, run by the emulator, which sets the variable as Vertex
 # does. Before running: with `replicas` nodes, how many event files do you expect, and which
 # scalars in them?
@@ -376,8 +419,9 @@ else:
 
 # %% [markdown]
 # On Vertex, the job's TensorBoard experiment in the Google Cloud console shows these same scalar
-# tags (`train/loss`, step time, throughput, learning rate), streamed in near real time as the
-# files reach Cloud Storage; locally, `tensorboard --logdir` above shows them at
+# tags (`train/loss`, step time, throughput, learning rate), at most about half a minute behind
+# the job plus the uploader's own delay (a curve written with a plain `open()` or `SummaryWriter`
+# on `/gcs/` would appear only when training ends); locally, `tensorboard --logdir` above shows them at
 # http://localhost:6006. The `vertex_job` recipe passes the same two fields to the SDK:
 # `--tensorboard ... --service-account ...` become `CustomJob.submit(tensorboard=...,
 # service_account=...)`.
@@ -406,3 +450,60 @@ nccl_spec = vertex.training_job(dict(model="gpt", precision="bf16", steps=5000, 
 print("\n".join(mn.pool_env_lines(nccl_spec)))
 if fw.torch:
     print(mn.nccl_here_text(tb_job, len(devices.detect().gpus)))
+
+# %% [markdown]
+# ## What a running job reports, and where to read it
+# While a job runs, its replicas' output goes to **Cloud Logging**, line by line. A progress bar
+# redraws its line with carriage returns, which only a terminal replays; a line that is one JSON
+# object becomes a **structured** entry: its `severity` is the entry's severity, its `message`
+# the text shown, and every other field lands in `jsonPayload`, where a query can filter on it
+# (Google's "Structured logging", https://cloud.google.com/logging/docs/structured-logging, read
+# 2026-11-29). So inside a job `labkit train` writes no bar: one JSON line per step, with the
+# step's figures as fields (`step`, `loss`, `step_time_s`, `samples_per_s`, `steps_per_s`, `lr`,
+# and on a GPU `gpu_util` and `gpu_mem_gib`, sampled about once a second), a start line, and its
+# warnings and failures as WARNING and ERROR entries. It knows it runs in a job from
+# `CLOUD_ML_JOB_ID`, which Vertex sets in every replica and the emulator too;
+# `LABKIT_LOG_FORMAT=json` or `text` forces either way. Below, a tiny job through the emulator.
+# Before running: how many lines do you expect from its primary replica, and in what order?
+
+# %%
+from labkit.core import joblog
+
+log_uri = "gs://labkit-local/06/joblog"
+log_spec = vertex.training_job(dict(train, framework="torch" if fw.torch else "tf", steps=min(steps, 8)),
+                               output_uri=log_uri)
+log_job = run_local(log_spec, workdir / "joblog")
+chief_log = log_job.final().log()
+records = joblog.parse(chief_log)
+step_lines = [r for r in records if r.get("event") == "step"]
+print(log_job.summary().splitlines()[0])
+print(f"primary replica: {len(chief_log.splitlines())} line(s), {len(records)} of them JSON log lines, "
+      f"{len(step_lines)} with a step; carriage returns in its log: {chief_log.count(chr(13))}")
+key_figure("tiny emulated job: JSON log lines with a step's figures", len(step_lines), note=f"of {len(records)} lines")
+
+# %%
+shown = ("severity", "event", "step", "loss", "samples_per_s", "steps_per_s", "gpu_util", "message")
+picked = records[:3] + records[-2:]
+print(table([{k: r.get(k, "") for k in shown} for r in picked], title="parsed log lines (first three, last two)"))
+print("\nas written:", next(line for line in chief_log.splitlines() if '"event":"step"' in line))
+log_tags = mn.tensorboard_rows(log_job.local(log_uri + "/logs/"))
+print(table(log_tags, title="the same run's TensorBoard scalars (AIP_TENSORBOARD_LOG_DIR)"))
+sampled = [r for r in step_lines if "gpu_util" in r or "gpu_mem_gib" in r]
+print(f"GPU samples in the step lines: {len(sampled)}"
+      + ("" if sampled else " (no GPU here: nothing is sampled, no system/ scalars are written)"))
+
+# %% [markdown]
+# **Where to read them on Vertex.** Each replica's lines are entries of the job in **Logs
+# Explorer**; the query below is the filter `gcloud ai custom-jobs stream-logs JOB_ID` uses
+# itself (`resource.type="ml_job"` and the job's id), narrowed to the step lines, and that command
+# prints the same entries' messages in a terminal. The job's page in the Google Cloud console
+# (Vertex AI, Training, Custom jobs) is where its state and logs are reached from. The curves are
+# in **TensorBoard** as before: `train/samples_per_s` (and `train/step_time_s`) for the step rate,
+# `system/gpu_util` (percent) and `system/gpu_mem_gib` on GPU machines. With
+# `--wandb-project NAME` (the `wandb` extra) the same scalars also go to a Weights & Biases run;
+# `WANDB_MODE=offline` keeps it on disk.
+
+# %%
+print("Logs Explorer query:", joblog.logs_query("JOB_ID"))
+print("in a terminal:      ", "gcloud ai custom-jobs stream-logs JOB_ID --region REGION")
+print("more or fewer lines: LABKIT_LOG_EVERY_S=30 (at most one step line per 30 s; default: every step)")

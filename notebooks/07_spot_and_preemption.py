@@ -22,6 +22,11 @@
 # interval that minimises the expected cost, and runs a **preemption drill** through the local
 # Vertex emulator, proving that the resumed job's per-step losses and final weights are
 # identical to an uninterrupted run.
+#
+# **Step numbers.** Every step number below counts from 0, as labkit's metrics file (its `step`
+# field), its checkpoint folders (`step-00000008` holds the state after step 8) and the recipes
+# do: "SIGTERM during step 7" means steps 0-6 were done; a checkpoint of step 8 resumes with
+# step 9.
 
 # %% tags=["parameters"]
 scale = "auto"
@@ -65,9 +70,10 @@ plan = sizing.plan("07_spot_and_preemption", scale, time_budget_s=time_budget_s,
 print(plan.text())
 steps = steps or plan["steps"]
 preempt_step = preempt_step or steps // 2 + 1
-config.check_choice("signal", signal, ("SIGTERM", "SIGKILL"))
+cfg = drill.DrillConfig(replicas=replicas, steps=steps, checkpoint_every=checkpoint_every,
+                        preempt_step=preempt_step, signal=signal, input_latency_ms=plan["input_latency_ms"])
 workdir = artifacts_dir("07_spot_and_preemption")
-print(f"scale {scale}: {steps} steps, checkpoint every {checkpoint_every}, {signal} at step {preempt_step}")
+print(f"scale {scale}: {cfg.text()}")
 
 # %%
 from labkit.hardware import facts
@@ -159,27 +165,29 @@ key_figure("runs of a replica that crashed with SIGSEGV (Vertex: restarted up to
 # %% [markdown]
 # ## The preemption drill
 # The same `labkit train` job runs twice through the emulator: once undisturbed, once with
-# `workerpool1[0]` receiving SIGTERM when the job reaches step `preempt_step`. Every rank
-# agrees (in the step's all-reduce) to stop, the chief commits a checkpoint, all exit 143; the
-# Spot job restarts, every replica restores the newest committed checkpoint (model, optimizer,
-# LR schedule, RNG, data position) and continues with exactly the next step. With `SIGKILL`
-# there is no warning: the job resumes from the last periodic checkpoint and redoes the steps
-# after it.
+# `workerpool1[0]` receiving SIGTERM during step `preempt_step` (the emulator sends it when the
+# chief's progress bar shows `preempt_step` steps done). Every rank agrees (in a step's
+# all-reduce) to stop after the same step, the chief commits a checkpoint of that step, all exit
+# 143; the Spot job restarts, every replica restores the newest committed checkpoint (model,
+# optimizer, LR schedule, RNG, data position) and continues with exactly the next step. With
+# `SIGKILL` there is no warning: the job resumes from the last periodic checkpoint and redoes
+# the steps after it.
+#
+# Before running: the signal arrives during step `preempt_step`. Which step's checkpoint do
+# you expect the restarted job to restore, and which step does it train first?
 
 # %%
 if frameworks.has_torch():
-    cfg = drill.DrillConfig(replicas=replicas, steps=steps, checkpoint_every=checkpoint_every,
-                            preempt_step=preempt_step, signal=signal,
-                            input_latency_ms=plan["input_latency_ms"])
     result = drill.preemption_drill(cfg, workdir / "drill")
     print(result.text())
-    print("\n".join(result.preempted.events))
+    print("\n".join(result.story()))
+    print("\nthe emulator's events:\n" + "\n".join(result.events()))
 else:
     print(frameworks.missing_reason("torch"))
 
 # %%
 if frameworks.has_torch():
-    print(result.preempted.summary())
+    print(table(result.attempt_rows(), title="the preempted job, replica by replica (steps counted from 0)"))
     last_words = [x for x in result.preempted.runs if x.job_attempt == 0 and x.pool == 0][0].log()
     print("\nchief, first attempt:", [ln for ln in last_words.splitlines() if "labkit train" in ln])
     drill.plot_losses(result, workdir / "drill_losses.png")
@@ -197,8 +205,10 @@ if frameworks.has_torch():
 # that checkpoint. `labkit emulate --spot --preempt-at-step 1 --step-pattern 'Epoch (\d+)/'`
 # preempts it when any replica prints "Epoch 1/": a fault reaches any code by what it prints
 # (or `--preempt-after 30s`, or `--preempt-when-file gs://...` when a file appears). The same job
-# runs once undisturbed, to compare. Before running: after the restart, which epoch does each
-# replica start from, and should the final held-out loss differ from the undisturbed run?
+# runs once undisturbed, to compare. This trainer is your code: it prints epochs counted from 1
+# ("Epoch 1/3" is the first), its own convention, not labkit's step numbers. Before running:
+# after the restart, which epoch does each replica start from, and should the final held-out
+# loss differ from the undisturbed run?
 
 # %%
 from labkit.course import own_job
@@ -213,43 +223,45 @@ else:
 
 # %% [markdown]
 # ## Checkpoint interval vs lost work vs cost
-# Measured here: three writes of this run's checkpoint, topped up to 64 MB so they measure a
-# bandwidth rather than the file system's latency; the
-# cost model then writes a `checkpoint_gb` checkpoint at that bandwidth (GPT-2 small with AdamW
-# is about 1.5 GB of full state). The preemption rate is **an assumption**
-# (`preemptions_per_hour`): Google publishes none for Spot. A preemption loses half an interval
-# of work on average (nothing when the SIGTERM checkpoint fits in the notice) plus the restart.
-# The **Young/Daly** rule (Young, 1974; Daly, 2006) gives the interval that wastes least with
-# hard kills, √(2·C·M): C the time one checkpoint takes to write, M the mean time between
-# preemptions (1 / `preemptions_per_hour`); the table prices it beside round intervals.
+# On Vertex a Spot job's checkpoints go to Cloud Storage (`AIP_CHECKPOINT_DIR`, through `/gcs/`),
+# so the interval below comes from **Cloud Storage's write rate**. With credentials and a bucket
+# here (`LABKIT_BUCKET`), it is measured: three writes of this run's checkpoint, topped up to
+# 64 MB so they measure a bandwidth rather than a request's latency, to a new folder in that
+# bucket (removed after). Without them it is Cloud Storage FUSE's published write benchmark, per
+# writer, with the page it comes from: a best case, on a large VM next to its bucket. Beside it,
+# the same writes to this machine's disk, measured, for comparison only. The cost model writes a
+# `checkpoint_gb` checkpoint at each rate (GPT-2 small with AdamW is about 1.5 GB of full
+# state). The preemption rate is **an assumption** (`preemptions_per_hour`): Google publishes
+# none for Spot. A preemption loses half an interval of work on average (nothing when the
+# SIGTERM checkpoint fits in the notice) plus the restart. The **Young/Daly** rule (Young, 1974;
+# Daly, 2006) gives the interval that wastes least with hard kills, √(2·C·M): C the time one
+# checkpoint takes to write, M the mean time between preemptions (1 / `preemptions_per_hour`);
+# the table prices it beside round intervals.
 
 # %%
+from labkit.core import gcp
+
 if frameworks.has_torch():
     ckpt_dir = str(result.clean.local(f"{cfg.bucket}/clean/checkpoints"))
-    write = spot.time_checkpoint_write(ckpt_dir)
-    bandwidth = write.bandwidth
-    big_write_s = checkpoint_gb * 1e9 / bandwidth
-    print(f"measured: {write.nbytes / 1e6:.0f} MB (this run's checkpoint, topped up) in "
-          f"{write.seconds.text()} s = {bandwidth / 1e9:.2f} GB/s at the median; a {checkpoint_gb} GB "
-          f"checkpoint takes about {big_write_s:.1f} s at that rate (a rough figure: a local disk's cache, "
-          "not Cloud Storage through /gcs/, which is slower)")
-    key_figure("checkpoint write bandwidth (local disk)", bandwidth / 1e9, "GB/s",
-               note=f"{write.nbytes / 1e6:.0f} MB writes, {write.seconds.text()} s")
+    cloud_rate = spot.cloud_write_rate(ckpt_dir, gcp.detect())
+    local_rate = spot.measured_rate("local disk", spot.time_checkpoint_write(ckpt_dir), "to a temporary folder here")
+    for rate in (cloud_rate, local_rate):
+        print(rate.text(checkpoint_gb * 1e9))
+    key_figure(f"checkpoint write rate, {cloud_rate.label}", cloud_rate.bytes_per_s / 1e6, "MB/s",
+               note=cloud_rate.how)
+    key_figure("checkpoint write rate, local disk (measured, for comparison)", local_rate.bytes_per_s / 1e6, "MB/s",
+               note=local_rate.how)
 
 # %%
-from labkit.hardware.spot import SpotModel, young_daly_interval
-
 if frameworks.has_torch():
-    hard_kills = SpotModel(preemptions_per_hour, restart_min=restart_overhead_s / 60, checkpoint_write_s=big_write_s)
-    scenario = spot.SpotScenario(job_hours, price.on_demand, price.spot, hard_kills)
-    best = young_daly_interval(big_write_s, preemptions_per_hour)
-    intervals = sorted({60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, round(best)})
-    rows = spot.tradeoff(scenario, intervals)
-    print("without a SIGTERM checkpoint (hard kills):\n" + table(spot.table_rows(rows)))
-    cheapest = min(rows, key=lambda r: r.spot_cost)
-    spot.plot_tradeoff(rows, workdir / "tradeoff.png")
-    key_figure("cheapest checkpoint interval (hard kills)", cheapest.interval_s / 60, "min",
-               note=f"Young/Daly sqrt(2CM) = {best / 60:.1f} min")
+    choices = [spot.checkpoint_interval(capacity, checkpoint_gb * 1e9, rate) for rate in (cloud_rate, local_rate)]
+    print(table(spot.interval_rows(choices), title="the interval at each write rate (hard kills):"))
+    scenario, cheapest = choices[0].scenario, choices[0].cheapest
+    hard_kills = scenario.spot
+    print(f"\nat the {cloud_rate.label} rate, without a SIGTERM checkpoint (hard kills):\n"
+          + table(spot.table_rows(choices[0].rows)))
+    spot.plot_tradeoff(choices[0].rows, workdir / "tradeoff.png")
+    key_figure(*spot.interval_headline(choices))
 
 # %%
 from dataclasses import replace

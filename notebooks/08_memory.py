@@ -23,12 +23,13 @@ accumulation_models = ["cnn", "gpt", "resnet"]
 micro_steps = 4
 tradeoff_batch = 16
 tradeoff_steps = 6
+tradeoff_repeats = 3  # runs of each setting in the checkpointing comparison, taking turns
 sharding_processes = 2
 sharding_steps = 3
 time_budget_s = 0.0
 
 # %%
-from labkit.notebooks import key_figure, route_kernel_stderr
+from labkit.notebooks import key_comparison, key_figure, route_kernel_stderr
 
 route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
 
@@ -95,16 +96,24 @@ if has_torch:
 # %% [markdown]
 # ## 3. Activation checkpointing: memory against time
 # Each block's activations are dropped after the forward pass and recomputed in the backward
-# pass: less memory, one more forward's worth of compute.
+# pass: less memory, one more forward's worth of compute. The memory is counted from the tensors
+# autograd saves. The time is measured: `tradeoff_repeats` runs of `tradeoff_steps` steps with
+# each setting, taking turns (without, with, without, with, ...) after one discarded warm-up
+# run of each, so a busy spell of the machine slows both; each run gives its median step time.
+# The verdict names a cost only when the two settings' runs do not overlap.
+#
+# Before running: how much of the activation memory do you expect checkpointing to keep, and
+# how much longer do you expect a step to take?
 
 # %%
 if has_torch:
-    trade = memory.checkpointing_tradeoff(base, steps=tradeoff_steps)
-    display(Markdown(table(trade, markdown=True)))
-    off, on = trade
-    mem, time_ = on["activation_mib"] / off["activation_mib"], on["step_time_ms"] / off["step_time_ms"]
-    print(f"checkpointing kept {mem:.2f}× the activations for {time_:.2f}× the step time on {off['device']}")
-    key_figure("activation checkpointing: activation memory", mem, "×", f"step time {time_:.2f}×")
+    trade = memory.checkpointing_tradeoff(base, steps=tradeoff_steps, repeats=tradeoff_repeats)
+    display(Markdown(table(trade.rows(), markdown=True)))
+    print(trade.text())
+    key_figure("activation checkpointing: activation memory kept", trade.memory_ratio, "×",
+               note="counted from the tensors autograd saves")
+    key_comparison("activation checkpointing: step time with / without", trade.step_ms,
+                   "without checkpointing", "with checkpointing", "ms")
 
 # %% [markdown]
 # ## 4. Sharding: FSDP (ZeRO-3) against DDP, per process

@@ -16,8 +16,9 @@
 # has (the plan below says which): the same GPT
 # trained with every mode through `labkit train --parallel ...`, each rank's memory and the
 # bytes it sends per step (counted from the collectives that ran), step time, and the losses
-# against one process at the same global batch. Then the calculator scales the accounting to
-# GPT-2 small, a 7B and a 70B model on 80 GB GPUs and picks a mode.
+# against one process at the same global batch. Then one planner scales the accounting to
+# GPT-2 small, a 7B and a 70B model and picks a layout; every table after it is a view of that
+# one answer.
 
 # %% tags=["parameters"]
 scale = "auto"
@@ -95,10 +96,19 @@ if has_torch:
 
 # %% [markdown]
 # ## 3. The pipeline bubble
-# A stage waits while the pipeline fills and drains. With p equal stages and m micro-batches
-# the idle share of a step is (p−1)/(m+p−1). Measured: the share of the schedule during which
-# the stage that computes the most (the last one: it also holds the output head and the loss)
-# was not computing. Sends and the schedule's own bookkeeping count as idle too.
+# A stage waits while the pipeline fills and drains. With p *equal* stages and m micro-batches
+# the idle share of a step is (p−1)/(m+p−1). What labkit measures, on every rank: the seconds its
+# stage spends inside the schedule (the clock starts when that stage enters it) and, within them,
+# the seconds it computes (forward, backward, and on the last stage the loss); idle is the rest.
+# `measured` is the busiest stage's idle share (it sets the pace). The stages need not be equal:
+# the last one also runs the output head and the loss. `stage_work` is each stage's compute
+# relative to the busiest, and `expected` what the schedule gives with that work: the busiest
+# stage then waits only for the others' shorter fill and drain, so unequal stages bring it
+# *below* the formula. What remains, `unexplained`, says which way the measurement departs:
+# above, the time spent sending and receiving between stages and in the schedule's own launches,
+# which count as idle; below, fill time that passed before that stage's clock started (a stage
+# still finishing the previous step's update enters the schedule late and finds its first
+# micro-batch waiting).
 
 # %%
 if has_torch:
@@ -108,6 +118,8 @@ if has_torch:
     first = bubbles[0]
     key_figure("pipeline bubble, measured − (p−1)/(m+p−1)", first["difference"], "",
                f"{first['mode']}: {first['measured']:.2f} vs {first['theory']:.2f}")
+    key_figure("pipeline bubble, measured − expected with these stages", first["unexplained"], "",
+               f"{first['mode']}: stage work {first['stage_work']}, expected {first['expected']:.2f}")
 
 # %% [markdown]
 # ## 4. The DeepSpeed equivalent of each torch mode
@@ -146,55 +158,72 @@ elif has_torch:
     print("ZeRO-Offload run skipped:", deepspeed_missing or "use_deepspeed is False")
 
 # %% [markdown]
-# ## 5. Scaling up: GPT-2 small, 7B and 70B on 80 GB GPUs
-# The same accounting with bf16 weights and gradients and fp32 master weights and moments
-# (2 + 2 + 12 bytes per parameter), plus checkpointed activations of one 4096-token sequence
-# (Korthikanti et al., 2022), on 8 GPUs (one node) and 64 (eight nodes), 8,192 tokens per GPU
-# per step. A pipeline splits a replica's sequences into up to 8 micro-batches per stage, never
-# more micro-batches than sequences. A calculation, labelled as such: measured only at CPU
-# scale above. The page shows which modes fit; the file printed below it holds every mode's
-# breakdown (its `layout` column gives the pipeline's micro-batches).
-
-# %%
-plan = parallelism.plan_table(gpus=(8, 64), gpu_gib=80)
-display(Markdown(table(mp.plan_summary(plan), markdown=True)))
-plan_csv = tables.write_csv(plan, workdir / "plan.csv")
-print(f"every mode's GiB per rank (weights, gradients, optimizer, activations) and GB sent: {plan_csv} "
-      f"({len(plan)} rows)")
-fit_70b = [r["mode"] for r in plan if r["model"] == "70B" and r["gpus"] == 64 and r["fits"]]
-print("70B on 64 × 80 GB fits with:", ", ".join(fit_70b) or "none")
-
-# %% [markdown]
-# ## 6. Which mode? A decision table from the calculator
-# For each model, GPU count, GPU memory and interconnect: among the modes that fit, the one
-# with the shortest step, computed as the model's FLOPs at the rate labkit's own GPT-2 small run
-# reached on one H100 (read from this repository's benchmark results, printed below), stretched
-# by the bubble for pipelines, plus the time its bytes take on the link (tensor parallelism's
-# all-reduces stay inside a node). Larger models usually reach a higher rate: the table is a
-# plan, and its step times are estimates.
+# ## 5. Scaling up: one planner for GPT-2 small, 7B and 70B
+# `labkit.core.parallelism.plan` answers "which layout for this model on these GPUs", with bf16
+# weights and gradients, fp32 master weights and moments (2 + 2 + 12 bytes per parameter),
+# checkpointed activations (Korthikanti et al., 2022) and 8,192 tokens per GPU per step. It
+# weighs every TP × PP × DP layout of the GPUs with DDP or a ZeRO stage over the replicas:
+#
+# - **memory**: the fullest rank's weights, gradients, optimizer state, activations (and for
+#   ZeRO-3 the gathered blocks) must fit within a **margin** printed below: a fixed share for the
+#   CUDA context and the libraries' workspaces, and a fraction for what PyTorch's caching
+#   allocator loses to fragmentation: a layout that needs nearly all of a GPU does not fit.
+# - **time**: compute at one planning rate (labkit's own GPT-2 small run on one H100, printed
+#   below), stretched by the bubble for pipelines, plus the communication that is *not hidden*:
+#   DDP and ZeRO-1/2 reduce gradients in buckets while the backward pass still runs (only the last
+#   bucket waits for its end, as PyTorch DDP's design note describes), ZeRO-1/2 gather the
+#   updated weights after the optimizer step (exposed), ZeRO-3 gathers each block behind the
+#   previous block's compute (only the first waits); tensor-parallel all-reduces and pipeline
+#   sends count whole.
+# - **choice**: among the layouts that fit, pure data parallelism and the smallest tp·pp that
+#   fits (Megatron-LM's rule: split the model only as far as memory needs), the shortest step;
+#   within 1%, the simpler layout.
+#
+# A calculation, labelled as such: measured only at CPU scale above. First every model on 8 and
+# 64 GPUs of 80 GB on the A3 interconnect: the modes with a layout that fits, the leanest layout,
+# and the planner's choice. The file printed below it holds every layout weighed.
 
 # %%
 effective_tflops, rate_source = mp.measured_effective_tflops()
 print(f"planning rate: {effective_tflops:,.0f} TFLOP/s per GPU ({rate_source})")
+print("memory margin:", parallelism.MARGIN.text())
+plan = parallelism.plan_table(gpus=(8, 64), gpu_gib=80, effective_tflops=effective_tflops)
+display(Markdown(table(mp.plan_summary(plan), markdown=True)))
+print(f"every layout weighed (GiB per rank by kind, fits, step, exposed communication): "
+      f"{tables.write_csv(plan, workdir / 'plan.csv')} ({len(plan)} rows)")
+
+# %% [markdown]
+# ## 6. Which layout? The same planner over GPU memory and interconnects
+# The same call (`parallelism.decide` returns its answer) for 40 and 80 GB GPUs and three
+# interconnects. The interconnect changes only the step times; the GPU memory changes what fits.
+# The lines under the layout table below name, for each cell that changes, the assumption that
+# differs, and check that where two tables meet they give the same layout.
+
+# %%
 decisions = mp.decision_rows(gpus=(8, 64), gpu_gib=(40, 80), effective_tflops=effective_tflops)
 display(Markdown(table(mp.decision_summary(decisions), markdown=True)))
-print(f"every decision with its compute and communication times: "
+print(f"every decision with its rule, compute and communication: "
       f"{tables.write_csv(decisions, workdir / 'decisions.csv')} ({len(decisions)} rows)")
 
 # %% [markdown]
 # ### Combining them: TP × PP × DP
 # Large runs combine the three: tensor parallelism inside a node, pipeline stages across nodes,
-# data parallelism over the copies. Every layout whose degrees multiply to the GPU count, with
-# tp dividing the heads (and at most a node's 8 GPUs), pp at most one stage per block, dp
-# dividing the batch, and never more micro-batches than a replica has sequences, is checked
-# against the GPU's memory (the rank holding the most: its stage's weights split by tp, their
-# gradients, 1/dp of the optimizer state, checkpointed activations). Among those that fit, the
-# rules of Megatron-LM at scale (Narayanan et al., 2021) pick: the smallest model-parallel size
-# tp·pp, then tensor before pipeline, then the smallest bubble. The `rule` column says which.
+# data parallelism over the copies. The planner weighs every layout whose degrees multiply to
+# the GPU count, with tp dividing the heads (and at most a node's 8 GPUs), pp at most one stage
+# per block, dp dividing the batch, and never more micro-batches than a replica has sequences.
+# Below: the layouts it weighed for the 70B on 64 × 40 GB (A3), those that fit fastest first
+# (`weighed`: among those the choice is made), then the chosen TP × PP × DP layout of every case
+# on the A3 interconnect with the rule that chose it: the decision table's A3 column in detail.
 
 # %%
-grid = mp.grid_rows(gpus=(8, 64), gpu_gib=(40, 80))
+weighed = mp.weighed_rows("70B", 64, 40, effective_tflops=effective_tflops)
+display(Markdown(table(weighed[:10], markdown=True)))
+print(f"all {len(weighed)} layouts weighed: {tables.write_csv(weighed, workdir / 'weighed_70b_64x40.csv')}")
+grid = mp.grid_rows(gpus=(8, 64), gpu_gib=(40, 80), effective_tflops=effective_tflops)
 display(Markdown(table(grid, markdown=True)))
+for line in mp.view_notes(plan, decisions, grid):
+    print("-", line)
+
 # %% [markdown]
 # ## The code
 # Each technique as a plain PyTorch script (`labkit/recipes/`), run with torchrun, giving
@@ -242,3 +271,48 @@ if has_torch and compare_recipe:
 if has_torch:
     for line in mp.conclusions(reference, results):
         print("-", line)
+
+# %% [markdown]
+# ## 7. Sharded checkpoints: `torch.distributed.checkpoint` against the full state
+# A ZeRO-3 run holds 1/N of the weights and AdamW's moments in each process. Saving them as one
+# file means gathering the whole state into rank 0 first, which then writes all of it alone.
+# `labkit train --checkpoint-format dcp` has every rank write its own shards with
+# `torch.distributed.checkpoint` (DCP) instead, each file listed with its size and CRC-32C in the
+# commit marker; DCP's index of which piece went where lets a run on another number of processes
+# load them (`--allow-resume-change world_size`). Below, the zero3 run of this notebook's GPT
+# saves the same state three ways on this machine's processes, taking turns save by save: the
+# full state gathered to rank 0, labkit's per-rank `torch.save` files (only the same layout can
+# resume them), and DCP. A save is synchronous under ZeRO-3, so its wall time is the training time
+# it costs. After the saves the DCP checkpoint is loaded back and must give the state bit for bit.
+#
+# **Before you run:** what share of the full-state save's bytes will the busiest rank write with
+# DCP? Will DCP's save be faster than the full-state save at this small size?
+
+# %%
+from labkit.course import sharded_checkpoints as sc
+from labkit.notebooks import key_comparison
+
+if has_torch:
+    ckpt = sc.measure(base, nproc=processes, saves=5, workdir=workdir)
+    display(Markdown(table(sc.rows(ckpt), markdown=True)))
+    key_comparison("DCP save vs the full-state save, time per checkpoint", sc.time_comparison(ckpt),
+                   "full state", "dcp", what="ms")
+    key_figure("busiest rank's bytes per checkpoint, DCP vs full state", sc.bytes_ratio(ckpt), "×",
+               f"{processes} ranks")
+    for line in sc.lines(ckpt):
+        print("-", line)
+
+# %% [markdown]
+# The same measurement at a larger state, from the repository's benchmark (the file, the machine
+# and the command it ran):
+
+# %%
+for line in sc.reference_lines(sc.reference()):
+    print("-", line)
+
+# %% [markdown]
+# The recipe: FSDP2 saved and resumed with DCP, on any number of processes (the lines
+# `recipes/fsdp.py`, shown in notebook 08, does not have are highlighted):
+
+# %%
+recipe_view.show("sharded_checkpoint").changes_from("fsdp")

@@ -35,7 +35,7 @@ output_uri = "gs://YOUR_BUCKET/labkit/11_tuning"
 time_budget_s = 0.0
 
 # %%
-from labkit.notebooks import artifacts_dir, key_figure, route_kernel_stderr
+from labkit.notebooks import artifacts_dir, key_comparison, key_figure, route_kernel_stderr
 
 route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
 
@@ -100,6 +100,24 @@ lr_plot = tuning.plot_study(records, "lr")
 batch_plot = tuning.plot_study(records, "batch_size", log_x=False)
 
 # %% [markdown]
+# ## Is the best trial really the best?
+# A study ranks each trial on one run with one seed. Before naming a winner: does the best value
+# sit at the edge of the range searched (then the optimum may lie outside it), how much of the
+# search did TPE guide (Optuna's TPE suggests at random for its first trials), and does the best
+# trial stay best when it and the runner-up are trained again with other seeds? The re-runs are a
+# small grid study over `seed` with each trial's values fixed: the study you would submit to
+# Vertex to check a winner. Before running: will the top two still be in the same order?
+
+# %%
+for line in tuning.edge_notes(summary.best, {"lr": ("log", *lr_range)}) + [tuning.search_note(len(records))]:
+    print(line)
+confirm = tuning.confirm_top(base, records, metric="heldout_loss", goal="minimize", output_uri=output_uri,
+                             workdir=workdir / "confirm", env={"LABKIT_NO_PROGRESS": "1"})
+print(tables.table(confirm, ["trial", "values", "seeds", "median", "range"]))
+top_cmp = tuning.top_comparison(confirm, "minimize")
+print(tuning.confirmation_sentence(confirm, top_cmp))
+
+# %% [markdown]
 # ## What the study costs on Spot
 # Vertex bills every trial for the time it ran, stopped ones included. Priced from the trial
 # times measured here at the catalog price of the trial machine (on a GPU the trials are
@@ -119,9 +137,11 @@ print(tables.table(tuning.cost_rows(spot_cost, on_demand_cost)))
 chance = chance_loss(build_config(model, scale))
 print("\n".join(tuning.conclusions(summary, records, spot_cost, on_demand_cost, ["lr", "batch_size"],
                                    chance=chance, floor=best_possible_loss(build_config(model, scale)))))
-if summary.best is not None:
+if top_cmp is not None and top_cmp.winner == "a":  # named only when it held on every seed
     key_figure("best learning rate found", summary.best.parameters["lr"],
-               note=f"held-out loss {summary.best.metric:.3g}, chance {chance:.4f}")
+               note=f"held-out loss {summary.best.metric:.3g}, chance {chance:.4f}; best on every seed")
+elif top_cmp is not None:
+    key_comparison("study's best trial vs its runner-up over seeds", top_cmp, "best", "runner-up", "held-out loss")
 key_figure("trials stopped early by the median rule", sum(r.early_stopped for r in records), note=f"of {len(records)}")
 key_figure("study cost on Spot / on demand", spot_cost.total_usd / on_demand_cost.total_usd, "×")
 

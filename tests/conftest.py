@@ -1,7 +1,14 @@
-"""Shared fixtures and the rules for the `gpu` and `cloud` markers."""
+"""Shared fixtures and the rules for the `gpu` and `cloud` markers.
+
+Collecting the tests imports no framework: a test module that needs torch, TensorFlow or the
+Vertex AI client imports it in a module-scoped autouse fixture (`global` names, then
+`pytest.importorskip`), so a run that selects none of its tests (`make check -k ...`) never pays
+for it. The CUDA probe behind `gpu` runs only when a `gpu` test is about to run.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import textwrap
@@ -48,15 +55,21 @@ def child_pids(pid: int) -> list[int]:
 
 
 def pytest_collection_modifyitems(config, items):
-    no_gpu = pytest.mark.skip(reason="needs a CUDA GPU (none visible to torch here)")
     no_cloud = pytest.mark.skip(reason="needs Google Cloud credentials, project, region and bucket")
-    has_gpu = devices.cuda_available()
-    cloud_ready = gcp.detect().ready
+    cloud_ready = gcp.detect().ready  # environment and gcloud's files: no import, no network
     for item in items:
-        if "gpu" in item.keywords and not has_gpu:
-            item.add_marker(no_gpu)
         if "cloud" in item.keywords and not cloud_ready:
             item.add_marker(no_cloud)
+
+
+@functools.cache
+def _cuda_visible() -> bool:
+    return devices.cuda_available()  # imports torch: asked once, by the first `gpu` test to run
+
+
+def pytest_runtest_setup(item):
+    if "gpu" in item.keywords and not _cuda_visible():
+        pytest.skip("needs a CUDA GPU (none visible to torch here)")
 
 
 @pytest.fixture(scope="session", autouse=True)

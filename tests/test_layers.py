@@ -11,6 +11,7 @@ a lazy import is still a dependency.
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -59,10 +60,16 @@ def _resolve(module: str, node: ast.ImportFrom, is_package: bool) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
+@functools.cache
+def tree_of(module: str) -> ast.Module:
+    """`module`'s syntax tree, parsed once for all the tests here (parsing is most of their time)."""
+    return ast.parse(MODULES[module].read_text(encoding="utf-8"))
+
+
 def imports(module: str) -> list[tuple[str, int, list[str]]]:
     """(imported labkit module, line, names imported from it) for every import in `module`."""
     path = MODULES[module]
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = tree_of(module)
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
@@ -103,7 +110,7 @@ def test_labkit_code_does_not_import_the_public_aliases():
 def test_no_private_names_of_other_modules():
     found = []
     for module in MODULES:
-        tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+        tree = tree_of(module)
         aliases = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):

@@ -37,11 +37,17 @@ import pytest
 
 from tests.conftest import REPO, child_pids
 
-pytest.importorskip("torch")
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    """torch, imported when this module's first test runs rather than at collection."""
+    pytest.importorskip("torch")
+
 
 ROOT = os.geteuid() == 0
+# No held-out evaluation (a row that is about it gives its own --eval-samples, which comes later).
 TRAIN = ["--framework", "torch", "--model", "cnn", "--batch-size", "8", "--num-samples", "64",
-         "--device", "cpu", "--no-progress"]
+         "--eval-samples", "0", "--device", "cpu", "--no-progress"]
 
 
 # ---------------------------------------------------------------- running an input
@@ -1294,6 +1300,199 @@ def probe_vertex_failing_trial_runs_once(tmp_path):
     why = "trial refuses its value FAIL" in record.error and "exited 2" in record.error
     return behaviour(record.state == "FAILED" and runs == 1 and why,
                      f"{record.state} after {runs} run(s): {record.error[:120]}")
+
+
+# one owner per output, resumes that carry every state, errors at the door (grown this round)
+
+@probe("labkit train --metrics-out m.json, where m.json holds another finished run",
+       "exit 2 naming metrics_out: it holds a run; --overwrite or another path")
+def probe_train_fresh_run_over_a_metrics_file(tmp_path, trained):
+    shutil.copy(trained / "m.json", tmp_path / "m.json")
+    before = (tmp_path / "m.json").read_bytes()
+    r = labkit("train", *TRAIN, "--steps", "2", "--metrics-out", tmp_path / "m.json")
+    outcome = cli_error(r, "metrics_out", "already holds a run", "--overwrite")
+    if outcome.verdict == "clear" and (tmp_path / "m.json").read_bytes() != before:
+        return Outcome("silent", outcome.actual + ", but the file was replaced")
+    return outcome
+
+
+@probe("labkit train --overwrite --metrics-out m.json (m.json from another run)",
+       "the fresh run replaces the file, as asked")
+def probe_train_overwrite_replaces_the_metrics_file(tmp_path, trained):
+    shutil.copy(trained / "m.json", tmp_path / "m.json")
+    r = labkit("train", *TRAIN, "--steps", "2", "--overwrite", "--metrics-out", tmp_path / "m.json")
+    steps = [row["step"] for row in json.loads((tmp_path / "m.json").read_text())["steps"]]
+    return behaviour(r.code == 0 and steps == [0, 1], f"exit {r.code}, steps {steps}", error=r)
+
+
+@probe("labkit train --metrics-out notes.json (a JSON file that is not a metrics file)",
+       "exit 2 naming the file: not a labkit metrics file, would be replaced")
+def probe_train_metrics_out_is_another_json(tmp_path):
+    (tmp_path / "notes.json").write_text('{"mine": true}')
+    r = labkit("train", *TRAIN, "--steps", "1", "--metrics-out", tmp_path / "notes.json")
+    return cli_error(r, "metrics_out", "not a labkit metrics file")
+
+
+@probe("resume a checkpoint with --metrics-out pointing at another run's metrics (other --lr)",
+       "exit 2 naming metrics_out: it holds another run's steps")
+def probe_train_resume_into_another_runs_metrics(tmp_path, trained):
+    other = labkit("train", *TRAIN, "--steps", "2", "--lr", "0.01", "--metrics-out", tmp_path / "other.json")
+    assert other.code == 0, other.out
+    cut = labkit("train", *TRAIN, "--steps", "4", "--checkpoint-dir", tmp_path / "ck", "--preempt-at", "1",
+                 "--metrics-out", tmp_path / "mine.json")
+    assert cut.code == 143, cut.out
+    r = labkit("train", *TRAIN, "--steps", "4", "--checkpoint-dir", tmp_path / "ck", "--metrics-out",
+               tmp_path / "other.json")
+    return cli_error(r, "metrics_out", "another run", "lr")
+
+
+@probe("resume a checkpoint with another --grad-compression", "exit 2 naming grad_compression")
+def probe_train_resume_with_other_compression(tmp_path):
+    cut = labkit("train", *TRAIN, "--steps", "3", "--checkpoint-dir", tmp_path / "ck", "--preempt-at", "1")
+    assert cut.code == 143, cut.out
+    r = labkit("train", *TRAIN, "--steps", "3", "--checkpoint-dir", tmp_path / "ck", "--grad-compression", "fp16")
+    return cli_error(r, "grad_compression", "allow-resume-change")
+
+
+@probe("labkit train --metrics-out NAME_OF_300_CHARACTERS.json",
+       "exit 2 naming metrics_out and the file system's limit, before training")
+def probe_train_metrics_name_too_long(tmp_path):
+    r = labkit("train", *TRAIN, "--steps", "1", "--metrics-out", tmp_path / ("m" * 300 + ".json"))
+    return cli_error(r, "metrics_out", "allows 255|allows \\d+")
+
+
+@probe("labkit train --eval-samples 100000000000", "exit 2 naming eval_samples: more memory than the machine has")
+def probe_train_eval_samples_beyond_memory():
+    return cli_error(labkit("train", *TRAIN, "--steps", "1", "--eval-samples", "100000000000"),
+                     "eval_samples", "GB")
+
+
+@probe("labkit train --batch-size 100000000", "exit 2 naming batch_size: more memory than the machine has")
+def probe_train_batch_beyond_memory():
+    return cli_error(labkit("train", *TRAIN, "--steps", "1", "--batch-size", "100000000"), "batch_size", "GB")
+
+
+@probe("labkit train --num-workers 4 under ulimit -n 32 (hard)", "exit 2 naming num_workers and the limit",
+       pytest.mark.slow)
+def probe_train_workers_beyond_open_file_limit(tmp_path):
+    import resource
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (32, 32))
+
+    r = subprocess.run([sys.executable, "-m", "labkit", "train", *TRAIN, "--steps", "1", "--num-workers", "4"],
+                       capture_output=True, text=True, timeout=120, preexec_fn=low_limit, cwd=tmp_path)
+    return cli_error(Result(r.returncode, r.stdout + r.stderr), "num_workers", "open files", "ulimit")
+
+
+@probe("labkit profile --trace FOLDER_WITHOUT_TRACES", "exit 2 naming --trace: a folder with no trace file")
+def probe_profile_trace_empty_folder(tmp_path):
+    return cli_error(labkit("profile", "--trace", tmp_path), "--trace", "folder")
+
+
+@probe("labkit course, first notebook's kernel dies (os.kill self, SIGKILL)",
+       "the course goes on, writes its summary with that notebook failed, exit 1", pytest.mark.slow)
+def probe_course_goes_on_past_a_dead_kernel(tmp_path):
+    d = tmp_path / "notebooks"
+    d.mkdir()
+    _notebook(d / "00_dies.ipynb", 'scale = "auto"', "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+    _notebook(d / "01_ok.ipynb", 'scale = "auto"')
+    r = labkit("course", "--notebooks", d, "-o", tmp_path / "out")
+    summary = tmp_path / "out" / "summary.json"
+    if r.error is not None or not summary.exists():
+        return Outcome("ugly", cli_error(r).actual if r.error or r.code else "no summary written")
+    rows = {n["notebook"] if isinstance(n, dict) and "notebook" in n else str(n): n
+            for n in json.loads(summary.read_text()).get("notebooks", [])}
+    text = summary.read_text()
+    ok = r.code == 1 and "DeadKernelError" in text and (tmp_path / "out" / "01_ok.ipynb").exists()
+    return behaviour(ok, f"exit {r.code}, summary of {len(rows)} notebook(s)")
+
+
+@probe("labkit run NB (its metadata names no kernel)", "runs in labkit's kernel, exit 0")
+def probe_run_notebook_without_kernelspec(tmp_path):
+    nb = _notebook(tmp_path / "bare.ipynb", 'scale = "auto"')
+    data = json.loads(nb.read_text())
+    data["metadata"].pop("kernelspec", None)
+    nb.write_text(json.dumps(data))
+    r = labkit("run", nb, "-o", tmp_path / "o.ipynb")
+    return behaviour(r.code == 0 and (tmp_path / "o.ipynb").exists(), f"exit {r.code}", error=r)
+
+
+@probe('training_job({"checkpoint_dir": "/tmp/ck"}, output_uri=gs://...)',
+       "ParameterError naming checkpoint_dir: on the VM's disk a restart loses it")
+def probe_vertex_local_checkpoint_dir():
+    from labkit import vertex
+
+    return library_error(lambda: vertex.training_job({"checkpoint_dir": "/tmp/ck"}, output_uri="gs://bkt/run"),
+                         "checkpoint_dir", "gs://BUCKET", "restart")
+
+
+@probe("training_job on a TPU VM (ct5lp-hightpu-4t, 2x2)", "ParameterError naming machine_type: no TPU path")
+def probe_vertex_tpu_for_labkit_training():
+    from labkit import vertex
+
+    return library_error(lambda: vertex.training_job({}, output_uri="gs://bkt/run", machine_type="ct5lp-hightpu-4t",
+                                                     tpu_topology="2x2"), "machine_type", "no TPU path")
+
+
+@probe("training_job on 1 V100 with labkit's torch image", "ParameterError naming accelerator_type: no kernels")
+def probe_vertex_gpu_the_image_cannot_run():
+    from labkit import vertex
+
+    return library_error(lambda: vertex.training_job({}, output_uri="gs://bkt/run", machine_type="n1-standard-8",
+                                                     accelerator_type="NVIDIA_TESLA_V100", accelerator_count=1),
+                         "accelerator_type", "no kernels")
+
+
+def _started(argv: list[str], cwd: Path, ready: Callable[[], bool]) -> subprocess.Popen:
+    """A `labkit` command started in the background, once `ready()` says it holds its output."""
+    job = subprocess.Popen([sys.executable, "-m", "labkit", *argv], cwd=cwd, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not ready() and job.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return job
+
+
+@probe("two labkit data write images OUT at once (the second starts while the first writes)",
+       "the second exits 2 naming OUT_DIR and the first writer; the first's set verifies",
+       pytest.mark.slow)
+def probe_data_write_concurrent_writers(tmp_path):
+    out = tmp_path / "shards"
+    first = _started(["data", "write", "images", str(out), "--num-samples", "40000"], tmp_path,
+                     lambda: (out / "LEASE").exists())
+    try:
+        r = labkit("data", "write", "images", out, "--num-samples", "100")
+    finally:
+        first.wait(timeout=300)
+    outcome = cli_error(r, "OUT_DIR", "being written by another run", f"pid {first.pid}")
+    check = labkit("data", "verify", out)
+    if outcome.verdict == "clear" and check.code != 0:
+        return Outcome("silent", outcome.actual + f"; but verify: {check.out.strip().splitlines()[-1]}")
+    return outcome
+
+
+@probe("two labkit course -o OUT --overwrite at once", "the second exits 2 naming -o and the first run",
+       pytest.mark.slow)
+def probe_course_concurrent_runs(tmp_path):
+    d = tmp_path / "notebooks"
+    d.mkdir()
+    _notebook(d / "00_slow.ipynb", 'scale = "auto"', "import time\ntime.sleep(6)")
+    out = tmp_path / "out"
+    first = _started(["course", "--notebooks", str(d), "-o", str(out)], tmp_path, lambda: (out / "LEASE").exists())
+    try:
+        r = labkit("course", "--notebooks", d, "-o", out, "--overwrite")
+    finally:
+        first.wait(timeout=300)
+    return cli_error(r, "-o", "being written by another run")
+
+
+@probe("labkit course -o OUT, where OUT holds an earlier course run", "exit 2 naming out: --overwrite or another folder")
+def probe_course_into_an_earlier_run(tmp_path, course_dir):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "summary.json").write_text("{}")
+    r = labkit("course", "--notebooks", course_dir, "-o", tmp_path / "out")
+    return cli_error(r, "out", "another course run", "--overwrite")
 
 
 # ---------------------------------------------------------------- the table

@@ -22,6 +22,9 @@ def add_image_command(subparsers) -> None:
     p.add_argument("--region", default=None)
     p.add_argument("--tag", default=None,
                    help="image tag (default: a digest of the sources the image is built from)")
+    p.add_argument("--torch-cuda", choices=("cu128", "cu126"), default=None,
+                   help="PyTorch's CUDA wheels for the torch image (default cu128: Turing to Blackwell; "
+                        "cu126 runs P4, P100 and V100 but not Blackwell; the tag ends in -cu126)")
     p.add_argument("--dry-run", action="store_true", help="only print the commands")
     p.set_defaults(handler=_image_command)
 
@@ -29,7 +32,8 @@ def add_image_command(subparsers) -> None:
 def _image_command(args: argparse.Namespace) -> int:
     from labkit.vertex.images import build, build_plan
 
-    plan = build_plan(args.framework, project=args.project, region=args.region, tag=args.tag)
+    plan = build_plan(args.framework, project=args.project, region=args.region, tag=args.tag,
+                      torch_cuda=args.torch_cuda)
     print(plan.text())
     if args.dry_run or not plan.ready:
         if plan.ready:

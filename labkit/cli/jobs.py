@@ -108,6 +108,12 @@ def add_job_flags(p: argparse.ArgumentParser, *, emulate: bool) -> None:
     s.add_argument("--tensorboard", default=None, metavar="projects/P/locations/L/tensorboards/ID")
     s.add_argument("--service-account", default=None)
     s.add_argument("--display-name", default=None)
+    w = p.add_argument_group("looking inside the running job")
+    w.add_argument("--enable-web-access", action="store_true",
+                   help="an interactive shell into each node (the job's web_access_uris)")
+    w.add_argument("--tensorboard-profiler", action="store_true",
+                   help="TensorFlow: capture profiles from the running job in Vertex AI TensorBoard "
+                        "(needs --tensorboard and --service-account)")
     t = p.add_argument_group("hyperparameter tuning (the command reads --NAME=VALUE flags)")
     t.add_argument("--tune-metric", default=None, metavar="METRIC",
                    help="the metric the script reports with cloudml-hypertune")
@@ -334,6 +340,10 @@ def submit_job(args) -> int:
     except (ParameterError, ValueError, vertex.VertexNotConfigured) as e:
         raise Refused(str(e)) from None
     print(f"submitted {job.name}")
+    if built.job_spec.get("enable_web_access"):
+        print("interactive shells: once the job runs, its webAccessUris list one per node (the job's "
+              f"page in the console, or gcloud ai custom-jobs describe {job.name} "
+              "--format='value(webAccessUris)')")
     return 0
 
 

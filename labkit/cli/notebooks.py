@@ -1,4 +1,5 @@
-"""`labkit run NOTEBOOK` (papermill, or `--vertex` as a custom job) and `labkit course`."""
+"""`labkit run NOTEBOOK` (papermill, or `--vertex` as a custom job, `--executor` on Vertex's
+notebook executor) and `labkit course`."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def add_run_command(subparsers) -> None:
 
 def _run_command(args) -> int:
     params = {name: parse_value(value) for name, value in args.parameter}
-    if getattr(args, "vertex", False):
+    if getattr(args, "vertex", False) or getattr(args, "executor", False):
         try:
             return run_on_vertex(args, params)
         except (ParameterError, ValueError) as e:
@@ -52,6 +53,8 @@ def add_course_command(subparsers) -> None:
     p.add_argument("-o", "--out", help="output folder (default runs/<timestamp>)")
     p.add_argument("--only", action="append", help="run only notebooks whose name contains this")
     p.add_argument("--notebooks", help="folder holding the NN_name.ipynb notebooks")
+    p.add_argument("--overwrite", action="store_true",
+                   help="run into an -o folder that holds an earlier course run, replacing it")
     p.set_defaults(handler=_course_command)
 
 
@@ -59,7 +62,7 @@ def _course_command(args) -> int:
     params = {name: parse_value(value) for name, value in args.parameter}
     out = Path(args.out) if args.out else Path("runs") / timestamp()
     try:
-        runs = run_course(out, params, notebook_dir=args.notebooks, only=args.only)
+        runs = run_course(out, params, notebook_dir=args.notebooks, only=args.only, overwrite=args.overwrite)
     except (ValueError, OSError) as e:  # found before any notebook ran
         print(f"labkit course: {e}")
         return 2

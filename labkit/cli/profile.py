@@ -55,6 +55,21 @@ def add_profile_command(subparsers) -> None:
     p.set_defaults(handler=_profile_command)
 
 
+def trace_file(path: str) -> Path:
+    """`--trace`: a trace file, or a folder holding traces (what `tensorboard_trace_handler`
+    writes: one file per profiled step range), whose newest trace is read."""
+    p = Path(path)
+    if not p.is_dir():
+        return p
+    traces = sorted((q for q in p.rglob("*") if q.is_file() and q.name.endswith((".json", ".json.gz"))),
+                    key=lambda q: q.stat().st_mtime)
+    if not traces:
+        raise ParameterError("--trace", path, "is a folder with no trace file in it (*.json, *.json.gz): "
+                             "give the trace file torch.profiler wrote")
+    print(f"labkit profile: reading {traces[-1]}, the newest of {len(traces)} trace file(s) in {path}")
+    return traces[-1]
+
+
 def _profile_command(args) -> int:
     from labkit.profiling.analysis import op_profile, step_breakdown, top_ops
     from labkit.profiling.verdict import diagnose
@@ -68,7 +83,7 @@ def _profile_command(args) -> int:
         if args.trace:
             from labkit.profiling.trace import timeline_from_chrome_trace
 
-            tl = timeline_from_chrome_trace(args.trace)
+            tl = timeline_from_chrome_trace(trace_file(args.trace))
             b, ops = step_breakdown(tl), op_profile(tl)
             print(b.text())
             for o in top_ops(tl, 5):

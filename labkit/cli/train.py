@@ -35,11 +35,17 @@ def add_train_command(subparsers) -> None:
     p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="with --nproc-per-node > 1: stop the replicas after this many seconds "
                         "(they checkpoint first; default: no limit)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing --metrics-out file of another run (a fresh run "
+                        "refuses to by default)")
     p.set_defaults(handler=_train_command)
 
 
-def _say(message: str) -> None:
-    print(f"labkit train: {message}")
+def _say(message: str, severity: str = "INFO") -> None:
+    """One line of output; in a Vertex AI job a JSON log line with `severity` (labkit.core.joblog)."""
+    from labkit.core import joblog
+
+    joblog.say(f"labkit train: {message}", severity)
 
 
 # Flags of the commands themselves (not TrainConfig fields): their errors name the flag.
@@ -57,7 +63,8 @@ def _message(e: BaseException) -> str:
 
 def _train_command(args) -> int:
     from labkit.core.cluster import from_env
-    from labkit.train import describe_device, run_replicas, run_training
+    from labkit.core.train_config import with_vertex_dirs
+    from labkit.train import check_fresh_metrics, describe_device, run_replicas, run_training
 
     try:
         config = from_namespace(args)
@@ -72,9 +79,10 @@ def _train_command(args) -> int:
             if config.framework != "torch":
                 raise ParameterError("nproc_per_node", nproc, "is supported for --framework torch only")
             config.check_world_size(nproc)
+        check_fresh_metrics(with_vertex_dirs(config), overwrite=args.overwrite)
         where = describe_device(config, nproc)  # `--device cuda` without a GPU stops here
     except ParameterError as e:
-        _say(_message(e))
+        _say(_message(e), "ERROR")
         return 2
     if config.device == "auto" and not from_env().is_distributed:
         _say(where)
@@ -86,17 +94,17 @@ def _train_command(args) -> int:
         else:
             log = run_training(config)
     except Preempted as e:
-        _say(f"{e}; run the same command again to resume" if e.saved else str(e))
+        _say(f"{e}; run the same command again to resume" if e.saved else str(e), "WARNING")
         return PREEMPTED_EXIT_CODE
     except FloatingPointError as e:  # the loss diverged: the metrics file shows the steps up to it
         _say(f"{e}: the run diverged; a lower --lr (this run: {config.lr:g}) or --grad-clip "
-             f"usually helps")
+             f"usually helps", "ERROR")
         return 2
     except LaunchError as e:  # a replica failed: its own one-line error says why
-        _say(e.summary or str(e).splitlines()[0])
+        _say(e.summary or str(e).splitlines()[0], "ERROR")
         return 2
     except (ValueError, OSError) as e:  # a setting or an output this run cannot use
-        _say(str(e))
+        _say(str(e), "ERROR")
         return 2
     summary = log.to_dict()["summary"]
     if log.run.get("already_complete"):

@@ -18,6 +18,8 @@
 - `loop`: the training loop both engines run (step cadence, the preemption drill, checkpoint
   cadence, metrics, the non-finite loss check), with `schedule` (the LR warm-up rule) and
   `scalars` (TensorBoard event files)
+- `joblog`: what a running Vertex AI job reports: one JSON log line per event (severity, message,
+  the step's figures) for Cloud Logging; `wandb_scalars`: the same scalars to Weights & Biases
 - `stats`: repeated measurements, their spread, and verdicts that say "no measurable difference"
 - `devices`, `frameworks`, `gcp`, `doctor`: what this machine and cloud configuration offer
 

@@ -3,7 +3,7 @@
 A checkpoint's commit marker carries the run's fingerprint (`run_fingerprint`): the resolved
 model config, the global batch, the world size and accumulation, the seed, the optimizer and its
 schedule (peak LR and whether it scales with the world size, warm-up, AdamW's betas, epsilon and
-weight decay, gradient clipping, the precision), the data source (the synthetic generator with
+weight decay, gradient clipping, the precision, the gradient compression), the data source (the synthetic generator with
 what makes its samples these, such as the images' share of random labels, and its sample count)
 and the framework. Resuming under another fingerprint would silently train a different run from
 the restored state, so `Resume.check` refuses it, naming every field that differs, unless the
@@ -39,6 +39,7 @@ CHANGEABLE = {
     "grad_clip": "the new clipping applies from the next step",
     "precision": "the next steps run in the new precision",
     "num_samples": "the data order from the saved position on follows the new dataset",
+    "grad_compression": "the next steps reduce gradients the new way (PowerSGD's error feedback starts afresh)",
 }
 FIXED = ("framework", "model", "optimizer", "data")
 _SHOWN = 6  # differences named in one error line before "and N more"
@@ -77,7 +78,16 @@ def run_fingerprint(config, *, world_size: int, data: str, model_config=None) ->
         "precision": config.precision,
         "data": data,  # images or tokens, as the model takes
         "num_samples": config.num_samples_or_default(),
+        # None without compression, so checkpoints written before this field still match
+        "grad_compression": _compression(config),
     }
+
+
+def _compression(config) -> dict[str, Any] | None:
+    kind = getattr(config, "grad_compression", "none")
+    if kind == "none":
+        return None
+    return {"kind": kind, **({"rank": config.powersgd_rank} if kind == "powersgd" else {})}
 
 
 def _plain(value: Any) -> Any:

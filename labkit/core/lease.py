@@ -180,12 +180,13 @@ def read_holder(directory: str) -> Holder | None:
 
 
 def check_free(directory: str, env: Mapping[str, str] | None = None, *,
-               stale_after_s: float = STALE_AFTER_S) -> None:
-    """Raise LeaseHeld when a live run (not an earlier attempt of this job) holds `directory`."""
+               stale_after_s: float = STALE_AFTER_S, name: str = "checkpoint_dir") -> None:
+    """Raise LeaseHeld when a live run (not an earlier attempt of this job) holds `directory`
+    (the output setting `name`)."""
     holder = read_holder(directory)
     if holder is not None and not _ours(holder, job_identity(env)) and \
             stale_reason(holder, stale_after_s=stale_after_s) is None:
-        raise _held(directory, holder, stale_after_s)
+        raise _held(directory, holder, stale_after_s, name)
 
 
 def _ours(holder: Holder, job: str | None) -> bool:
@@ -193,24 +194,29 @@ def _ours(holder: Holder, job: str | None) -> bool:
         (job is not None and holder.job == job)
 
 
-def _held(directory: str, holder: Holder, stale_after_s: float = STALE_AFTER_S) -> LeaseHeld:
+def _held(directory: str, holder: Holder, stale_after_s: float = STALE_AFTER_S,
+          name: str = "checkpoint_dir") -> LeaseHeld:
     if holder.host == socket.gethostname():  # the process can be asked directly: no heartbeat rule
         when = f"as soon as pid {holder.pid} has exited"
     else:
         when = f"once its heartbeat is {stale_after_s:.0f}s old"
-    return LeaseHeld(f"checkpoint_dir {directory} is being written by another run: "
+    flag = name if name.startswith(("-", "OUT", "DEST")) else "--" + name.replace("_", "-")
+    return LeaseHeld(f"{name} {directory} is being written by another run: "
                      f"{holder.describe()}; wait for it to finish, or give another "
-                     f"--checkpoint-dir (the lease is taken over automatically {when})")
+                     f"{flag} (the lease is taken over automatically {when})")
 
 
 class Lease:
-    """The lease on one checkpoint folder, as a context manager: `acquire` on entry (raises
-    LeaseHeld), `release` on exit. `verify()` raises LeaseLost when another writer has taken
-    it over."""
+    """The lease on one output folder (a checkpoint folder, a shard set's folder, a course
+    run's folder: `name` is the setting that names it, for messages), as a context manager:
+    `acquire` on entry (raises LeaseHeld), `release` on exit. `verify()` raises LeaseLost when
+    another writer has taken it over."""
 
     def __init__(self, directory: str, *, env: Mapping[str, str] | None = None,
-                 heartbeat_s: float = HEARTBEAT_S, stale_after_s: float = STALE_AFTER_S):
+                 heartbeat_s: float = HEARTBEAT_S, stale_after_s: float = STALE_AFTER_S,
+                 name: str = "checkpoint_dir"):
         self.directory = str(directory)
+        self.name = name
         self.holder = Holder.me(env)
         self.heartbeat_s = heartbeat_s
         self.stale_after_s = stale_after_s
@@ -238,9 +244,9 @@ class Lease:
             if current.job is not None and current.job == self.holder.job:
                 pass  # an earlier attempt of this job (a restart after preemption): ours to take
             elif reason is None:
-                raise _held(self.directory, current, self.stale_after_s)
+                raise _held(self.directory, current, self.stale_after_s, self.name)
             else:
-                warnings.warn(f"checkpoint_dir {self.directory}: taking over the lease of "
+                warnings.warn(f"{self.name} {self.directory}: taking over the lease of "
                               f"{current.describe()}: {reason}", LeaseWarning, stacklevel=2)
         fs.makedirs(root, exist_ok=True)
         self._write()
@@ -248,9 +254,9 @@ class Lease:
         landed = read_holder(self.directory)
         if landed is None or landed.token != self.holder.token:
             if landed is None:
-                raise LeaseHeld(f"checkpoint_dir {self.directory}: the lease could not be read "
+                raise LeaseHeld(f"{self.name} {self.directory}: the lease could not be read "
                                 "back after writing it")
-            raise _held(self.directory, landed, self.stale_after_s)
+            raise _held(self.directory, landed, self.stale_after_s, self.name)
         self.held = True
         self._thread = threading.Thread(target=self._beat, name="checkpoint-lease", daemon=True)
         self._thread.start()
@@ -288,7 +294,7 @@ class Lease:
         current = read_holder(self.directory)
         if current is None or current.token != self.holder.token:
             who = current.describe() if current is not None else "nobody (the lease file is gone)"
-            raise LeaseLost(f"checkpoint_dir {self.directory}: this run's lease was taken over by "
+            raise LeaseLost(f"{self.name} {self.directory}: this run's lease was taken over by "
                             f"{who}; stopping without saving so the two runs do not mix steps")
 
     def release(self) -> None:

@@ -16,7 +16,12 @@
 - metrics (`Reporter`): loss, step and data time, samples/s, tokens/s, MFU, peak memory, LR,
   skipped steps into the `MetricsLog`, the `on_step` callback, TensorBoard scalars and a progress
   bar (main process; `labkit.core.progress`: a widget in JupyterLab, text when headless); a
-  loss that is NaN or infinite raises FloatingPointError naming the step;
+  loss that is NaN or infinite raises FloatingPointError naming the step. In a Vertex AI job
+  (`labkit.core.joblog`) the bar gives way to one JSON log line per step with the step's
+  figures as fields, and warnings and a failure become WARNING and ERROR lines. A `system`
+  sampler (the engine's: GPU utilisation and memory, `labkit.torch.gpu_samples`) adds
+  `system/<figure>` scalars and fields; W&B gets the same scalars when `wandb_project` is set
+  (`labkit.core.wandb_scalars`);
 - the metrics file, written by this process when `role.metrics_path` is set: at each
   checkpoint, on a stop and at the end. A resumed run keeps the earlier attempt's steps before
   the resumed one from that file (`MetricsLog.continue_from`), so after a preemption and a
@@ -40,17 +45,20 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from labkit.core import hypertune
+from labkit.core import hypertune, joblog
 from labkit.core.metrics import MetricsLog, StepMetrics
 from labkit.core.preemption import PreemptionGuard
-from labkit.core.progress import progress
+from labkit.core.progress import in_kernel, progress
 from labkit.core.train_config import Preempted, TrainConfig
 
 StepCallback = Callable[[int, dict[str, Any]], None]
+# The machine's figures now, e.g. {"gpu_util": 97.0, "gpu_mem_gib": 31.2}, or None when no new
+# sample is due (the sampler keeps its own pace; see `Reporter`).
+SystemSampler = Callable[[], Mapping[str, float] | None]
 SCALARS = ("loss", "step_time_s", "data_time_s", "samples_per_s", "tokens_per_s", "mfu", "lr")
 
 
@@ -168,35 +176,89 @@ def shows_progress(config: TrainConfig, is_main: bool) -> bool:
 
 class Reporter:
     """Turns a finished step's numbers into `StepMetrics` and reports them: the `MetricsLog`,
-    `on_step(step, row)` on every process, TensorBoard scalars (`train/<key>`) and the progress
-    bar on the main process. A context manager: the bar and the event file close on exit."""
+    `on_step(step, row)` on every process; on the main process TensorBoard scalars
+    (`train/<key>`, and `system/<figure>` from the `system` sampler), the same values to W&B
+    when `config.wandb_project` is set, and either the progress bar or, in a job
+    (`labkit.core.joblog.json_lines`), one JSON log line per step whose fields are the step's
+    figures and the latest system sample. A context manager: the bar, the event file and the
+    W&B run close on exit; in a job, warnings raised inside become WARNING lines and an
+    exception leaving it an ERROR line (a preemption or Ctrl-C: WARNING) on every process.
+
+    `system()` is called after each step on the main process; it returns a fresh sample or
+    None when none is due, so it sets its own pace (the latest sample rides on every line)."""
 
     def __init__(self, config: TrainConfig, throughput: Throughput, log: MetricsLog, *,
-                 is_main: bool = True, start: int = 0, on_step: StepCallback | None = None):
+                 is_main: bool = True, start: int = 0, on_step: StepCallback | None = None,
+                 system: SystemSampler | None = None):
         self.throughput = throughput
         self.log = log
         self.on_step = on_step
+        self.config, self.is_main, self.start = config, is_main, start
+        self.json_lines = joblog.json_lines(kernel=in_kernel())
         self._tensorboard_dir = config.tensorboard_dir if is_main else None
         self._bar_settings = ((config.steps, start, f"train {config.model}")
-                              if shows_progress(config, is_main) else None)
+                              if shows_progress(config, is_main) and not self.json_lines else None)
+        self._system = system if is_main else None
+        self.sample: dict[str, float] = {}  # the latest system sample
         self._writer = None
+        self._wandb = None
         self._bar = None
+        self._lines: joblog.StepLines | None = None
+        self._exits = contextlib.ExitStack()
 
     def __enter__(self) -> Reporter:
+        try:
+            self._open()
+        except BaseException as e:  # what opened before the failure is closed again
+            self.__exit__(type(e), e, e.__traceback__)
+            raise
+        return self
+
+    def _open(self) -> None:
+        if self.json_lines:
+            self._exits.enter_context(joblog.warnings_as_lines())
         if self._tensorboard_dir:
             from labkit.core.scalars import ScalarWriter
 
             self._writer = ScalarWriter(self._tensorboard_dir)
+        if self.is_main and self.config.wandb_project:
+            from labkit.core import wandb_scalars
+
+            self._wandb = wandb_scalars.open_run(self.config.wandb_project, asdict(self.config))
         if self._bar_settings is not None:
             total, initial, desc = self._bar_settings
             self._bar = progress(total, desc, unit="step", initial=initial, is_main=True)
-        return self
+        if self.json_lines and self.is_main:
+            self._lines = joblog.StepLines(self.config.steps, f"train {self.config.model}")
+            joblog.emit(self._start_message(), event="start", steps=self.config.steps, start=self.start,
+                        tensorboard_dir=self._tensorboard_dir, wandb_project=self.config.wandb_project)
 
-    def __exit__(self, *exc) -> None:
-        if self._bar is not None:
-            self._bar.close()
-        if self._writer is not None:
-            self._writer.close()
+    def _start_message(self) -> str:
+        c = self.config
+        where = f"; TensorBoard scalars in {c.tensorboard_dir}" if c.tensorboard_dir else ""
+        return (f"train {c.model} ({c.framework}): steps {self.start}..{c.steps - 1}, global batch "
+                f"{c.batch_size}{where}")
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            if self.json_lines and exc is not None:
+                self._report_exit(exc)
+            if self._bar is not None:
+                self._bar.close()
+            if self._wandb is not None:
+                self._wandb.close(failed=exc is not None and not isinstance(exc, Preempted))
+            if self._writer is not None:
+                self._writer.close()
+        finally:
+            self._exits.close()
+
+    def _report_exit(self, exc: BaseException) -> None:
+        """The line of a run that ends early: WARNING for a stop that checkpointed (or Ctrl-C),
+        ERROR for a failure; on every process, each replica's log says how it ended."""
+        stopped = isinstance(exc, (Preempted, KeyboardInterrupt))
+        last = self.log.steps[-1]["step"] if self.log.steps else None
+        joblog.emit(f"{type(exc).__name__}: {exc}".rstrip(": "), "WARNING" if stopped else "ERROR",
+                    event="stopped" if stopped else "error", step=last)
 
     def record(self, step: int, loss: float, step_time: float, *, data_time: float | None = None,
                lr: float | None = None, skipped: bool = False,
@@ -210,8 +272,17 @@ class Reporter:
             lr=lr, skipped=skipped))
         if self.on_step is not None:
             self.on_step(step, row)
+        values = {f"train/{k}": row[k] for k in SCALARS if row.get(k) is not None}
+        fresh = self._system() if self._system is not None else None
+        if fresh:
+            self.sample = dict(fresh)
+            values.update((f"system/{k}", v) for k, v in fresh.items())
         if self._writer is not None:
-            self._writer.add(step, {f"train/{k}": row[k] for k in SCALARS if k in row})
+            self._writer.add(step, values)
+        if self._wandb is not None:
+            self._wandb.add(step, values)
+        if self._lines is not None:
+            self._lines.write(row, self.sample)
         if self._bar is not None:
             self._bar.update(1)
             self._bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
@@ -348,12 +419,13 @@ class _Driver:
 
 def run(config: TrainConfig, engine: Engine, log: MetricsLog, *, start: int = 0,
         role: ProcessRole | None = None, throughput: Throughput | None = None,
-        on_step: StepCallback | None = None, read_loss_late: bool = False) -> MetricsLog:
+        on_step: StepCallback | None = None, read_loss_late: bool = False,
+        system: SystemSampler | None = None) -> MetricsLog:
     """Train steps `start` … `config.steps - 1` with `engine`; returns `log` (also written to
     `role.metrics_path`). Raises `Preempted` after checkpointing when SIGTERM arrives (or at
     `config.preempt_at`), FloatingPointError when a loss is NaN or infinite. `read_loss_late`
     (one process only) reads each step's results once the next step is dispatched, so
-    `on_step` sees a step one step later."""
+    `on_step` sees a step one step later. `system`: the machine's sampler (`Reporter`)."""
     if read_loss_late and role is not None and role.processes > 1:
         raise ValueError("read_loss_late needs a single process: replicas agree on each step's "
                          "stop flag before the next step")
@@ -364,8 +436,8 @@ def run(config: TrainConfig, engine: Engine, log: MetricsLog, *, start: int = 0,
     log.continue_from(role.metrics_path, start)
     throughput = throughput or Throughput(config.batch_size)
     try:
-        with PreemptionGuard() as guard, Reporter(config, throughput, log, is_main=role.is_main,
-                                                  start=start, on_step=on_step) as reporter:
+        with PreemptionGuard() as guard, Reporter(config, throughput, log, is_main=role.is_main, start=start,
+                                                  on_step=on_step, system=system) as reporter:
             driver = _Driver(config, engine, reporter, guard, role, read_loss_late)
             try:
                 for step in range(start, config.steps):

@@ -58,13 +58,33 @@ def _one_parameters_cell(path: str | os.PathLike) -> None:
                              f"by the later one; keep the tag on one cell")
 
 
+def _inspect_with_kernel(papermill, path: str | os.PathLike) -> dict:
+    """papermill's view of the parameters; a notebook whose metadata names no kernel is read as
+    the Python notebook it runs as (labkit runs it in its own kernel)."""
+    import json
+    import tempfile
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # papermill says what is wrong with it
+        return papermill.inspect_notebook(str(path))
+    metadata = data.get("metadata") if isinstance(data, dict) else None
+    if not isinstance(metadata, dict) or (metadata.get("kernelspec") or {}).get("name"):
+        return papermill.inspect_notebook(str(path))
+    metadata["kernelspec"] = {"name": "python3", "language": "python", "display_name": "Python 3"}
+    with tempfile.TemporaryDirectory(prefix="labkit-inspect-") as tmp:
+        copy = Path(tmp) / Path(path).name
+        copy.write_text(json.dumps(data), encoding="utf-8")
+        return papermill.inspect_notebook(str(copy))
+
+
 def _inspect(path: str | os.PathLike) -> dict[str, tuple[Any, str]]:
     """Each parameter's default and papermill's name for its annotated type ("None" if none)."""
     import papermill
     from nbformat.reader import NotJSONError
 
     try:
-        params = papermill.inspect_notebook(str(path))
+        params = _inspect_with_kernel(papermill, path)
     except NotJSONError as e:
         raise ParameterError("notebook", str(path), "is not a Jupyter notebook: its file is not JSON") from e
     except (KeyError, AttributeError, TypeError, ValueError) as e:  # JSON, but not nbformat's

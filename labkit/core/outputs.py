@@ -54,6 +54,9 @@ def check_file(name: str, path: str | os.PathLike, *, source: str | None = None)
                                f"written through a file path: in a Vertex job give {fuse_path(os.fspath(path))} "
                                "(the bucket's mount), elsewhere a local path")
     p = Path(path)
+    too_long = name_too_long(p)  # before any stat: those raise on such a name
+    if too_long:
+        raise UnwritableOutput(name, str(path), _from(source) + too_long)
     if p.is_dir():
         raise UnwritableOutput(name, str(path), _from(source) + "is a folder; give a file path")
     if p.exists() and not os.access(p, os.W_OK):
@@ -62,6 +65,21 @@ def check_file(name: str, path: str | os.PathLike, *, source: str | None = None)
     if problem:
         raise UnwritableOutput(name, str(path), _from(source) +
                                f"cannot be written: its folder {p.parent} {problem}")
+
+
+def name_too_long(path: Path) -> str | None:
+    """Why the file system cannot hold a file named `path` (None: it can): a name longer than
+    its limit (255 bytes on most), which the write would otherwise fail on after the run."""
+    folder = next((q for q in [path.parent, *path.parent.parents] if q.is_dir()), Path("."))
+    try:
+        limit = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        limit = 255
+    longest = max((part for part in path.parts), key=lambda part: len(os.fsencode(part)), default="")
+    if len(os.fsencode(longest)) > limit:
+        return (f"has a name of {len(os.fsencode(longest))} bytes ({longest[:24]}...); this file system "
+                f"allows {limit}")
+    return None
 
 
 def _from(source: str | None) -> str:
@@ -74,6 +92,10 @@ def folder_problem(path: str | os.PathLike) -> str | None:
     from fsspec.implementations.local import LocalFileSystem
 
     text = os.fspath(path) or "."
+    if "://" not in text:
+        too_long = name_too_long(Path(text))
+        if too_long:
+            return too_long
     reason = unmounted(text) or unreachable(text)
     if reason:
         return f"cannot be used: {reason}"

@@ -5,13 +5,18 @@
 and pipeline-parallel degrees, checked against the process count and the batch (one-line
 `ParameterError` naming the field). `check_config` refuses combinations no engine runs.
 
-The calculator (`estimate`, `plan_table`, `decide`) gives, for a GPT of any size, the bytes of
-parameters, gradients and optimizer state one rank holds in each mode, the bytes it sends per
-optimizer step (ring collectives: all-reduce 2(N-1)/N of the tensor, reduce-scatter and
-all-gather (N-1)/N of the full tensor each), whether the mode fits a GPU, and which mode to
-choose for a model, a GPU size and an interconnect. On the CPU runs of `labkit train` the
-engine measures the same quantities (`labkit.torch.parallel`); the two agree within a few
-percent (ZeroRedundancyOptimizer partitions whole tensors, so its shards are only nearly equal).
+The calculator (`estimate`) gives, for a GPT of any size, the bytes of parameters, gradients
+and optimizer state one rank holds in each mode and the bytes it sends per optimizer step (ring
+collectives: all-reduce 2(N-1)/N of the tensor, reduce-scatter and all-gather (N-1)/N of the
+full tensor each). On the CPU runs of `labkit train` the engine measures the same quantities
+(`labkit.torch.parallel`); the two agree within a few percent (ZeroRedundancyOptimizer
+partitions whole tensors, so its shards are only nearly equal).
+
+The planner (`plan`; `decide` is its answer as a dict, `plan_table` every layout it weighed)
+answers "which layout for this model on these GPUs": every TP × PP × DP grid (`grids`) with DDP
+or a ZeRO stage, the fullest rank's bytes against the GPU's memory less `MARGIN` (CUDA context,
+allocator fragmentation), and a step time in which bucketed gradient reduction and ZeRO-3's
+gathers overlap compute (`exposed_seconds`; the sources are cited beside the constants).
 
 Modes (what each rank keeps between steps, for P parameters over N processes):
 
@@ -28,7 +33,7 @@ Modes (what each rank keeps between steps, for P parameters over N processes):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from labkit.core.config import ParameterError
@@ -163,6 +168,16 @@ def _divides(name: str, degree: int, world: int) -> None:
 def pipeline_bubble(stages: int, microbatches: int) -> float:
     """Idle fraction of a GPipe or 1F1B step with equal stages: (p-1)/(m+p-1)."""
     return (stages - 1) / (microbatches + stages - 1)
+
+
+def busiest_stage_bubble(stage_work: list[float], microbatches: int) -> float:
+    """Idle fraction of the busiest stage when the stages' work per micro-batch differs
+    (`stage_work`, any unit): the step lasts about Σt + (m−1)·max t (every stage once while the
+    pipeline fills and drains, the slowest one for the other m−1 micro-batches) and the busiest
+    stage computes m·max t of it. Equal stages give (p-1)/(m+p-1); unequal ones less, since the
+    busiest stage then waits only for the others' shorter fill and drain."""
+    slowest = max(stage_work)
+    return 1 - microbatches * slowest / (sum(stage_work) + (microbatches - 1) * slowest)
 
 
 # ---------------------------------------------------------------- the calculator
@@ -301,10 +316,10 @@ def activation_estimate(cfg: GPTConfig, layout: Layout, micro_batch: int = 1, by
     """Activation bytes per rank with full activation checkpointing: every block's input kept
     (s·d per sequence), plus one block's working set recomputed in backward (34·s·d + 5·a·s²
     per sequence, Korthikanti et al. 2022), split by tp; a pipeline stage holds its layers for
-    up to p micro-batches in flight (1F1B)."""
+    up to p micro-batches in flight (1F1B), and never more than the step has."""
     s, d, a = cfg.block_size, cfg.n_embd, cfg.n_head
     layers = math.ceil(cfg.n_layer / layout.pp)
-    in_flight = layout.pp
+    in_flight = min(layout.pp, layout.microbatches) if layout.pp > 1 else 1
     kept = layers * s * d * bytes_per * micro_batch * in_flight
     working = (34 * s * d + 5 * a * s * s) * bytes_per / 2 * micro_batch / layout.tp
     return kept + working
@@ -323,8 +338,9 @@ def reference_models() -> dict[str, GPTConfig]:
 
 def layouts_for(gpus: int, gpus_per_node: int = 8, stages: int | None = None,
                 batch: int | None = None) -> dict[str, Layout]:
-    """The six modes on `gpus` GPUs: tp within a node (degree min(gpus, gpus_per_node)), pp over
-    all GPUs up to `stages`, with `pipeline_microbatches` of the `batch` sequences (global)."""
+    """The six modes on `gpus` GPUs, one technique each (as `labkit train --parallel` runs them):
+    tp within a node (degree min(gpus, gpus_per_node)), pp over all GPUs up to `stages`, with
+    `pipeline_microbatches` of the `batch` sequences (global). The planner weighs `grids` instead."""
     t = min(gpus, gpus_per_node)
     p = min(gpus, stages or gpus)
     while gpus % p:
@@ -349,36 +365,10 @@ def pipeline_microbatches(stages: int, sequences: int | None = None) -> int:
     return m
 
 
-def plan_table(models: dict[str, GPTConfig] | None = None, gpus: tuple[int, ...] = (8, 64),
-               gpu_gib: float = 80, precision: Bytes = MIXED, tokens_per_gpu: int = 8192) -> list[dict[str, Any]]:
-    """Per model, GPU count and mode: GiB per rank (weights, gradients, optimizer state, and
-    checkpointed activations of one sequence), whether it fits `gpu_gib`, and GB sent per rank
-    per step at `tokens_per_gpu` tokens per GPU per step."""
-    rows = []
-    for name, cfg in (models or reference_models()).items():
-        for n in gpus:
-            batch = max(1, tokens_per_gpu * n // cfg.block_size)
-            for mode, layout in layouts_for(n, stages=cfg.n_layer, batch=batch).items():
-                if layout.mode == "tp" and cfg.n_head % layout.tp:
-                    continue
-                e = estimate(cfg, layout, batch_size=batch, precision=precision, activation_bytes=2)
-                acts = activation_estimate(cfg, layout)
-                total = e.total_bytes + acts
-                rows.append({"model": name, "params_B": GPTShape.of(cfg).total / 1e9, "gpus": n,
-                             "mode": mode, "layout": f"dp{layout.dp}·tp{layout.tp}·pp{layout.pp}"
-                             + (f" ×{layout.microbatches} micro-batches" if layout.pp > 1 else ""),
-                             "weights_GiB": e.params_bytes / GIB, "grads_GiB": e.grads_bytes / GIB,
-                             "optimizer_GiB": e.optimizer_bytes / GIB, "activations_GiB": acts / GIB,
-                             "total_GiB": total / GIB, "fits": total <= gpu_gib * GIB,
-                             "sent_GB_per_step": e.comm_bytes_per_step / 1e9})
-    return rows
-
-
 @dataclass(frozen=True)
 class Grid:
-    """One TP × PP × DP layout of a model on `tp·pp·dp` GPUs: `microbatches` per pipeline step,
-    and the optimizer state sharded over the `dp` replicas (ZeRO-1, Megatron's distributed
-    optimizer) when there are several."""
+    """One TP × PP × DP layout of a model on `tp·pp·dp` GPUs, with `microbatches` per pipeline
+    step (`plan` adds how the `dp` replicas share their state: DDP or a ZeRO stage)."""
 
     tp: int
     pp: int
@@ -392,9 +382,6 @@ class Grid:
     @property
     def bubble(self) -> float:
         return pipeline_bubble(self.pp, self.microbatches)
-
-    def label(self) -> str:
-        return f"tp{self.tp}·pp{self.pp}·dp{self.dp}" + (f" ×{self.microbatches} micro-batches" if self.pp > 1 else "")
 
 
 def grids(cfg: GPTConfig, gpus: int, batch: int, gpus_per_node: int = 8) -> list[Grid]:
@@ -416,60 +403,6 @@ def grids(cfg: GPTConfig, gpus: int, batch: int, gpus_per_node: int = 8) -> list
     return out
 
 
-def grid_bytes(cfg: GPTConfig, grid: Grid, precision: Bytes = MIXED) -> float:
-    """Bytes the fullest rank of `grid` holds: its pipeline stage's parameters (the blocks, and
-    the token table on the first and last stages, split by tp as Megatron's vocabulary-parallel
-    embedding is), their gradients, its 1/dp of the optimizer state, and checkpointed
-    activations (`activation_estimate`)."""
-    shape = GPTShape.of(cfg)
-    worst = 0.0
-    for stage in range(grid.pp):
-        base, extra = divmod(shape.layers, grid.pp)
-        n = (base + (stage < extra)) * (shape.block_matrices / grid.tp + shape.block_other)
-        if stage == 0:
-            n += shape.embedding / grid.tp
-        if stage == grid.pp - 1:
-            n += shape.final + (shape.vocab_embedding / grid.tp if grid.pp > 1 else 0)
-        worst = max(worst, n)
-    states = worst * (precision.param + precision.grad + precision.optimizer / grid.dp)
-    acts = activation_estimate(cfg, Layout("pp", grid.model_parallel, tp=grid.tp, pp=grid.pp))
-    return states + acts
-
-
-def choose_grid(cfg: GPTConfig, gpus: int, gpu_gib: float, *, tokens_per_gpu: int = 8192,
-                gpus_per_node: int = 8, precision: Bytes = MIXED) -> dict[str, Any]:
-    """The layout to start from, by the rules of Narayanan et al. 2021 (Megatron-LM at scale,
-    https://arxiv.org/abs/2104.04473, read 2026-11-26): among the feasible `grids` that fit
-    `gpu_gib`, (1) the smallest model-parallel size tp·pp (the rest is data parallelism, whose
-    all-reduce overlaps the backward pass), (2) then tensor parallelism before pipeline stages
-    (tp inside a node on NVLink; pp across nodes, where only activations cross), (3) then the
-    smallest bubble. Returns the chosen row with its `rule`, and how many layouts fit."""
-    batch = max(1, tokens_per_gpu * gpus // cfg.block_size)
-    feasible = grids(cfg, gpus, batch, gpus_per_node)
-    fitting = [(g, grid_bytes(cfg, g, precision)) for g in feasible]
-    fitting = [(g, b) for g, b in fitting if b <= gpu_gib * GIB]
-    out = {"gpus": gpus, "gpu_GiB": gpu_gib, "layouts_feasible": len(feasible), "layouts_fit": len(fitting)}
-    if not fitting:
-        least = min((grid_bytes(cfg, g, precision) for g in feasible), default=math.inf)
-        return {**out, "layout": "none fits", "GiB_per_rank": None, "bubble": None,
-                "rule": f"no TP × PP × DP layout of {gpus} GPUs fits {gpu_gib:g} GiB (the leanest needs "
-                        f"{least / GIB:,.0f} GiB per GPU): more GPUs, or ZeRO-3 / offload"}
-    grid, used = min(fitting, key=lambda gb: (gb[0].model_parallel, -gb[0].tp, gb[0].bubble))
-    smallest = grid.model_parallel
-    if smallest == 1:
-        rule = f"fits on one GPU's memory: pure data parallelism over {grid.dp} (ZeRO-1 shards the optimizer)"
-    else:
-        parts = [f"the smallest tp·pp that fits is {smallest}"]
-        if grid.tp > 1:
-            parts.append(f"tp {grid.tp} inside a node (its all-reduces need NVLink)")
-        if grid.pp > 1:
-            parts.append(f"pp {grid.pp} " + ("across nodes" if grid.model_parallel > gpus_per_node else "stages")
-                         + f", {grid.microbatches} micro-batches: bubble {grid.bubble:.0%}")
-        parts.append(f"dp {grid.dp} for the rest")
-        rule = "; ".join(parts)
-    return {**out, "layout": grid.label(), "tp": grid.tp, "pp": grid.pp, "dp": grid.dp,
-            "GiB_per_rank": used / GIB, "bubble": grid.bubble, "rule": rule}
-
 
 @dataclass(frozen=True)
 class Interconnect:
@@ -486,42 +419,349 @@ INTERCONNECTS = (Interconnect("NVLink node + 3.2 Tb/s RDMA (A3)", 50.0, 450.0),
                  Interconnect("PCIe node + 100 Gb/s Ethernet", 12.5, 16.0))
 
 
-def _comm_seconds(cfg: GPTConfig, layout: Layout, e: Estimate, batch: int, precision: Bytes,
-                  link: Interconnect) -> float:
-    """Seconds per step the bytes of `e` take: inside one node (8 GPUs) on the node's link;
-    across nodes on the network, except tp's all-reduces, which stay inside a node."""
-    if layout.world <= 8:
-        return e.comm_bytes_per_step / (link.node_gb_per_s * 1e9)
-    if layout.mode == "tp":
-        inside = estimate(cfg, Layout("tp", layout.tp, tp=layout.tp), batch_size=batch // layout.dp,
-                          precision=precision, activation_bytes=2).comm_bytes_per_step
-        return inside / (link.node_gb_per_s * 1e9) + (e.comm_bytes_per_step - inside) / (link.gb_per_s * 1e9)
-    return e.comm_bytes_per_step / (link.gb_per_s * 1e9)
+
+# ---------------------------------------------------------------- the planner
+#
+# `plan` is the one answer to "which layout for this model on these GPUs". It weighs every
+# TP × PP × DP grid (`grids`) with each data-parallel mode that runs on it, keeps those that fit
+# the GPU's memory within `MARGIN`, times each step with the overlap model below, and picks the
+# fastest. `decide` (its dict), `plan_table` (every layout weighed) and the notebook's tables
+# are views of it.
 
 
-def decide(cfg: GPTConfig, gpus: int, gpu_gib: float, link: Interconnect, *, precision: Bytes = MIXED,
-           tokens_per_gpu: int = 8192, effective_tflops: float) -> dict[str, Any]:
-    """The mode to choose: among those whose states and activations fit, the one with the
-    shortest step = compute (6·N FLOPs per token at `effective_tflops` per GPU, a planning rate
-    the caller names, e.g. a measured one, the same in every mode), stretched by the pipeline bubble for pp, plus the
-    time its bytes take on `link` (`_comm_seconds`; no overlap assumed). Ties keep the simpler
-    mode (the order of `MODES`). None fits: says so."""
-    compute = 6 * GPTShape.of(cfg).total * tokens_per_gpu / (effective_tflops * 1e12)
-    best = None
+@dataclass(frozen=True)
+class Margin:
+    """GPU memory the training state may not use: `context_gib` for the CUDA context and the
+    libraries' workspaces, then a `fragmentation` share of the rest that the caching allocator
+    loses between blocks. A layout fits only within `usable_gib`."""
+
+    context_gib: float = 1.0
+    fragmentation: float = 0.15
+
+    def usable_gib(self, gpu_gib: float) -> float:
+        return max(0.0, (gpu_gib - self.context_gib) * (1 - self.fragmentation))
+
+    def text(self) -> str:
+        return (f"{self.context_gib:g} GiB for the CUDA context, cuBLAS workspaces and NCCL buffers, then "
+                f"{self.fragmentation:.0%} of the rest for allocator fragmentation: an 80 GiB GPU holds "
+                f"{self.usable_gib(80):.1f} GiB of training state, a 40 GiB one {self.usable_gib(40):.1f}")
+
+
+# Context: ~300 MB with CUDA's lazy module loading (11.7 and later), over 1,000 MB before (ptrblck,
+# https://github.com/pytorch/pytorch/issues/107667, read 2026-11-29); 1 GiB leaves room for the
+# cuBLAS workspaces and NCCL buffers no tensor count sees. Fragmentation: GMLake (Guo et al.,
+# ASPLOS 2024, https://arxiv.org/abs/2401.08156, read 2026-11-29) removed on average 15% (up to
+# 33%) fragmentation from PyTorch's caching allocator over eight LLM trainings on 80 GB A100s.
+MARGIN = Margin()
+
+# Overlap. DDP puts gradients in buckets (25 MiB: `bucket_cap_mb`'s default) in roughly reverse
+# order of use and starts each bucket's all-reduce as soon as the backward pass has filled it
+# ("Internal Design", https://docs.pytorch.org/docs/stable/notes/ddp.html, read 2026-11-29; Li et
+# al., VLDB 2020, https://arxiv.org/abs/2006.15704, "overlapping computation with communication").
+# Only the last bucket waits for the end of backward; a parameter is never split, so the token
+# embedding's gradient (complete last: the tied table is used first in forward) is that bucket
+# when larger. ZeRO-2's reduce-scatter is bucketed the same way; ZeRO-1 and ZeRO-2 then gather the
+# updated parameters after the optimizer step, where no compute hides them (torch's
+# ZeroRedundancyOptimizer, DeepSpeed stages 1 and 2). ZeRO-3 (FSDP) all-gathers each unit (a block,
+# or the embeddings) just before it runs, behind the previous unit's compute, and reduce-scatters
+# its gradients behind the next unit's backward (`fully_shard`, https://docs.pytorch.org/docs/
+# stable/distributed.fsdp.fully_shard.html, read 2026-11-29); its volume is 1.5× DDP's (Rajbhandari
+# et al. 2020, https://arxiv.org/abs/1910.02054, read 2026-11-29): only the first unit's gather (and
+# the last unit's reduce-scatter) is exposed. Tensor-parallel all-reduces and pipeline sends sit on
+# the critical path and are counted whole.
+DDP_BUCKET_BYTES = 25 * 2**20
+BACKWARD_SHARE = 2 / 3  # of the 6·N FLOPs per token: 2N forward, 4N backward
+TIE = 0.01  # a more elaborate layout must be more than 1% faster to be chosen
+DP_MODES = ("ddp", "zero1", "zero2", "zero3")
+# Beside tensor or pipeline parallelism only DDP and ZeRO-1 (Megatron's distributed optimizer):
+# DeepSpeed's pipeline engine integrates ZeRO stage 1 only; the later stages would add data-parallel
+# traffic to every micro-batch (https://github.com/deepspeedai/DeepSpeed/issues/4164, read 2026-11-29).
+MP_DP_MODES = ("ddp", "zero1")
+
+
+def exposed_seconds(comm_s: float, compute_s: float, tail: float) -> float:
+    """Seconds of `comm_s` of communication left on the step when it runs in pieces beside
+    `compute_s` of compute that releases them one by one: every piece but the `tail` share (the
+    last bucket, the first unit) hides while compute lasts. max(tail·comm, comm − (1−tail)·compute)."""
+    if comm_s <= 0:
+        return 0.0
+    return max(tail * comm_s, comm_s - (1 - tail) * compute_s)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One layout `plan` weighed: `dp_mode` over the `grid.dp` replicas of a tp × pp model, each
+    replica's sequences in `micro_batches` of `sequences` (pipeline micro-batches, or gradient
+    accumulation steps); the bytes its fullest rank holds and, given a compute rate, its step."""
+
+    dp_mode: str
+    grid: Grid
+    micro_batches: int
+    sequences: int
+    weights: float
+    grads: float
+    optimizer: float
+    activations: float
+    working: float  # ZeRO-3: the gathered units and one unit's unsharded gradients
+    usable: float
+    sent_bytes: float  # per rank per step, every collective and send
+    compute_s: float | None = None
+    bubble: float = 0.0
+    tp_s: float | None = None
+    pp_s: float | None = None
+    dp_s: float | None = None
+    dp_exposed_s: float | None = None
+
+    @property
+    def total_bytes(self) -> float:
+        return self.weights + self.grads + self.optimizer + self.activations + self.working
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.usable
+
+    @property
+    def model_parallel(self) -> int:
+        return self.grid.model_parallel
+
+    @property
+    def mode(self) -> str:
+        t, p = self.grid.tp, self.grid.pp
+        return "tp+pp" if t > 1 and p > 1 else "tp" if t > 1 else "pp" if p > 1 else self.dp_mode
+
+    @property
+    def comm_s(self) -> float | None:
+        return None if self.dp_s is None else self.tp_s + self.pp_s + self.dp_s
+
+    @property
+    def exposed_s(self) -> float | None:
+        return None if self.dp_exposed_s is None else self.tp_s + self.pp_s + self.dp_exposed_s
+
+    @property
+    def step_s(self) -> float | None:
+        if self.compute_s is None:
+            return None
+        return self.compute_s / (1 - self.bubble) + self.exposed_s
+
+    def label(self) -> str:
+        g = self.grid
+        if g.model_parallel == 1:
+            out = f"{self.dp_mode} over {g.dp} GPU{'s' if g.dp > 1 else ''}"
+        else:
+            out = f"tp{g.tp}·pp{g.pp}·dp{g.dp}" + (f", {self.dp_mode} over dp" if g.dp > 1 else "")
+        if g.pp > 1:
+            return out + f", {self.micro_batches} micro-batches"
+        return out + (f", {self.micro_batches} accumulation steps" if self.micro_batches > 1 else "")
+
+    def rank(self) -> tuple:
+        """Simpler first: less model parallelism, then the plainer data-parallel mode, then tp
+        before pp (inside a node), then the smaller bubble."""
+        return (self.model_parallel, DP_MODES.index(self.dp_mode), -self.grid.tp, self.bubble)
+
+
+def _rank_params(shape: GPTShape, grid: Grid) -> tuple[float, float, float]:
+    """The fullest rank's parameters, the embedding part of them and one block's (what a tp
+    rank of a stage holds; the token table split by tp, as Megatron's vocabulary-parallel one)."""
+    block = shape.block_matrices / grid.tp + shape.block_other
+    worst = (0.0, 0.0)
+    for stage in range(grid.pp):
+        base, extra = divmod(shape.layers, grid.pp)
+        emb = shape.embedding / grid.tp if stage == 0 else 0.0
+        n = (base + (stage < extra)) * block
+        if stage == grid.pp - 1:
+            n += shape.final
+            emb += shape.vocab_embedding / grid.tp if grid.pp > 1 else 0.0
+        worst = max(worst, (n + emb, emb))
+    return worst[0], worst[1], block
+
+
+def _held(cfg: GPTConfig, grid: Grid, dp_mode: str, micro_batches: int, sequences: int,
+          precision: Bytes) -> tuple[float, float, float, float, float]:
+    """(weights, gradients, optimizer state, activations, ZeRO-3 working set) of the fullest rank."""
+    n, emb, block = _rank_params(GPTShape.of(cfg), grid)
+    b, dp = precision, grid.dp
+    shard = {"ddp": (1, 1, 1), "zero1": (1, 1, dp), "zero2": (1, dp, dp), "zero3": (dp, dp, dp)}[dp_mode]
+    # FSDP: one unit gathered, the next prefetched, and one unit's full gradients before the reduce-scatter
+    working = max(block, emb) * (2 * b.param + b.grad) if dp_mode == "zero3" and dp > 1 else 0.0
+    layout = Layout("pp", grid.model_parallel, tp=grid.tp, pp=grid.pp, microbatches=micro_batches)
+    return (n * b.param / shard[0], n * b.grad / shard[1], n * b.optimizer / shard[2],
+            activation_estimate(cfg, layout, micro_batch=sequences), working)
+
+
+def _sent_and_seconds(cfg: GPTConfig, c: Candidate, link: Interconnect, gpus: int, gpus_per_node: int,
+                      precision: Bytes, compute_s: float | None) -> dict[str, float | None]:
+    """Bytes `c`'s fullest rank sends per step and, with `compute_s`, the seconds of tensor
+    parallelism, pipeline sends and data parallelism (all of it, and what the overlap model leaves
+    exposed). Links: tp inside a node; pp inside a node when tp·pp fits one; dp inside a node when
+    all GPUs do, else on the network."""
+    shape, g, b, k = GPTShape.of(cfg), c.grid, precision, c.micro_batches
+    node, net = link.node_gb_per_s * 1e9, link.gb_per_s * 1e9
+    act = c.sequences * k * cfg.block_size * cfg.n_embd * 2  # the replica's (B, s, d) in bf16, per step
+    layers = math.ceil(shape.layers / g.pp)
+    tp_bytes = 4 * layers * 2 * _ring(g.tp) * act  # 4 all-reduces per block, forward and backward
+    pp_bytes = 0.0
+    if g.pp > 1:  # activations on, their gradients back, and the tied table's two copies agreeing
+        pp_bytes = 2 * act + 2 * _ring(2) * shape.vocab_embedding / g.tp * b.grad
+    n, emb, block = _rank_params(shape, g)
+    r = _ring(g.dp)
+    red = (2 if c.dp_mode in ("ddp", "zero1") else 1) * r * n * b.grad  # all-reduce or reduce-scatter
+    gather = r * n * b.param
+    dp_bytes = {"ddp": red, "zero1": red + gather, "zero2": k * red + gather,
+                "zero3": k * (2 * gather + red)}[c.dp_mode]
+    out: dict[str, float | None] = {"sent_bytes": tp_bytes + pp_bytes + dp_bytes,
+                                    "tp_s": None, "pp_s": None, "dp_s": None, "dp_exposed_s": None}
+    if compute_s is None:
+        return out
+    dp_bw = node if gpus <= gpus_per_node else net
+    fwd, bwd = compute_s * (1 - BACKWARD_SHARE) / k, compute_s * BACKWARD_SHARE / k  # one micro-batch
+    if c.dp_mode == "zero3":
+        unit = min(1.0, max(block, emb) / n)
+        ag, rs = gather / dp_bw, red / dp_bw
+        exposed = k * (exposed_seconds(ag, fwd, unit) + exposed_seconds(ag + rs, bwd, unit))
+    else:  # gradients reduced behind the last micro-batch's backward (earlier ones only accumulate)
+        bucket = min(1.0, max(DDP_BUCKET_BYTES, emb * b.grad) / (n * b.grad))
+        times = k if c.dp_mode == "zero2" else 1
+        exposed = times * exposed_seconds(red / dp_bw, bwd, bucket)
+        exposed += gather / dp_bw if c.dp_mode in ("zero1", "zero2") else 0.0
+    pp_bw = node if g.model_parallel <= gpus_per_node else net
+    return {**out, "tp_s": tp_bytes / node, "pp_s": pp_bytes / pp_bw, "dp_s": dp_bytes / dp_bw,
+            "dp_exposed_s": exposed if g.dp > 1 else 0.0}
+
+
+def _weigh(cfg: GPTConfig, grid: Grid, dp_mode: str, batch: int, gpus: int, usable: float, link: Interconnect,
+           precision: Bytes, compute_s: float | None, gpus_per_node: int) -> Candidate:
+    """`dp_mode` on `grid`: a pipeline runs its `grid.microbatches`; otherwise the replica's
+    sequences go in the largest micro-batch that fits (the rest as accumulation steps)."""
+    per_replica = batch // grid.dp
+    if grid.pp > 1:
+        options = [grid.microbatches]
+    else:
+        options = [k for k in range(1, per_replica + 1) if per_replica % k == 0]
+    for k in options:
+        held = _held(cfg, grid, dp_mode, k, per_replica // k, precision)
+        if sum(held) <= usable or k == options[-1]:
+            break
+    c = Candidate(dp_mode, grid, k, per_replica // k, *held, usable=usable, sent_bytes=0.0,
+                  compute_s=compute_s, bubble=grid.bubble if grid.pp > 1 else 0.0)
+    return replace(c, **_sent_and_seconds(cfg, c, link, gpus, gpus_per_node, precision, compute_s))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `plan` weighed and chose: every `candidates` layout, the smallest model-parallel size
+    tp·pp that fits (`needed_mp`), and the `choice` (None when nothing fits or no rate was given)."""
+
+    gpus: int
+    gpu_gib: float
+    usable_gib: float
+    link: Interconnect
+    candidates: list[Candidate]
+    needed_mp: int | None
+    choice: Candidate | None
+    compute_s: float | None
+    margin: Margin = MARGIN
+
+    def considered(self) -> list[Candidate]:
+        """The fitting layouts the choice is made among: pure data parallelism, and model
+        parallelism only at the smallest tp·pp that fits."""
+        return [c for c in self.candidates if c.fits and c.model_parallel in (1, self.needed_mp)]
+
+    def rule(self) -> str:
+        c = self.choice
+        if c is None:
+            fitting = [x for x in self.candidates if x.fits]
+            if fitting:
+                return f"{len(fitting)} layouts fit; no compute rate given, so none is timed"
+            least = min((x.total_bytes for x in self.candidates), default=math.inf)
+            return (f"no layout of {self.gpus} GPUs fits {self.usable_gib:.1f} usable GiB of {self.gpu_gib:g} "
+                    f"(the leanest needs {least / GIB:,.1f} GiB per GPU): more GPUs, or offload")
+        parts = [f"fits in {c.total_bytes / GIB:.1f} of {self.usable_gib:.1f} usable GiB"]
+        if c.model_parallel == 1:
+            parts.append("no tensor or pipeline split needed")
+        else:
+            parts.append(f"the smallest tp·pp that fits is {self.needed_mp}")
+        parts.append(f"fastest of {len(self.considered())} weighed: {c.step_s:.3g} s/step = "
+                     f"{c.compute_s:.3g} compute" + (f" ÷ (1 − bubble {c.bubble:.0%})" if c.grid.pp > 1 else "")
+                     + f" + {c.exposed_s:.2g} exposed of {c.comm_s:.2g} s communication")
+        return "; ".join(parts)
+
+    def as_dict(self) -> dict[str, Any]:
+        """`decide`'s answer: the choice, its layout and timing, and the rule that chose it."""
+        out = {"gpus": self.gpus, "gpu_GiB": self.gpu_gib, "usable_GiB": self.usable_gib,
+               "interconnect": self.link.name, "compute_s": self.compute_s,
+               "layouts_weighed": len(self.candidates), "layouts_fit": sum(c.fits for c in self.candidates),
+               "smallest_tp_pp": self.needed_mp, "rule": self.rule()}
+        c = self.choice
+        if c is None:
+            return {**out, "mode": "none fits", "dp_mode": None, "layout": "none fits", "tp": None, "pp": None,
+                    "dp": None, "micro_batches": None, "step_s": None, "comm_s_per_step": None,
+                    "exposed_comm_s": None, "bubble": None, "GiB_per_rank": None}
+        return {**out, "mode": c.mode, "dp_mode": c.dp_mode, "layout": c.label(), "tp": c.grid.tp, "pp": c.grid.pp,
+                "dp": c.grid.dp, "micro_batches": c.micro_batches, "step_s": c.step_s, "comm_s_per_step": c.comm_s,
+                "exposed_comm_s": c.exposed_s, "bubble": c.bubble, "GiB_per_rank": c.total_bytes / GIB}
+
+
+def plan(cfg: GPTConfig, gpus: int, gpu_gib: float, link: Interconnect, *, effective_tflops: float | None,
+         precision: Bytes = MIXED, tokens_per_gpu: int = 8192, gpus_per_node: int = 8,
+         margin: Margin = MARGIN) -> Plan:
+    """The layout for `cfg` on `gpus` GPUs of `gpu_gib` joined by `link`, at `tokens_per_gpu`
+    tokens per GPU per step. Weighs every `grids` layout with DDP, ZeRO-1, -2, -3 (pure data
+    parallelism) or DDP, ZeRO-1 (beside tp or pp); keeps those whose fullest rank fits `margin`'s
+    usable memory; among pure data parallelism and the smallest tp·pp that fits (Narayanan et al.
+    2021, https://arxiv.org/abs/2104.04473, read 2026-11-26: model parallelism only as far as memory
+    needs it, since one compute rate is assumed and splitting matrices further only shrinks them)
+    chooses the shortest step: compute (6·N FLOPs per token at `effective_tflops` per GPU, the same
+    in every layout) stretched by the pipeline bubble, plus the communication the overlap model
+    leaves exposed (`exposed_seconds`). Within `TIE` the simpler layout wins (`Candidate.rank`).
+    `effective_tflops=None`: memory only, nothing chosen."""
     batch = max(1, tokens_per_gpu * gpus // cfg.block_size)
-    for mode, layout in layouts_for(gpus, stages=cfg.n_layer, batch=batch).items():
-        if mode == "tp" and cfg.n_head % layout.tp:
-            continue
-        e = estimate(cfg, layout, batch_size=batch, precision=precision, activation_bytes=2)
-        total = e.total_bytes + activation_estimate(cfg, layout)
-        if total > gpu_gib * GIB:
-            continue
-        comm = _comm_seconds(cfg, layout, e, batch, precision, link)
-        stretch = 1 / (1 - pipeline_bubble(layout.pp, layout.microbatches)) if mode == "pp" else 1.0
-        step = compute * stretch + comm
-        if best is None or step < best[1]:
-            best = (mode, step, comm, total)
-    out = {"gpus": gpus, "gpu_GiB": gpu_gib, "interconnect": link.name, "compute_s": compute}
-    if best is None:
-        return {**out, "mode": "none fits", "step_s": None, "comm_s_per_step": None, "GiB_per_rank": None}
-    return {**out, "mode": best[0], "step_s": best[1], "comm_s_per_step": best[2], "GiB_per_rank": best[3] / GIB}
+    compute = (None if effective_tflops is None else
+               6 * GPTShape.of(cfg).total * batch * cfg.block_size / gpus / (effective_tflops * 1e12))
+    usable = margin.usable_gib(gpu_gib)
+    candidates = [_weigh(cfg, grid, mode, batch, gpus, usable * GIB, link, precision, compute, gpus_per_node)
+                  for grid in grids(cfg, gpus, batch, gpus_per_node)
+                  for mode in (DP_MODES if grid.model_parallel == 1 else MP_DP_MODES)
+                  if mode == "ddp" or grid.dp > 1]  # sharding over one replica is DDP
+    needed = min((c.model_parallel for c in candidates if c.fits and c.dp_mode in MP_DP_MODES), default=None)
+    out = Plan(gpus, gpu_gib, usable, link, candidates, needed, None, compute, margin)
+    pool = out.considered()
+    if compute is None or not pool:
+        return out
+    fastest = min(c.step_s for c in pool)
+    return replace(out, choice=min((c for c in pool if c.step_s <= fastest * (1 + TIE)), key=Candidate.rank))
+
+
+def decide(cfg: GPTConfig, gpus: int, gpu_gib: float, link: Interconnect, *, effective_tflops: float,
+           precision: Bytes = MIXED, tokens_per_gpu: int = 8192, gpus_per_node: int = 8,
+           margin: Margin = MARGIN) -> dict[str, Any]:
+    """`plan`'s answer as a dict (`Plan.as_dict`): `mode` ("ddp", "zero1", "zero2", "zero3",
+    "tp", "pp", "tp+pp" or "none fits"), `layout`, `step_s`, `GiB_per_rank`, `rule`, ..."""
+    return plan(cfg, gpus, gpu_gib, link, effective_tflops=effective_tflops, precision=precision,
+                tokens_per_gpu=tokens_per_gpu, gpus_per_node=gpus_per_node, margin=margin).as_dict()
+
+
+def plan_table(models: dict[str, GPTConfig] | None = None, gpus: tuple[int, ...] = (8, 64),
+               gpu_gib: float = 80, precision: Bytes = MIXED, tokens_per_gpu: int = 8192, *,
+               link: Interconnect | None = None, effective_tflops: float | None = None,
+               margin: Margin = MARGIN) -> list[dict[str, Any]]:
+    """Every layout `plan` weighs, per model and GPU count: GiB per rank by kind, the usable GiB
+    (`margin`), whether it fits, whether the choice was made among it (`considered`), its step
+    and exposed communication, and `chosen`. The same call as `decide` with the same arguments:
+    the `chosen` row is its answer. Without `effective_tflops`, memory only."""
+    link = link or INTERCONNECTS[0]
+    rows = []
+    for name, cfg in (models or reference_models()).items():
+        for n in gpus:
+            p = plan(cfg, n, gpu_gib, link, effective_tflops=effective_tflops, precision=precision,
+                     tokens_per_gpu=tokens_per_gpu, margin=margin)
+            considered = set(map(id, p.considered()))
+            for c in p.candidates:
+                rows.append({"model": name, "params_B": GPTShape.of(cfg).total / 1e9, "gpus": n,
+                             "gpu_GiB": gpu_gib, "interconnect": link.name, "mode": c.mode, "dp_mode": c.dp_mode,
+                             "layout": c.label(), "weights_GiB": c.weights / GIB, "grads_GiB": c.grads / GIB,
+                             "optimizer_GiB": c.optimizer / GIB, "activations_GiB": c.activations / GIB,
+                             "working_GiB": c.working / GIB, "total_GiB": c.total_bytes / GIB,
+                             "usable_GiB": p.usable_gib, "fits": c.fits, "considered": id(c) in considered,
+                             "sent_GB_per_step": c.sent_bytes / 1e9, "step_s": c.step_s,
+                             "exposed_comm_s": c.exposed_s, "chosen": c is p.choice})
+    return rows

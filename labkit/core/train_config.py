@@ -29,6 +29,7 @@ from labkit.core.config import (
     check_float,
     check_int,
     check_path,
+    check_str,
     parse_int,
 )
 from labkit.core.fingerprint import CHANGEABLE, parse_allowed
@@ -48,7 +49,13 @@ PARALLEL_MODES = ("ddp", "zero1", "zero2", "zero3", "tp", "pp")
 SHARDING_BACKENDS = ("torch", "deepspeed")
 PIPELINE_SCHEDULES = ("gpipe", "1f1b")
 GRAD_COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
+# How checkpoints are written (labkit.torch.state): each mode's own format, or every rank's shards
+# through torch.distributed.checkpoint (labkit.torch.dcp), which a run of another size can load.
+CHECKPOINT_FORMATS = ("auto", "dcp")
 PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM, what a process killed by SIGTERM reports
+# Characters W&B refuses in a project name (wandb/sdk/wandb_settings.py, validate_project, in
+# https://github.com/wandb/wandb, read 2026-11-29).
+WANDB_PROJECT_FORBIDDEN = "/\\#?%:"
 
 
 class Preempted(Exception):
@@ -161,6 +168,11 @@ class TrainConfig:
     # more than one is kept so a resume can fall back past a step that turns out corrupt.
     keep_checkpoints: int = _opt(3, "keep the newest K committed checkpoints, delete older ones (0: "
                                  "keep all)")
+    checkpoint_format: str = _opt("auto", "auto: the full state from rank 0 (ddp, zero1) or one file per "
+                                  "rank (other --parallel modes; resumed by the same layout); dcp: "
+                                  "torch.distributed.checkpoint, each rank writes its shards, resumable "
+                                  "on another number of processes (torch, --parallel ddp or zero3)",
+                                  CHECKPOINT_FORMATS)
     metrics_out: str | None = _opt(None, "per-step metrics JSON file written by rank 0")
     tensorboard_dir: str | None = _opt(None, "TensorBoard event files, rank 0 (defaults to "
                                        "$AIP_TENSORBOARD_LOG_DIR on Vertex AI)")
@@ -173,6 +185,11 @@ class TrainConfig:
                                            + ", ".join(CHANGEABLE) + ")")
     device: str = _opt("auto", "auto: CUDA when available, else CPU", DEVICES)
     progress: bool = _opt(True, "progress bar on rank 0")
+    # Off unless named here (labkit.core.wandb_scalars): W&B's own variables (WANDB_MODE,
+    # WANDB_ENTITY, WANDB_DIR) then apply; an exported WANDB_PROJECT alone switches nothing on.
+    wandb_project: str | None = _opt(None, "also send the run's scalars (the TensorBoard ones) to "
+                                     "this Weights & Biases project, from rank 0 (needs the wandb "
+                                     "extra; WANDB_MODE=offline keeps the run on disk)")
     # Several processes (torch): how they split the model and the work.
     parallel: str = _opt("ddp", "how processes split the work: ddp (replicas), zero1 (optimizer "
                          "state sharded), zero2 (+ gradients), zero3 (+ parameters), tp (tensor "
@@ -238,7 +255,22 @@ class TrainConfig:
         parse_allowed(self.allow_resume_change)
         check_choice("device", self.device, DEVICES)
         check_bool("progress", self.progress)
+        self._check_wandb_project()
         self._check_parallel()
+
+    def _check_wandb_project(self) -> None:
+        """W&B's own rule for a project name (wandb's Settings.validate_project: at most 128
+        characters, none of / \\ # ? % :), checked before a job starts rather than at its first
+        step; the entity goes in WANDB_ENTITY, not before a slash."""
+        name = self.wandb_project
+        if name is None:
+            return
+        check_str("wandb_project", name)
+        bad = sorted(set(name) & set(WANDB_PROJECT_FORBIDDEN))
+        if bad or len(name) > 128 or not name.strip():
+            raise ParameterError("wandb_project", name,
+                                 f"is not a W&B project name: at most 128 characters, none of "
+                                 f"{' '.join(WANDB_PROJECT_FORBIDDEN)} (set WANDB_ENTITY for the entity)")
 
     def _check_parallel(self) -> None:
         check_choice("parallel", self.parallel, PARALLEL_MODES)
@@ -251,6 +283,13 @@ class TrainConfig:
         check_choice("grad_compression", self.grad_compression, GRAD_COMPRESSIONS)
         check_int("powersgd_rank", self.powersgd_rank, minimum=1)
         check_config(self)
+        check_choice("checkpoint_format", self.checkpoint_format, CHECKPOINT_FORMATS)
+        if self.checkpoint_format == "dcp" and (self.framework != "torch" or self.parallel not in ("ddp", "zero3")
+                                                or self.sharding_backend != "torch" or self.cuda_graph_step):
+            raise ParameterError("checkpoint_format", "dcp", "saves the torch engine's --parallel ddp or zero3 "
+                                 f"state (sharding backend torch, no --cuda-graph-step); got --framework "
+                                 f"{self.framework} --parallel {self.parallel} --sharding-backend "
+                                 f"{self.sharding_backend}" + (" --cuda-graph-step" if self.cuda_graph_step else ""))
 
     def check_world_size(self, world_size: int) -> None:
         """Refuse settings that need a single process, for a run of `world_size` replicas (the

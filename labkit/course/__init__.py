@@ -26,8 +26,8 @@ By notebook:
     06  multinode (all-reduce bandwidth, gradient compression)
     07  preemption: drill, spot, writes
     08  memory (accumulation, activation checkpointing, FSDP next to DDP), attention (manual vs SDPA)
-    09  capstone
-    10  model_parallel
+    09  capstone (the climb from a slow baseline), capstone_target (the job on the target GPU)
+    10  model_parallel, sharded_checkpoints (DCP against the full-state save)
     11  tuning
     12  your_job (a plain script carried step by step to a Spot-safe multi-node job)
 

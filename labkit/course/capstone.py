@@ -1,11 +1,20 @@
-"""Notebook 09's capstone: a baseline run, the course's levers applied one at a time (each kept
-only when it made *this* machine measurably faster), then the baseline and the optimised run
-measured again side by side and priced per epoch.
+"""Notebook 09's capstone: a baseline that is slow for a stated reason, the course's levers
+applied one at a time (each kept only when it made *this* machine measurably faster), then the
+baseline and the optimised run measured again side by side and priced per epoch.
 
     result = optimise(CapstoneConfig(model="resnet"))
+    result.slow_input  # why the baseline is slow, fixed before it is measured
     result.trials   # one row per lever: throughput before and after (medians, ranges), verdict
     result.final    # baseline and optimised, re-measured in alternation
+    result.bottleneck_shown()  # whether the baseline's runs show the stated bottleneck
     cost_rows(result, price_for_this_machine(), samples_per_epoch=1_281_167)
+
+Why the baseline is slow: it trains in fp32 and, with torch, reads every batch from slow
+storage (`TrainConfig.input_latency_ms`, an injected wait per batch in the training process; by
+default as long as this machine's own compute step, measured first without it, so about half of
+each baseline step is waiting). Each lever then has something to remove: loader workers the
+wait, the 16-bit and layout levers the fp32 arithmetic. TensorFlow's engine has no loader lever
+here, so its baseline gets no injected wait.
 
 How a lever is judged: every configuration gets one short discarded run the first time it is
 seen (first-use costs: thread pools, kernels chosen on first use, loader processes), then the
@@ -17,7 +26,8 @@ say when the same configuration measured very differently during the run.
 
 Levers are found by key (`Lever.key`, the `key` of each trial row); labels are for display.
 The levers themselves (key, label, settings, the code that shows them) are rows of
-`labkit.course.levers`; the measuring is `labkit.course.ladder`'s.
+`labkit.course.levers`; the measuring is `labkit.course.ladder`'s. Which levers a job on another
+GPU carries, and what its epoch costs there, is `labkit.course.capstone_target`'s.
 Every lever is a change to `labkit.core.train_config.TrainConfig`, so the optimised
 configuration is exactly what `labkit train` (or a Vertex AI job built by
 `labkit.vertex.training_job`) runs. The price comes from `labkit.hardware.machines`.
@@ -45,6 +55,7 @@ from labkit.core.progress import track
 from labkit.core.train_config import TrainConfig
 from labkit.course import ladder
 from labkit.course.levers import LEVERS, Lever, loader_workers
+from labkit.course.levers import lever as lever_row  # `levers` is this module's lever list
 from labkit.course.precision import compile_included, default_batch
 from labkit.hardware.machines import Price
 
@@ -65,6 +76,8 @@ class CapstoneConfig:
     are all faster than the configuration so far and its median gains at least `min_gain`
     (0.03 = 3%); the final comparison alternates baseline and optimised runs `repeats` times.
     `include_compile` None compiles only at full scale (compiling takes minutes on a small CPU).
+    `input_latency_ms`: the baseline's injected wait per batch (torch), None: as long as this
+    machine's compute step, measured first (`slow_baseline`); 0: no wait (an fp32-only baseline).
     `cpu_threads`: torch compute threads while the climb runs on a CPU (0 keeps torch's
     default); one leaves a core for a loader worker and keeps runs steady on a small shared
     machine, where oversubscribed threads make the same configuration swing run to run."""
@@ -78,6 +91,7 @@ class CapstoneConfig:
     device: str = "auto"
     min_gain: float = 0.03
     repeats: int | None = None
+    input_latency_ms: float | None = None
     cpu_threads: int = 1
     seed: int = 0
 
@@ -91,6 +105,7 @@ class CapstoneConfig:
         check_choice("device", self.device, ("auto", "cpu", "cuda"))
         check_float("min_gain", self.min_gain, minimum=0.0, maximum=1.0)
         check_int("repeats", self.repeats, minimum=stats.MIN_REPEATS, allow_none=True)
+        check_float("input_latency_ms", self.input_latency_ms, minimum=0.0, allow_none=True)
         check_int("cpu_threads", self.cpu_threads, minimum=0)
         check_int("seed", self.seed, minimum=0)
 
@@ -107,13 +122,16 @@ class CapstoneConfig:
         raise ParameterError("framework", self.framework, "needs torch or tensorflow installed; neither is")
 
     def baseline(self) -> TrainConfig:
-        """The starting point: fp32, eager, batches built in the training process."""
+        """The starting point: fp32, eager, batches built in the training process, with the
+        injected storage wait when `input_latency_ms` is a number (None: `slow_baseline` sizes
+        it from a measured step)."""
         scale = resolve_scale(self.scale)
         steps = self.steps or by_scale(scale, smoke=20, full=40)
         batch = self.batch_size or default_batch(self.model, scale)
         return TrainConfig(framework=self.resolved_framework(), model=self.model, scale=scale, steps=steps,
                            batch_size=batch, precision="fp32", seed=self.seed, device=self.device,
-                           progress=False, eval_samples=0)  # levers are timed: no held-out pass
+                           progress=False, eval_samples=0,  # levers are timed: no held-out pass
+                           input_latency_ms=self.input_latency_ms or 0.0)
 
     def compile_included(self) -> bool:
         return compile_included(self.include_compile, resolve_scale(self.scale))
@@ -211,6 +229,70 @@ def lever_rows(tried: list[Lever]) -> list[dict[str, Any]]:
     return [{"lever": lv.label, "sets": dict(lv.changes), "taught in": lv.lesson} for lv in tried]
 
 
+# ---------------------------------------------------------------- the slow baseline
+
+INPUT_LEVERS = frozenset({"loader_workers"})  # levers that remove waiting for input, not arithmetic
+INPUT_BOUND = 1 / 3  # a baseline waiting for its input this share of each step (or more) is input-bound
+PROBE_STEPS = 5  # the run that sizes the injected wait (its first step is not counted in the median)
+
+
+@dataclass(frozen=True)
+class SlowInput:
+    """Why the baseline is slow, fixed before it is measured: fp32 and, when `latency_ms` > 0, a
+    wait per batch for (emulated) storage in the training process. `compute_ms`: this machine's
+    step without the wait, when the wait was sized from it (None: the wait was given)."""
+
+    latency_ms: float
+    compute_ms: float | None = None
+
+    @property
+    def expected_wait(self) -> float | None:
+        """The share of a baseline step expected to be waiting for input (None: unknown)."""
+        if not self.latency_ms:
+            return 0.0
+        return None if self.compute_ms is None else self.latency_ms / (self.latency_ms + self.compute_ms)
+
+    def text(self) -> str:
+        """The reason, in the words the notebook says before measuring."""
+        if not self.latency_ms:
+            return ("The baseline trains in fp32, eagerly, with no injected input wait: the precision, layout "
+                    "and compiler levers have its fp32 arithmetic to remove.")
+        sized = "" if self.compute_ms is None else (
+            f", as long as this machine's compute step (measured just now without the wait: "
+            f"{self.compute_ms:,.0f} ms), so about {self.expected_wait:.0%} of each baseline step should be "
+            f"spent waiting for input")
+        return (f"The baseline is input-bound by construction: each batch waits {self.latency_ms:,.0f} ms for "
+                f"storage in the training process (an injected latency that stands for reads from remote "
+                f"storage){sized}. It also trains in fp32. The loader lever has the wait to remove (worker "
+                f"processes read ahead while the model trains); the 16-bit and layout levers have the fp32 "
+                f"arithmetic.")
+
+
+def slow_baseline(config: CapstoneConfig, hardware: Hardware | None = None,
+                  measure_fn: Callable[[TrainConfig], dict[str, Any]] | None = None) -> tuple[TrainConfig, SlowInput]:
+    """The baseline with its storage wait, and why it is slow. Without a lever that removes the
+    wait (`INPUT_LEVERS`; TensorFlow has none here) there is none; else it is `input_latency_ms`
+    when given, or one short run without it measures the compute step (with the climb's
+    threads) and the wait is made as long."""
+    base = config.baseline()
+    hw = hardware or Hardware.detect(config.device)
+    tried, _ = levers(base.framework, config.model, hw, config.compile_included())
+    if not any(lv.key in INPUT_LEVERS for lv in tried):
+        return replace(base, input_latency_ms=0.0), SlowInput(0.0)
+    if config.input_latency_ms is not None:
+        return base, SlowInput(base.input_latency_ms)
+    with _torch_threads(_climb_threads(config, hw, base.framework)):
+        probe = (measure_fn or measure)(replace(base, steps=min(base.steps, PROBE_STEPS), input_latency_ms=0.0))
+    compute_ms = probe["step_time_ms"] * (1.0 - (probe.get("data_fraction") or 0.0))
+    latency = float(max(1, round(compute_ms)))
+    return replace(base, input_latency_ms=latency), SlowInput(latency, compute_ms)
+
+
+def _climb_threads(config: CapstoneConfig, hw: Hardware, framework: str) -> int:
+    """torch compute threads for runs on this machine (0: torch's default)."""
+    return config.cpu_threads if hw.device_type == "cpu" and framework == "torch" else 0
+
+
 def measure(config: TrainConfig) -> dict[str, Any]:
     """Train `config` once and summarise it (medians over the steps after the first)."""
     from labkit.train import run_training
@@ -241,6 +323,42 @@ class CapstoneResult:
     min_gain: float = 0.0
     runs: dict[str, list[float]] = field(default_factory=dict)  # keyed by repr(config)
     cpu_threads: int | None = None  # torch compute threads the climb ran with on a CPU (None: default)
+    slow_input: SlowInput | None = None  # why the baseline is slow, fixed before it ran
+
+    @property
+    def baseline_wait(self) -> float | None:
+        """The share of a baseline step spent waiting for input (median of its final runs), or
+        None when the engine did not measure it."""
+        return self.final[0].get("data_fraction")
+
+    @property
+    def input_bound(self) -> bool:
+        """Whether the baseline's measured breakdown shows it input-bound (`INPUT_BOUND`)."""
+        return self.baseline_wait is not None and self.baseline_wait >= INPUT_BOUND
+
+    def bottleneck_shown(self) -> bool:
+        """Whether the measured baseline shows the bottleneck stated before it ran: input-bound
+        when a storage wait was injected, else not (its time is the fp32 step)."""
+        injected = bool(self.slow_input and self.slow_input.latency_ms)
+        return self.baseline_wait is not None and self.input_bound == injected
+
+    def bottleneck(self) -> str:
+        """The stated bottleneck against the measured breakdown, in one sentence."""
+        wait = self.baseline_wait
+        if wait is None:
+            return "This engine did not measure how long each step waited for its input."
+        runs = f"median of its {self.final[0].get('repeats', 1)} runs in the final comparison"
+        if not (self.slow_input and self.slow_input.latency_ms):
+            return (f"Measured: the baseline waited for its input {wait:.0%} of each step ({runs}): its time is "
+                    f"the training step itself.")
+        expected = self.slow_input.expected_wait
+        stated = f"; stated: about {expected:.0%}" if expected is not None else ""
+        if self.input_bound:
+            return (f"Measured: the baseline waited for its input {wait:.0%} of each step ({runs}{stated}): "
+                    f"input-bound, as stated.")
+        return (f"Measured: the baseline waited for its input only {wait:.0%} of each step ({runs}{stated}), "
+                f"under the {INPUT_BOUND:.0%} that makes a run input-bound: the stated bottleneck did not show on "
+                f"this machine, so the loader lever had little to remove.")
 
     @property
     def speedup(self) -> float:
@@ -304,16 +422,20 @@ class _Bench:
 
 
 def optimise(config: CapstoneConfig, *, hardware: Hardware | None = None,
-             measure_fn: Callable[[TrainConfig], dict[str, Any]] = measure) -> CapstoneResult:
+             measure_fn: Callable[[TrainConfig], dict[str, Any]] = measure,
+             slow: tuple[TrainConfig, SlowInput] | None = None) -> CapstoneResult:
     """Climb the levers greedily from the baseline, then measure baseline and optimised again.
-    Every comparison runs its two configurations in turns `repeats` times after a discarded
-    first run of each (see the module docstring), so both see the same machine state and a
+    `slow`: the baseline and its reason from `slow_baseline` (None: found here). Every
+    comparison runs its two configurations in turns `repeats` times after a discarded first run
+    of each (see the module docstring), so both see the same machine state and a
     configuration's first-use costs are not charged to it."""
-    base = config.baseline()
     hw = hardware or Hardware.detect(config.device)
-    threads = config.cpu_threads if hw.device_type == "cpu" and base.framework == "torch" else 0
+    base, why = slow or slow_baseline(config, hw, measure_fn)
+    tried, skipped = levers(base.framework, config.model, hw, config.compile_included())
+    threads = _climb_threads(config, hw, base.framework)
     with _torch_threads(threads):
-        return _climb(config, base, hw, measure_fn, threads or None)
+        result = _climb(config, base, tried, skipped, measure_fn)
+    return replace(result, cpu_threads=threads or None, slow_input=why)
 
 
 @contextlib.contextmanager
@@ -332,9 +454,8 @@ def _torch_threads(threads: int):
         torch.set_num_threads(before)
 
 
-def _climb(config: CapstoneConfig, base: TrainConfig, hw: Hardware,
-           measure_fn: Callable[[TrainConfig], dict[str, Any]], threads: int | None) -> CapstoneResult:
-    tried, skipped = levers(base.framework, base.model, hw, config.compile_included())
+def _climb(config: CapstoneConfig, base: TrainConfig, tried: list[Lever], skipped: list[SkippedLever],
+           measure_fn: Callable[[TrainConfig], dict[str, Any]]) -> CapstoneResult:
     bench = _Bench(measure_fn, config.resolved_repeats())
     current = base
     trials = []
@@ -351,7 +472,8 @@ def _climb(config: CapstoneConfig, base: TrainConfig, hw: Hardware,
             skipped.append(SkippedLever(lever.key, lever.label, f"failed here: {_first_line(e)}"))
             continue
         kept = c.b_is_better
-        trials.append({"key": lever.key, "lever": lever.label, "lesson": lever.lesson,
+        trials.append({"key": lever.key, "lever": lever.label, "lesson": lever.lesson, "comparison": c,
+                       "figure": f"capstone lever here: {_generic_label(base.framework, lever)}, with / without",
                        "before_samples_per_s": before["samples_per_s"], "before_range": before["range"],
                        "samples_per_s": after["samples_per_s"], "range": after["range"],
                        "gain": c.speedup(), "verdict": ladder.verdict(c), "kept": kept,
@@ -361,7 +483,14 @@ def _climb(config: CapstoneConfig, base: TrainConfig, hw: Hardware,
             current = candidate
     baseline_run, optimised_run, _ = bench.compare(base, current, config.min_gain)
     final = [dict(baseline_run, run="baseline"), dict(optimised_run, run="optimised")]
-    return CapstoneResult(base, current, trials, skipped, final, config.min_gain, bench.runs, threads)
+    return CapstoneResult(base, current, trials, skipped, final, config.min_gain, bench.runs)
+
+
+def _generic_label(framework: str, lever: Lever) -> str:
+    """The registry's label of a lever (the loader lever's without this machine's worker count),
+    so a key figure keeps its name from machine to machine."""
+    row = lever_row(framework, lever.key)
+    return row.label if row is not None else lever.label
 
 
 def _first_line(e: BaseException) -> str:
@@ -407,6 +536,7 @@ def conclusions(result: CapstoneResult, costs: list[dict[str, Any]]) -> list[str
     else:
         out = [f"The optimised run trained {result.speedup:.2f}× as many samples per second as the baseline "
                f"({best['samples_per_s']:,.0f} vs {base['samples_per_s']:,.0f}, on {best['device']})."]
+    out.append(result.bottleneck())
     if result.kept:
         gains = [f"{t['lever']} {t['gain']:.2f}× ({t['before_range']} → {t['range']} samples/s)"
                  for t in result.trials if t["kept"]]
@@ -436,18 +566,24 @@ def conclusions(result: CapstoneResult, costs: list[dict[str, Any]]) -> list[str
 
 
 def epoch_job(result: CapstoneResult, samples_per_epoch: int, *, checkpoint_every_min: float = 30.0,
+              config: TrainConfig | None = None, step_time_ms: float | None = None,
               **job_options: Any) -> dict[str, Any]:
-    """The Vertex AI CustomJob spec (`labkit.vertex.training_job`) for one epoch of the optimised
-    configuration at full scale. Checkpoints come every `checkpoint_every_min` minutes of the
-    measured step time when this run measured a GPU, else every 1,000 steps."""
+    """The Vertex AI CustomJob spec (`labkit.vertex.training_job`) for one epoch at full scale of
+    `config` (default: the optimised configuration), without the injected storage wait (a
+    stand-in for slow storage; the job reads the engine's own data). Checkpoints come every
+    `checkpoint_every_min` minutes of `step_time_ms` (default: the measured step, when this run
+    measured a GPU at full scale), else every 1,000 steps."""
     from labkit.vertex import training_job
 
     check_float("checkpoint_every_min", checkpoint_every_min, minimum=0.01)
+    check_float("step_time_ms", step_time_ms, minimum=0.001, allow_none=True)
+    chosen = config or result.optimised
     best = result.final[1]
-    batch = result.optimised.batch_size if result.optimised.scale == "full" else default_batch(result.optimised.model, "full")
+    if step_time_ms is None and config is None and best["device"].startswith("cuda") and chosen.scale == "full":
+        step_time_ms = best["step_time_ms"]
+    batch = chosen.batch_size if chosen.scale == "full" else default_batch(chosen.model, "full")
     steps = -(-samples_per_epoch // batch)
-    every = (round(checkpoint_every_min * 60_000 / best["step_time_ms"]) if best["device"].startswith("cuda")
-             and result.optimised.scale == "full" else 1000)
-    cfg = replace(result.optimised, scale="full", batch_size=batch, steps=steps, device="auto",
+    every = round(checkpoint_every_min * 60_000 / step_time_ms) if step_time_ms else 1000
+    cfg = replace(chosen, scale="full", batch_size=batch, steps=steps, device="auto", input_latency_ms=0.0,
                   checkpoint_every=max(1, min(every, steps)), progress=False)
     return training_job(cfg, **job_options)

@@ -2,6 +2,12 @@
 checkpointing's time-for-memory trade, the state bytes per GPU of each sharding scheme, and
 sharded data parallelism (FSDP2 `fully_shard`, ZeRO-3 style) next to DDP, measured per rank.
 
+`checkpointing_tradeoff(config, steps, repeats)` trains without and with activation
+checkpointing, taking turns (off, on, off, on, ...) after one discarded warm-up run of each, so a
+busy spell of the machine hits both; its `CheckpointingTradeoff` holds the step times of every
+run as a `labkit.core.stats.Comparison` (a verdict only when the runs' ranges part) beside the
+activation bytes, which are counted, not timed.
+
 `compare_sharding(config, nproc)` runs the same few training steps twice with `nproc` local
 processes (gloo on CPU, nccl on GPUs): once replicated with DDP, once with every block and the
 root sharded by `fully_shard`. Each rank reports the bytes of parameters, gradients and optimizer
@@ -15,10 +21,12 @@ import argparse
 import json
 import sys
 import tempfile
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from labkit.core import stats
+from labkit.core.config import check_int
 from labkit.core.progress import track
 from labkit.core.train_config import TrainConfig
 from labkit.torch import engine
@@ -43,23 +51,62 @@ def accumulation_gradient_gap(config, micro_steps: int = 4) -> dict[str, float]:
             "max_abs_grad": scale, "micro_steps": micro_steps}
 
 
-def checkpointing_tradeoff(config, steps: int = 4) -> list[dict]:
-    """Train with and without activation checkpointing: step time and memory for each."""
-    from dataclasses import replace
+@dataclass(frozen=True)
+class CheckpointingTradeoff:
+    """Activation checkpointing off against on: `step_ms`, each run's median step time (ms),
+    off as `a` and on as `b` (lower is better); the activation bytes autograd keeps, counted;
+    the final loss and peak memory of the last run of each; the device."""
 
+    step_ms: stats.Comparison
+    activation_mib: tuple[float, float]  # (off, on)
+    final_loss: tuple[float, float]
+    peak_memory_mib: tuple[float | None, float | None]
+    device: str
+    steps: int
+
+    @property
+    def memory_ratio(self) -> float:
+        """Activation memory with checkpointing over without."""
+        off, on = self.activation_mib
+        return on / off if off else float("nan")
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per setting: median step time and the range of the runs, and the memory."""
+        return [{"activation_checkpointing": on, "step_time_ms": spread.median,
+                 "step_time_range_ms": spread.range_text(), "runs": len(spread.values),
+                 "activation_mib": self.activation_mib[i], "peak_memory_mib": self.peak_memory_mib[i],
+                 "final_loss": self.final_loss[i], "device": self.device}
+                for i, (on, spread) in enumerate(((False, self.step_ms.a), (True, self.step_ms.b)))]
+
+    def text(self) -> str:
+        return (f"checkpointing kept {self.memory_ratio:.2f}× the activations (counted from the tensors autograd "
+                f"saves) on {self.device}. Step time, each run's median over {self.steps} steps, the settings "
+                f"taking turns after one discarded warm-up each: "
+                + self.step_ms.sentence("without checkpointing", "with checkpointing", "ms") + ".")
+
+
+def checkpointing_tradeoff(config, steps: int = 4, repeats: int = stats.MIN_REPEATS) -> CheckpointingTradeoff:
+    """Train `steps` steps without and with activation checkpointing, `repeats` runs of each
+    taking turns after one discarded warm-up run of each (`labkit.core.stats.interleave`)."""
+    check_int("repeats", repeats, minimum=stats.MIN_REPEATS)  # fewer runs give no verdict
     from labkit.torch.engine import fit
 
-    rows = []
-    for on in (False, True):
+    last: dict[bool, dict] = {}
+
+    def run(on: bool) -> float:
         cfg = replace(config, activation_checkpointing=on, steps=steps, progress=False)
         log = fit(cfg)
-        s = log.to_dict()["summary"]
-        rows.append({"activation_checkpointing": on, "step_time_ms": 1000 * s["median_step_time_s"],
-                     "activation_mib": activation_bytes(cfg) / 2**20,
-                     "peak_memory_mib": (s["peak_memory_bytes"] / 2**20
-                                         if log.run["device"].startswith("cuda") else None),
-                     "final_loss": s["final_loss"], "device": log.run["device"]})
-    return rows
+        last[on] = {"summary": log.to_dict()["summary"], "device": log.run["device"], "config": cfg}
+        return 1000 * last[on]["summary"]["median_step_time_s"]
+
+    off_ms, on_ms = stats.interleave(lambda: run(False), lambda: run(True), repeats=repeats)
+    device = last[False]["device"]
+    peak = tuple(last[on]["summary"]["peak_memory_bytes"] / 2**20 if device.startswith("cuda") else None
+                 for on in (False, True))
+    return CheckpointingTradeoff(
+        stats.compare(off_ms, on_ms, higher_is_better=False),
+        tuple(activation_bytes(last[on]["config"]) / 2**20 for on in (False, True)),
+        tuple(last[on]["summary"]["final_loss"] for on in (False, True)), peak, device, steps)
 
 
 def sharding_table(num_params: int, world_sizes=(1, 2, 4, 8)) -> list[dict]:

@@ -348,39 +348,65 @@ def per_process_batch(model: str = "cnn", steps: int = 10, batch_size: int = 32,
                       **config: Any) -> dict[str, Any]:
     """The single-process run with `batch_size`, beside `nproc` DDP processes given the same
     GLOBAL batch (right: each takes batch_size / nproc) and `nproc` processes that each took
-    `batch_size` (the mistake: the global batch is nproc times larger). Largest per-step loss
-    gap of each against the single process."""
+    `batch_size` (the mistake: the global batch is nproc times larger). The mistaken run is
+    trained on the same number of samples as the others (steps // nproc steps of the larger
+    batch), so the curves compare per sample seen, and each run's held-out loss (the same unseen
+    samples) is taken at the end: what the mistake does to a run of a fixed number of epochs."""
     from labkit.train import run_replicas, run_training
 
+    if steps // nproc < 1:
+        raise ValueError(f"steps={steps} must be at least nproc={nproc}: the mistaken run trains steps // nproc")
     base = TrainConfig(model=model, steps=steps, batch_size=batch_size, progress=False, **config)
-    single = run_training(base).losses
-    right = run_replicas(base, nproc).losses
-    mistaken = run_replicas(replace(base, batch_size=batch_size * nproc), nproc).losses
-    return {"single": single, "right": right, "mistaken": mistaken, "nproc": nproc,
+    single, right = run_training(base), run_replicas(base, nproc)
+    mistaken = run_replicas(replace(base, batch_size=batch_size * nproc, steps=steps // nproc), nproc)
+    at_equal_samples = [single.losses[(k + 1) * nproc - 1] for k in range(len(mistaken.losses))]
+    return {"single": single.losses, "right": right.losses, "mistaken": mistaken.losses, "nproc": nproc,
             "batch_size": batch_size, "mistaken_global_batch": batch_size * nproc,
-            "right_max_gap": max(abs(a - b) for a, b in zip(single, right, strict=True)),
-            "mistaken_max_gap": max(abs(a - b) for a, b in zip(single, mistaken, strict=True))}
+            "right_max_gap": max(abs(a - b) for a, b in zip(single.losses, right.losses, strict=True)),
+            "mistaken_max_gap": max(abs(a - b) for a, b in zip(at_equal_samples, mistaken.losses, strict=True)),
+            "heldout_single": _heldout(single), "heldout_mistaken": _heldout(mistaken),
+            "samples": steps * batch_size}
+
+
+def _heldout(log) -> float | None:
+    heldout = log.run.get("heldout")
+    return None if not heldout else float(heldout["loss"])
 
 
 def explain_per_process_batch(r: dict[str, Any]) -> list[str]:
-    """`per_process_batch`'s result."""
+    """`per_process_batch`'s result, the harm computed from its held-out losses."""
     n, b = r["nproc"], r["batch_size"]
-    return [f"Global batch {b} split over {n} processes ({b // n} each): the curve followed the "
-            f"single process within {r['right_max_gap']:.1e}.",
-            f"Each of the {n} processes taking {b} (global batch {r['mistaken_global_batch']}): it left "
-            f"the single-process curve by up to {r['mistaken_max_gap']:.3f}. That is another training "
-            f"run: {n}× the samples per step, fewer steps per epoch, and a learning rate tuned for "
-            f"batch {b}. In DDP `DataLoader(batch_size=...)` is per process; divide the global batch "
-            f"by the world size (and by the accumulation steps), as the ddp recipe does."]
+    out = [f"Global batch {b} split over {n} processes ({b // n} each): the curve followed the "
+           f"single process within {r['right_max_gap']:.1e}."]
+    mine, theirs = r.get("heldout_mistaken"), r.get("heldout_single")
+    if mine is None or theirs is None:
+        harm = "(no held-out loss was measured)"
+    elif mine > theirs:
+        harm = (f"after the same {r['samples']:,} samples its held-out loss is {mine:.3f} against "
+                f"{theirs:.3f}: worse, because it made {n}× fewer updates with a learning rate tuned for "
+                f"batch {b}")
+    else:
+        harm = (f"after the same {r['samples']:,} samples its held-out loss is {mine:.3f} against "
+                f"{theirs:.3f}: no worse in this short run, but it is not the run you configured")
+    out.append(f"Each of the {n} processes taking {b} (global batch {r['mistaken_global_batch']}) is another "
+               f"training run: {n}× the samples per step, {n}× fewer steps per epoch; {harm}. In DDP "
+               f"`DataLoader(batch_size=...)` is per process; divide the global batch by the world size "
+               f"(and by the accumulation steps), as the ddp recipe does.")
+    return out
 
 
 def plot_per_process_batch(r: dict[str, Any], path: str | os.PathLike | None = None):
+    """Training loss against samples seen, so runs with different global batches compare on
+    the same data."""
     fig, ax = new_figure((6, 3.5))
-    ax.plot(r["single"], "-", lw=3, alpha=0.4, label=f"1 process, batch {r['batch_size']}")
-    ax.plot(r["right"], "o--", ms=3, label=f"{r['nproc']} processes × {r['batch_size'] // r['nproc']}")
-    ax.plot(r["mistaken"], "s:", ms=3, label=f"{r['nproc']} processes × {r['batch_size']} (mistake)")
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
+    b, n = r["batch_size"], r["nproc"]
+    seen = [b * (i + 1) for i in range(len(r["single"]))]
+    ax.plot(seen, r["single"], "-", lw=3, alpha=0.4, label=f"1 process, batch {b}")
+    ax.plot(seen, r["right"], "o--", ms=3, label=f"{n} processes × {b // n}")
+    ax.plot([b * n * (i + 1) for i in range(len(r["mistaken"]))], r["mistaken"], "s:", ms=4,
+            label=f"{n} processes × {b} (mistake)")
+    ax.set_xlabel("samples seen")
+    ax.set_ylabel("training loss")
     ax.legend()
     return finish(fig, path)
 

@@ -4,7 +4,12 @@ processes through `labkit train`, beside a single process at the same global bat
 `Mode` names one run (mode, processes, degrees, backend); `run_modes` trains each and returns a
 `ModeResult` per run (per-step losses, what every rank held, bytes it sent per step, step time,
 the pipeline's measured bubble). `mode_table`, `calculator_check` and `bubble_rows` turn them
-into the notebook's tables; the calculator itself is `labkit.core.parallelism`.
+into the notebook's tables; `bubble_answer` explains the measured bubble in the direction it went.
+
+The planning tables (`plan_summary`, `decision_rows`, `grid_rows`, `weighed_rows`) are views of
+one answer, `labkit.core.parallelism.plan` (the calculator and planner live there), over
+different grids of models, GPU counts, GPU memory and interconnects; `view_notes` checks that
+they agree where they meet and names the assumption behind each cell that changes.
 """
 
 from __future__ import annotations
@@ -170,19 +175,33 @@ def calculator_check(base: TrainConfig, results: list[ModeResult]) -> list[dict[
 
 
 def bubble_rows(results: list[ModeResult]) -> list[dict[str, Any]]:
-    """Each pipeline run's idle share: measured on the stage that computed the most (the one
-    setting the pace; the others also wait for it) against (p-1)/(m+p-1)."""
+    """Each pipeline run's idle share against (p-1)/(m+p-1). labkit times, on every rank, its
+    stage's schedule call (`schedule_s`, from the moment that stage enters it) and, inside it,
+    the stage's forward, backward and loss (`busy_s`): idle = 1 − busy/schedule. Per stage (the
+    mean over the replicas): `measured` is the busiest stage's idle share (it sets the pace), and
+    `expected` what the schedule gives with the stages' measured work (`stage_work`, busy shares
+    relative to the busiest: the formula assumes them equal; `parallelism.busiest_stage_bubble`).
+    `unexplained` = measured − expected: sends, receives and the schedule's own work when positive;
+    when negative, fill time that fell before the stage's clock started."""
     rows = []
     for r in results:
         bubble = r.run.get("pipeline_bubble")
         if not bubble:
             continue
-        measured = [b for b in bubble["measured_by_rank"] if b is not None]
-        rows.append({"mode": r.mode.label, "stages": r.run["parallel"]["pp"],
-                     "microbatches": r.run["parallel"]["microbatches"],
-                     "measured": min(measured), "theory": bubble["theory"],
-                     "difference": min(measured) - bubble["theory"],
-                     "per_stage": ", ".join(f"{b:.2f}" for b in measured)})
+        p, m = r.run["parallel"]["pp"], r.run["parallel"]["microbatches"]
+        by_rank = bubble["measured_by_rank"]
+        stages = [[b for i, b in enumerate(by_rank) if i % p == s and b is not None] for s in range(p)]
+        if not all(stages):  # a stage with no measurement: nothing to compare
+            continue
+        idle = [statistics.mean(values) for values in stages]
+        busy = [1 - x for x in idle]
+        work = [b / max(busy) for b in busy]
+        measured, expected = min(idle), parallelism.busiest_stage_bubble(work, m)
+        rows.append({"mode": r.mode.label, "stages": p, "microbatches": m, "measured": measured,
+                     "theory": bubble["theory"], "difference": measured - bubble["theory"],
+                     "per_stage": ", ".join(f"{b:.2f}" for b in idle),
+                     "stage_work": ", ".join(f"{w:.2f}" for w in work),
+                     "expected": expected, "unexplained": measured - expected})
     return rows
 
 
@@ -197,14 +216,42 @@ def memory_answer(rows: list[dict[str, Any]]) -> str:
             f"section 2 splits each figure into parameters, gradients and optimizer state.")
 
 
+BUBBLE_TOLERANCE = 0.02  # idle shares closer than this to the expectation are called a match
+
+
 def bubble_answer(bubbles: list[dict[str, Any]]) -> str:
-    """The measured idle share of each pipeline run against (p−1)/(m+p−1), from `bubble_rows`."""
+    """The measured idle share of each pipeline run against (p−1)/(m+p−1), from `bubble_rows`,
+    explained in the direction the numbers went: unequal stages lower the busiest stage's idle
+    share below the formula; what remains above the expectation is sends and the schedule's own
+    work, what remains below it is fill time spent before that stage's clock started."""
     if not bubbles:
         return "no pipeline run here, so no bubble was measured"
-    parts = [f"{b['mode']}: p={b['stages']}, m={b['microbatches']}, (p−1)/(m+p−1) = {b['theory']:.2f}, "
-             f"measured {b['measured']:.2f} on the busiest stage ({b['difference']:+.2f}: sends and the "
-             f"schedule's bookkeeping count as idle)" for b in bubbles]
-    return "; ".join(parts)
+    return " ".join(_bubble_sentence(b) for b in bubbles)
+
+
+def _bubble_sentence(b: dict[str, Any]) -> str:
+    out = (f"{b['mode']}: p={b['stages']}, m={b['microbatches']}, (p−1)/(m+p−1) = {b['theory']:.2f}, "
+           f"measured {b['measured']:.2f} on the busiest stage ({b['difference']:+.2f}).")
+    work = [float(w) for w in b["stage_work"].split(", ")]
+    if min(work) < 0.95:
+        out += (f" The stages did unequal work ({b['stage_work']} of the busiest; the last also runs the output "
+                f"head and the loss), so the busiest one waits only for the others' shorter fill and drain: "
+                f"expected {b['expected']:.2f}.")
+    else:
+        out += f" The stages did nearly equal work ({b['stage_work']}): expected {b['expected']:.2f}."
+    gap = b["unexplained"]
+    if gap > BUBBLE_TOLERANCE:
+        out += (f" The remaining {gap:+.2f} is time inside the schedule spent neither in forward, backward nor "
+                f"loss: sends and receives between the stages and the schedule's own launches, which labkit "
+                f"counts as idle.")
+    elif gap < -BUBBLE_TOLERANCE:
+        out += (f" It came out {gap:+.2f} below even that: labkit starts each stage's clock when that stage "
+                f"enters the schedule, and a stage that enters later (still finishing the previous step's "
+                f"optimizer update and gradient reduction) finds its first micro-batch waiting, so part of its "
+                f"fill fell outside the timed window.")
+    else:
+        out += f" The measurement matches that within ±{BUBBLE_TOLERANCE:.2f}."
+    return out
 
 
 def deepspeed_equivalents(base: TrainConfig, nproc: int) -> list[dict[str, Any]]:
@@ -282,7 +329,7 @@ def measured_effective_tflops() -> tuple[float, str]:
 def decision_rows(models: dict[str, GPTConfig] | None = None, gpus: tuple[int, ...] = (8, 64),
                   gpu_gib: tuple[float, ...] = (40, 80), effective_tflops: float | None = None
                   ) -> list[dict[str, Any]]:
-    """The calculator's choice for each model, GPU count, GPU memory and interconnect, planning
+    """`parallelism.decide` for each model, GPU count, GPU memory and interconnect, planning
     compute at `effective_tflops` per GPU (default: `measured_effective_tflops`)."""
     if effective_tflops is None:
         effective_tflops, _ = measured_effective_tflops()
@@ -293,46 +340,133 @@ def decision_rows(models: dict[str, GPTConfig] | None = None, gpus: tuple[int, .
                 for link in parallelism.INTERCONNECTS:
                     d = parallelism.decide(cfg, n, mem, link, effective_tflops=effective_tflops)
                     rows.append({"model": name, "gpus": n, "GiB": mem, "interconnect": link.name,
-                                 "mode": d["mode"], "GiB_per_rank": d["GiB_per_rank"],
-                                 "step_s": d["step_s"], "comm_s": d["comm_s_per_step"]})
+                                 "mode": d["mode"], "layout": d["layout"], "GiB_per_rank": d["GiB_per_rank"],
+                                 "usable_GiB": d["usable_GiB"], "step_s": d["step_s"], "comm_s": d["comm_s_per_step"],
+                                 "exposed_comm_s": d["exposed_comm_s"], "micro_batches": d["micro_batches"],
+                                 "smallest_tp_pp": d["smallest_tp_pp"], "rule": d["rule"]})
     return rows
 
 
 def plan_summary(plan: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per model and GPU count of `parallelism.plan_table`: which single modes fit, and
-    the leanest one with its GiB per rank."""
+    """One row per model and GPU count of `parallelism.plan_table`: the modes with a layout that
+    fits within the margin, the leanest layout, and the planner's choice (the `decide` answer for
+    the same arguments), with why the two differ when they do."""
     rows = []
     for key in dict.fromkeys((r["model"], r["gpus"]) for r in plan):
         mine = [r for r in plan if (r["model"], r["gpus"]) == key]
         leanest = min(mine, key=lambda r: r["total_GiB"])
-        rows.append({"model": key[0], "params_B": mine[0]["params_B"], "gpus": key[1],
-                     "modes that fit": ", ".join(r["mode"] for r in mine if r["fits"]) or "none",
-                     "leanest": leanest["mode"], "leanest_GiB": leanest["total_GiB"]})
+        chosen = next((r for r in mine if r["chosen"]), None)
+        fit = ", ".join(dict.fromkeys(r["mode"] for r in mine if r["fits"])) or "none"
+        row = {"model": key[0], "params_B": mine[0]["params_B"], "gpus": key[1], "usable_GiB": mine[0]["usable_GiB"],
+               "modes that fit": fit, "leanest": leanest["layout"], "leanest_GiB": leanest["total_GiB"],
+               "chosen": chosen["layout"] if chosen else "none fits" if fit == "none" else "not timed (no rate)",
+               "chosen_GiB": chosen["total_GiB"] if chosen else None, "step_s": chosen["step_s"] if chosen else None}
+        row["why not the leanest"] = _leaner_note(leanest, chosen)
+        rows.append(row)
     return rows
 
 
+def _leaner_note(leanest: dict[str, Any], chosen: dict[str, Any] | None) -> str:
+    if chosen is None or chosen is leanest:
+        return ""
+    if not leanest["fits"]:
+        return f"the leanest needs {leanest['total_GiB']:.1f} GiB: over the margin"
+    if not leanest["considered"]:
+        return "the leanest splits the model further than memory needs"
+    return f"the leanest takes {leanest['step_s']:.2f} s/step: more communication left exposed"
+
+
 def decision_summary(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`decision_rows` with one column per interconnect: the mode chosen there and its step."""
+    """`decision_rows` with one column per interconnect: the layout chosen there and its step."""
     rows: dict[tuple, dict[str, Any]] = {}
     for d in decisions:
         row = rows.setdefault((d["model"], d["gpus"], d["GiB"]), {"model": d["model"], "gpus": d["gpus"], "GiB": d["GiB"]})
-        row[d["interconnect"]] = d["mode"] + (f" ({d['step_s']:.2f} s/step)" if d["step_s"] is not None else "")
+        row[d["interconnect"]] = d["layout"] + (f" ({d['step_s']:.3g} s/step)" if d["step_s"] is not None else "")
     return list(rows.values())
 
 
 def grid_rows(models: dict[str, GPTConfig] | None = None, gpus: tuple[int, ...] = (8, 64),
-              gpu_gib: tuple[float, ...] = (40, 80)) -> list[dict[str, Any]]:
-    """The TP × PP × DP layout to start from (`parallelism.choose_grid`) for each model, GPU
-    count and GPU memory, with the rule that chose it."""
+              gpu_gib: tuple[float, ...] = (40, 80), link: parallelism.Interconnect | None = None,
+              effective_tflops: float | None = None) -> list[dict[str, Any]]:
+    """The chosen layout's TP × PP × DP degrees (`parallelism.plan`, the `decide` call) for each
+    model, GPU count and GPU memory on `link` (default: the first of `parallelism.INTERCONNECTS`),
+    with the rule that chose it."""
+    link = link or parallelism.INTERCONNECTS[0]
+    if effective_tflops is None:
+        effective_tflops, _ = measured_effective_tflops()
     rows = []
     for name, cfg in (models or parallelism.reference_models()).items():
         for n in gpus:
             for mem in gpu_gib:
-                g = parallelism.choose_grid(cfg, n, mem)
-                rows.append({"model": name, "gpus": n, "GiB": mem, "layout": g["layout"],
-                             "fit / feasible": f"{g['layouts_fit']} / {g['layouts_feasible']}",
-                             "GiB_per_rank": g["GiB_per_rank"], "rule": g["rule"]})
+                d = parallelism.decide(cfg, n, mem, link, effective_tflops=effective_tflops)
+                rows.append({"model": name, "gpus": n, "GiB": mem, "interconnect": link.name, "layout": d["layout"],
+                             "tp": d["tp"], "pp": d["pp"], "dp": d["dp"], "micro_batches": d["micro_batches"],
+                             "bubble": d["bubble"], "GiB_per_rank": d["GiB_per_rank"],
+                             "fit / weighed": f"{d['layouts_fit']} / {d['layouts_weighed']}", "rule": d["rule"]})
     return rows
+
+
+def weighed_rows(model: str, gpus: int, gpu_gib: float, link: parallelism.Interconnect | None = None,
+                 effective_tflops: float | None = None) -> list[dict[str, Any]]:
+    """Every layout `parallelism.plan` weighed for one reference model on `gpus` × `gpu_gib`: the
+    fitting ones fastest first, then the rest by GiB; `weighed` says whether the choice was made
+    among it (pure data parallelism, or the smallest tp·pp that fits)."""
+    link = link or parallelism.INTERCONNECTS[0]
+    if effective_tflops is None:
+        effective_tflops, _ = measured_effective_tflops()
+    p = parallelism.plan(parallelism.reference_models()[model], gpus, gpu_gib, link, effective_tflops=effective_tflops)
+    considered = set(map(id, p.considered()))
+    order = sorted(p.candidates, key=lambda c: (not c.fits, c.step_s if c.fits else c.total_bytes))
+    return [{"layout": c.label(), "mode": c.mode, "GiB_per_rank": c.total_bytes / parallelism.GIB,
+             "fits": c.fits, "weighed": id(c) in considered, "step_s": c.step_s, "bubble": c.bubble,
+             "exposed_comm_s": c.exposed_s, "of_comm_s": c.comm_s, "chosen": c is p.choice} for c in order]
+
+
+def view_notes(plan: list[dict[str, Any]], decisions: list[dict[str, Any]],
+               grid: list[dict[str, Any]]) -> list[str]:
+    """How the page's tables relate: where two share a model, GPU count, GPU memory and
+    interconnect they must give the same layout (one `plan` call); where cells differ, the
+    assumption that differs between them."""
+    answer = {(d["model"], d["gpus"], d["GiB"], d["interconnect"]): d for d in decisions}
+    views = [((r["model"], r["gpus"], r["gpu_GiB"], r["interconnect"]), r["layout"], "memory table")
+             for r in plan if r["chosen"]]
+    views += [((g["model"], g["gpus"], g["GiB"], g["interconnect"]), g["layout"], "layout table") for g in grid]
+    shared = [(k, layout, name) for k, layout, name in views if k in answer]
+    clash = [f"{name} says {layout} for {k[0]} on {k[1]} × {k[2]:g} GiB, {k[3]}; the decision table says "
+             f"{answer[k]['layout']}" for k, layout, name in shared if layout != answer[k]["layout"]]
+    out = clash or [f"the memory, decision and layout tables share {len(shared)} cells and give the same layout in "
+                    f"every one: they are one planner's answer"]
+    out += _differences(decisions, "interconnect", "GiB", lambda rows: (
+        "the interconnect differs: it changes only the step times, so a layout whose communication hides on "
+        "the faster link can lose on the slower one"))
+    out += _differences(decisions, "GiB", "interconnect", _memory_reason)
+    return out
+
+
+def _differences(decisions: list[dict[str, Any]], varying: str, fixed: str, why: Any) -> list[str]:
+    """One line per model, GPU count and `fixed` value whose layout changes with `varying`."""
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for d in decisions:
+        groups.setdefault((d["model"], d["gpus"], d[fixed]), []).append(d)
+    out = []
+    for (model, gpus, held), rows in groups.items():
+        if len({r["layout"] for r in rows}) > 1:
+            where = "; ".join(f"{r[varying]}{' GiB' if varying == 'GiB' else ''}: {r['layout']}" for r in rows)
+            out.append(f"{model} on {gpus} GPUs, {held}{' GiB' if fixed == 'GiB' else ''}: {where}. {why(rows)}")
+    return out
+
+
+def _memory_reason(rows: list[dict[str, Any]]) -> str:
+    big = max(rows, key=lambda r: r["GiB"])
+    small = min(rows, key=lambda r: r["GiB"])
+    if big["GiB_per_rank"] is not None and big["GiB_per_rank"] > small["usable_GiB"]:
+        return (f"the GPU memory differs: {big['layout']} needs {big['GiB_per_rank']:.1f} GiB per GPU, over the "
+                f"{small['usable_GiB']:.1f} usable on the {small['GiB']:g} GiB one")
+    if (small["smallest_tp_pp"] or 0) > (big["smallest_tp_pp"] or 0):
+        return (f"the GPU memory differs: on {small['GiB']:g} GiB the smallest tp·pp that fits is "
+                f"{small['smallest_tp_pp']}, so other layouts are weighed")
+    return ("the GPU memory differs: the same layouts are weighed, but with less memory each holds smaller "
+            "micro-batches (more accumulation steps), which changes their step times")
 
 
 def course_modes(processes: int = 2, four: bool = True, deepspeed: bool = True,

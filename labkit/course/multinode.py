@@ -9,6 +9,11 @@ collectives) and the losses. `compression_cost(base)` times the hooks' arithmeti
 shaped like the model's gradients (interleaved repeats). Compression pays when the seconds the
 saved bytes take on the link exceed that cost: break-even bandwidth = saved bytes / cost.
 
+The Reduction Server plan: `reducer_job(plan, config, output_uri=...)` builds the training job
+a `labkit.vertex.reduction.plan_reducers` plan describes (the plan has printed its own warning),
+and `reducer_rows(nodes)` sets the plan and its price side by side for machines where reducers
+help and where they do not (`REDUCER_EXAMPLES`).
+
 Watching a job: `tensorboard_spec_rows(spec)` shows the fields Vertex AI TensorBoard needs,
 `tensorboard_rows(logdir)` the event files a job left under AIP_TENSORBOARD_LOG_DIR and their
 scalar tags, `nccl_log_lines(job)` how many lines NCCL logged in an emulated job's replicas.
@@ -19,6 +24,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -153,6 +159,47 @@ def plot_allreduce_bandwidth(report: AllReduceReport, path: str | os.PathLike | 
 def allreduce_title(report: AllReduceReport) -> str:
     """What was measured: processes, device, backend (the heading of its table and plot)."""
     return f"all-reduce, {report.world_size} x {report.device}, backend {report.backend}"
+
+
+# ---------------------------------------------------------------- the Reduction Server
+
+# (machine type, GPU, GPUs per node): A100 nodes where reducers help, then the H100 and H200
+# machines: A3 High (no GPUDirect stack on Vertex), A3 Mega (TCPXO) and A3 Ultra (RDMA).
+REDUCER_EXAMPLES = (("a2-highgpu-8g", "NVIDIA_TESLA_A100", 8), ("a3-highgpu-8g", "NVIDIA_H100_80GB", 8),
+                    ("a3-megagpu-8g", "NVIDIA_H100_MEGA_80GB", 8), ("a3-ultragpu-8g", "NVIDIA_H200_141GB", 8))
+
+
+def reducer_job(plan: Any, config: dict[str, Any], *, output_uri: str, **options: Any) -> Any:
+    """`labkit.vertex.training_job` for `plan`'s training nodes and its reducers (none when the
+    plan proposes none). The plan's own text already carries its warning, so the job builder's
+    `ReductionServerWarning` is not issued a second time."""
+    from labkit.vertex import training_job
+    from labkit.vertex.reduction import ReductionServerWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ReductionServerWarning)
+        return training_job(config, output_uri=output_uri, machine_type=plan.machine_type,
+                            accelerator_type=plan.accelerator_type, accelerator_count=plan.accelerator_count,
+                            replica_count=plan.nodes, reduction_server_count=plan.count,
+                            reduction_server_machine_type=plan.reducer_machine_type, **options)
+
+
+def reducer_rows(nodes: int, examples: tuple[tuple[str, str, int], ...] = REDUCER_EXAMPLES) -> list[dict[str, Any]]:
+    """One row per machine: whether reducers help on `nodes` of it, the bandwidth they can use,
+    the reducers "auto" proposes, and what they and the training nodes cost per hour."""
+    from labkit.vertex.machines import network_gbps
+    from labkit.vertex.reduction import plan_reducers, price_plan
+
+    rows = []
+    for machine, gpu, count in examples:
+        plan = plan_reducers("auto", nodes, machine, gpu, accelerator_count=count)
+        cost = price_plan(plan)
+        usable = plan.sizing.worker_gbps if plan.sizing else None
+        rows.append({"machine": f"{nodes} x {machine}", "helps": "yes" if plan.helps else "no",
+                     "Gbps per node (all NICs)": network_gbps(machine, gpu, count),
+                     "Gbps the reducers can use": usable, "reducers (auto)": plan.count,
+                     "reducers $/h": cost.reducers_usd_hr, "training $/h": cost.training_usd_hr})
+    return rows
 
 
 # ---------------------------------------------------------------- Vertex AI TensorBoard, NCCL variables

@@ -208,3 +208,25 @@ def trace_verdict(trace: os.PathLike) -> str:
     timeline = timeline_from_chrome_trace(trace)
     breakdown = step_breakdown(timeline)
     return breakdown.text() + "\n" + diagnose(breakdown, op_profile(timeline)).text()
+
+
+def running_job_rows(spec: dict[str, Any]) -> list[dict[str, str]]:
+    """What in a CustomJob spec lets you look inside the job while it runs (its REST form, as
+    the console and ``gcloud`` show it): the interactive shell and the TensorBoard Profiler."""
+    from labkit.vertex.specs import to_rest_json
+
+    rest = json.loads(to_rest_json(spec))
+    container = rest["workerPoolSpecs"][0].get("containerSpec", {})
+    setup = (container.get("command") or ["", "", "-"])[2]
+    return [
+        {"field": "enableWebAccess", "value": str(rest.get("enableWebAccess", False)).lower(),
+         "what it gives": "a shell into each node, at the job's webAccessUris once it runs"},
+        {"field": "tensorboard", "value": rest.get("tensorboard", "-"),
+         "what it gives": "the TensorBoard whose Profile tab captures from the running job"},
+        {"field": "serviceAccount", "value": rest.get("serviceAccount", "-"),
+         "what it gives": "the account the job uploads logs and profiles as"},
+        {"field": "containerSpec.command (set-up)", "value": setup.split(" && exec")[0],
+         "what it gives": "the SDK's profiler plugin in the image"},
+        {"field": "containerSpec.args", "value": " ".join(container.get("args", [])[:8]) + " ...",
+         "what it gives": "training started inside the profiler's process"},
+    ]

@@ -33,6 +33,7 @@ RECIPE_DIR = Path(__file__).resolve().parents[1] / "recipes"
 TRAINING_RECIPES = {
     "ddp": ("torch", "torchrun"),
     "fsdp": ("torch", "torchrun"),
+    "sharded_checkpoint": ("torch", "torchrun"),
     "zero": ("torch", "torchrun"),
     "deepspeed_zero": ("torch", "torchrun"),
     "tensor_parallel": ("torch", "torchrun"),
@@ -46,18 +47,21 @@ TRAINING_RECIPES = {
     "keras_mixed_precision": ("tf", None),
     "keras_mirrored_fit": ("tf", None),  # one process; --devices N replicas inside it
     "tf_multiworker": ("tf", "tf_config"),
+    # Asynchronous: its losses are labkit train's with one worker only; `run` it, not `compare`.
+    "tf_parameter_server": ("tf", None),
 }
 RECIPES = (*TRAINING_RECIPES, "vertex_job", "hypertune_report", "jpeg_shards")
 # The notebook whose "The code" section shows and runs each recipe.
 NOTEBOOKS = {
     "ddp": "02_distribution_tf_vs_ddp", "keras_mirrored_fit": "02_distribution_tf_vs_ddp",
-    "tf_multiworker": "02_distribution_tf_vs_ddp",
+    "tf_multiworker": "02_distribution_tf_vs_ddp", "tf_parameter_server": "02_distribution_tf_vs_ddp",
     "tfrecord_pipeline": "03_input_pipelines", "mixed_precision": "04_mixed_precision",
     "keras_mixed_precision": "04_mixed_precision", "profile": "05_profiling",
     "vertex_job": "06_multi_node", "preemptible": "07_spot_and_preemption",
     "elastic_ddp": "07_spot_and_preemption", "fsdp": "08_memory", "attention": "08_memory",
     "zero": "10_model_parallelism", "deepspeed_zero": "10_model_parallelism",
     "tensor_parallel": "10_model_parallelism", "pipeline": "10_model_parallelism",
+    "sharded_checkpoint": "10_model_parallelism",
     "hypertune_report": "11_hyperparameter_tuning", "jpeg_shards": "03_input_pipelines",
 }
 MAX_RESTARTS = 5  # a preemptible run is restarted after each drill, as Vertex restarts a job
@@ -119,7 +123,8 @@ def show(name: str):
                 return html
             folded_helpers = Code("\n\n".join(helpers.values()), language="python")._repr_html_()
             return (html + f"<details><summary>recipes/common.py: the {len(helpers)} helpers this "
-                    f"recipe calls ({', '.join(helpers)})</summary>{folded_helpers}</details>")
+                    f"recipe calls ({', '.join(helpers)})</summary>{folded_helpers}</details>"
+                    + _copy_note(name))
 
         def _changes_note(self) -> str:
             if self.base is None:
@@ -194,11 +199,14 @@ def changed_lines(old_text: str, new_text: str) -> list[int]:
 
 def common_helpers(name: str) -> dict[str, str]:
     """The `common.NAME` functions and classes a recipe uses, in the order it first uses them,
-    each with its source from `recipes/common.py` (and the helpers those call in turn)."""
+    each with its source from `recipes/common.py` (and the helpers and settings, such as the
+    flag defaults, those use in turn)."""
     common_path = RECIPE_DIR / "common.py"
     text = common_path.read_text(encoding="utf-8")
     defined = {node.name: node for node in ast.parse(text).body
                if isinstance(node, ast.FunctionDef | ast.ClassDef)}
+    defined.update({target.id: node for node in ast.parse(text).body if isinstance(node, ast.Assign)
+                    for target in node.targets if isinstance(target, ast.Name)})
 
     def used_by(tree: ast.AST, prefix: bool) -> list[str]:
         names = []
@@ -214,6 +222,42 @@ def common_helpers(name: str) -> dict[str, str]:
     for helper in order:  # breadth-first: what the helpers call, after them
         order += [n for n in used_by(defined[helper], prefix=False) if n not in order]
     return {n: ast.get_source_segment(text, defined[n]) or "" for n in order}
+
+
+def copy_files(name: str) -> list[str]:
+    """The files (paths from the repository root, the recipe first) a copy of recipe `name`
+    takes to run without labkit; [] for a recipe that needs labkit itself. Such a file imports
+    the others under `if __package__:` from labkit (its path inside the package) and, otherwise,
+    from beside itself (a copy's path): they are read off those imports."""
+    _check(name)
+    root = RECIPE_DIR.parents[1]
+    files = [f"labkit/recipes/{name}.py"]
+    for path in files:  # grows while the loop walks it: the files those files import
+        for node in ast.walk(ast.parse((root / path).read_text(encoding="utf-8"))):
+            if isinstance(node, ast.If) and ast.unparse(node.test) == "__package__":
+                files += [f"{imp.module.replace('.', '/')}/{a.name}.py" for imp in node.body
+                          if isinstance(imp, ast.ImportFrom) and imp.module for a in imp.names
+                          if f"{imp.module.replace('.', '/')}/{a.name}.py" not in files]
+    return files if len(files) > 1 else []
+
+
+def copy_name(name: str) -> str:
+    """The file name a copy of recipe `name` takes: its own, unless that is the name of a module
+    of Python's standard library, which a script's folder would hide (a `profile.py` beside the
+    script replaces the module cProfile imports, and PyTorch's own imports reach cProfile)."""
+    return f"{name}_recipe.py" if name in sys.stdlib_module_names else f"{name}.py"
+
+
+def _copy_note(name: str) -> str:
+    files = copy_files(name)
+    if not files:
+        return ""
+    listed = ", ".join(f.removeprefix("labkit/") for f in files)
+    renamed = "" if copy_name(name) == f"{name}.py" else (
+        f" (the recipe as <code>{copy_name(name)}</code>: a {name}.py there would hide Python's own "
+        f"<code>{name}</code> module)")
+    return (f"<p>Outside labkit: copy {listed} into one folder{renamed}; <code>{copy_name(name)}</code> "
+            f"runs there as it is, without labkit installed.</p>")
 
 
 def _docstring(name: str) -> str:

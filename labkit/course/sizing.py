@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -204,6 +205,9 @@ def fitting_batch(machine: Machine, model: str, fmt: str = "fp32", choices: tupl
 # ---------------------------------------------------------------- a notebook's plan
 
 
+BUSY_SHARE = 0.5  # a load average of half the cores or more: the machine is busy
+
+
 @dataclass
 class Plan:
     """One notebook's sizes on one machine: `sizes` (read with `plan["name"]`), rungs or sections
@@ -219,6 +223,20 @@ class Plan:
     notes: list[str] = field(default_factory=list)
     budget_s: float | None = None
     trimmed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    load: float | None = None  # this machine's 1-minute load average when the plan was made
+
+    @property
+    def busy(self) -> bool:
+        """Other work was running: the load average is at least `BUSY_SHARE` of the cores."""
+        return self.load is not None and self.load >= BUSY_SHARE * self.machine.cpu_cores
+
+    @property
+    def stretch(self) -> float:
+        """How much longer CPU-bound work may take while that load lasts: with `load` runnable
+        processes besides this one on `cpu_cores` cores, each gets cores / (load + 1) of one."""
+        if self.load is None:
+            return 1.0
+        return max(1.0, (self.load + 1) / max(1, self.machine.cpu_cores))
 
     def __getitem__(self, name: str) -> Any:
         return self.sizes[name]
@@ -240,14 +258,19 @@ class Plan:
                  + "labkit's H100 rates and CPU step times" if self.machine.has_gpu
                  else "the CPU step times of the course's smoke models")
         lines.append(f"expected: about {_duration(self.expected_s)} here (forecast from {basis}; "
-                     f"good to tens of percent)")
+                     f"good to tens of percent on a quiet machine)")
+        if self.busy:
+            lines.append(f"busy: this machine's load average is {self.load:.1f} on {self.machine.cpu_cores} "
+                         f"cores (other processes): the forecast and the timings measured here may stretch "
+                         f"by about {self.stretch:.1f}×, and repeated runs will spread more; for figures to "
+                         f"keep, rerun when it is quiet")
         return "\n".join(lines)
 
     def record(self) -> dict[str, Any]:
         """The plan as plain data (the course harness stores it with the run)."""
         return {"notebook": self.notebook, "scale": self.scale, "machine": self.machine.name,
                 "sizes": self.sizes, "skipped": self.skipped, "notes": self.notes,
-                "expected_s": self.expected_s, "budget_s": self.budget_s,
+                "expected_s": self.expected_s, "budget_s": self.budget_s, "load": self.load,
                 "trimmed": {k: list(v) for k, v in self.trimmed.items()}}
 
 
@@ -314,7 +337,14 @@ def plan(notebook: str, scale: str = "auto", *, time_budget_s: float | None = No
         sizes, trimmed, dropped = _fit(draft, sizes, budget)
         skipped.update(dropped)
     return Plan(notebook, resolved, machine, sizes, KERNEL_START_S + draft.estimate(sizes), skipped,
-                list(draft.notes), budget, trimmed)
+                list(draft.notes), budget, trimmed, _load() if machine.here else None)
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # not on every platform
+        return None
 
 
 def _fit(draft: _Draft, sizes: dict[str, Any], budget: float) -> tuple[dict, dict, dict]:
@@ -634,11 +664,22 @@ def _plan_10(scale: str, machine: Machine, *, processes: int = 2, four_processes
     return _Draft(sizes, estimate, notes=notes)
 
 
+def _tpe_startup() -> int:
+    try:
+        from labkit.vertex.tuning import tpe_startup_trials
+
+        return tpe_startup_trials()
+    except ImportError:  # no Optuna: the notebook says so; size as if for its default
+        return 10
+
+
 @_planner("11")
 def _plan_11(scale: str, machine: Machine, *, model: str = "cnn", parallel_trials: int = 2,
              **_: Any) -> _Draft:
     full = scale == "full"
-    sizes = {"steps": (600 if machine.has_gpu else 200) if full else 24, "trials": 12 if full else 6}
+    # At full size TPE gets 12 trials of its own after its random start-up trials.
+    sizes = {"steps": (600 if machine.has_gpu else 200) if full else 24,
+             "trials": _tpe_startup() + 12 if full else 6}
 
     def estimate(s):
         per_step = (gpu_train_seconds(machine, model, "fp32", 64, 1) - RUN_START_S

@@ -6,11 +6,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
+from labkit.core import stats
 from labkit.core.metrics import LEARNED_BELOW
 from labkit.course.plots import finish, new_figure
-from labkit.vertex.tuning import StudyCost, StudySummary, TrialRecord
+from labkit.vertex.tuning import (
+    StudyCost,
+    StudySummary,
+    TrialRecord,
+    run_local_tuning,
+    tpe_startup_trials,
+    tuning_job,
+)
+
+EDGE_SHARE = 0.1  # the outer tenth of a searched range (on its own scale) counts as its edge
 
 
 def plot_study(records: Sequence[TrialRecord], parameter: str, *, metric: str = "loss",
@@ -116,3 +128,79 @@ def submit_or_preview(spec: Mapping[str, Any], display_name: str) -> str:
             f"JobService, which received {arrived['display_name']!r}: {int(arrived['max_trial_count'])} "
             f"trials, {int(arrived['parallel_trial_count'])} in parallel, metric {metric['metric_id']} "
             f"({metric['goal']}); state after polling: {final.state.name}")
+
+
+def edge_notes(best: TrialRecord | None, ranges: Mapping[str, tuple]) -> list[str]:
+    """A sentence for each tuned range (``("linear"|"log", low, high)``) whose best value lies in
+    its outer tenth, on the range's own scale: the optimum may lie outside what was searched."""
+    out = []
+    for name, (kind, low, high) in ranges.items() if best is not None else ():
+        value = best.parameters.get(name)
+        if value is None:
+            continue
+        scale = math.log if kind == "log" else float
+        where = (scale(value) - scale(low)) / (scale(high) - scale(low))
+        if min(where, 1 - where) < EDGE_SHARE:
+            side = "top" if where > 0.5 else "bottom"
+            out.append(f"The best {name}, {_fmt(value)}, sits at the {side} edge of the range searched "
+                       f"({_fmt(low)} to {_fmt(high)}): the optimum may lie beyond it, so widen the range "
+                       f"past that edge before trusting this value.")
+    return out
+
+
+def search_note(trials: int) -> str:
+    """How much of the study TPE guided: its first `tpe_startup_trials()` are random."""
+    startup = tpe_startup_trials()
+    if trials <= startup:
+        return (f"All {trials} trials were TPE's random start-up trials (it guides the search from trial "
+                f"{startup + 1} on): at this size the study is a random search.")
+    return f"TPE suggested {trials - startup} of the {trials} trials; the first {startup} were random."
+
+
+def confirm_top(base: Any, records: Sequence[TrialRecord], *, metric: str, goal: str, output_uri: str,
+                workdir: str | Path, seeds: Sequence[int] = (1, 2), top: int = 2,
+                env: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    """Re-run the `top` finished trials with other `seeds`, each as a small grid study over
+    ``seed`` with the trial's values fixed (what you would submit to Vertex to check a winner),
+    and return one row per trial: its values, the metric of every seed (the study's own run
+    first), their median and range."""
+    ranked = sorted((r for r in records if r.state == "SUCCEEDED" and r.metric is not None),
+                    key=lambda r: r.metric, reverse=goal == "maximize")[:top]
+    rows = []
+    for r in ranked:
+        fixed = replace(base, **r.parameters)
+        spec = tuning_job(fixed, output_uri=f"{output_uri.rstrip('/')}/confirm-{r.trial_id}", metric=metric,
+                          goal=goal, parameters={"seed": list(seeds)}, max_trial_count=len(seeds),
+                          parallel_trial_count=min(2, len(seeds)), algorithm="GRID_SEARCH", early_stopping=False)
+        again = run_local_tuning(spec, Path(workdir) / f"confirm-{r.trial_id}", env=env)
+        values = [r.metric] + [a.metric for a in again if a.metric is not None]
+        spread = stats.Spread(values)
+        rows.append({"trial": r.trial_id, "values": ", ".join(f"{k}={_fmt(v)}" for k, v in r.parameters.items()),
+                     "seeds": ", ".join(str(x) for x in (base.seed, *seeds)), "metrics": values,
+                     "median": spread.median, "range": spread.range_text(4)})
+    return rows
+
+
+def top_comparison(rows: Sequence[Mapping[str, Any]], goal: str) -> stats.Comparison | None:
+    """The study's best trial (a) against its runner-up (b) over their seeds."""
+    if len(rows) < 2:
+        return None
+    return stats.compare(rows[0]["metrics"], rows[1]["metrics"], higher_is_better=goal == "maximize")
+
+
+def confirmation_sentence(rows: Sequence[Mapping[str, Any]], comparison: stats.Comparison | None) -> str:
+    """What the re-runs say about the study's winner."""
+    if comparison is None:
+        return "Fewer than two trials finished: there is no runner-up to check the winner against."
+    best, second = rows[0], rows[1]
+    seeds = len(best["metrics"])
+    if comparison.winner == "a":
+        return (f"Trial {best['trial']} stays best on every one of {seeds} seeds ({best['range']} against "
+                f"{second['range']}): the study's winner holds.")
+    if comparison.winner == "b":
+        return (f"Re-run with other seeds, trial {second['trial']} beats trial {best['trial']} on every seed "
+                f"({second['range']} against {best['range']}): the study's ranking was one seed's luck.")
+    return (f"Across {seeds} seeds trials {best['trial']} ({best['range']}) and {second['trial']} "
+            f"({second['range']}) overlap: {stats.NO_DIFFERENCE}, so the study names no single winner "
+            f"between them.")
+

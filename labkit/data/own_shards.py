@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from labkit.core.config import check_choice, check_int, check_str
+from labkit.core.lease import Lease
 from labkit.core.progress import progress
 from labkit.data.example import encode_example
 from labkit.data.shards import (
@@ -187,10 +188,12 @@ def shard_source(src: str | os.PathLike | ImageSource | TableSource, out_dir: st
     plan = {"fingerprint": source.fingerprint(), "counts": counts, "shuffle": shuffle, "seed": seed,
             "compression": comp, "kind": records.kind}
     writer = _PlannedWrite(os.fspath(out_dir), prefix, plan, overwrite)
-    kept = writer.start()
-    written = writer.write_all(records, order, workers or min(8, len(counts)))
-    extra = {"classes": records.classes} if records.classes else {"columns": records.columns}
-    writer.finish({**extra, "source": str(source.root), "shard_mb": shard_mb})
+    ShardFolder(os.fspath(out_dir)).make_writable()
+    with Lease(os.fspath(out_dir), name="OUT_DIR"):  # one writer per folder: a second one is refused, naming this one
+        kept = writer.start()
+        written = writer.write_all(records, order, workers or min(8, len(counts)))
+        extra = {"classes": records.classes} if records.classes else {"columns": records.columns}
+        writer.finish({**extra, "source": str(source.root), "shard_mb": shard_mb})
     return OwnShards(writer.paths, counts, records.kind, written, kept, records.classes, records.columns,
                      time.perf_counter() - t0)
 

@@ -38,6 +38,7 @@ import numpy as np
 
 from labkit.core.config import check_choice, check_int, check_str
 from labkit.core.gcs import unmounted, unreachable
+from labkit.core.lease import Lease
 from labkit.core.progress import progress
 from labkit.data.example import ExampleDecodeError, decode_example, encode_example, example_layout
 from labkit.data.synthetic import SyntheticImages, SyntheticTokens
@@ -131,56 +132,58 @@ def write_shards(
     """Write records `make_record(0..num_records-1)` into shards of `config.records_per_shard`,
     then the manifest. A set with the same prefix already in `out_dir` is replaced whole
     (`if_exists="replace"`) or refused with ShardSetExistsError (`"error"`). An `out_dir` that
-    is a file or cannot be written is refused (an OSError naming it) before anything is written.
-    Shows a progress bar (`labkit.core.progress`)."""
+    is a file or cannot be written is refused (an OSError naming it) before anything is written,
+    and so is a folder another writer holds (`labkit.core.lease.LeaseHeld`, naming it: two
+    writers would mix their shards). Shows a progress bar (`labkit.core.progress`)."""
     check_int("num_records", num_records, minimum=1)
     check_choice("if_exists", if_exists, IF_EXISTS)
     out = os.fspath(out_dir)
     comp = normalize_compression(config.compression)
     fs = ShardFolder(out)
     fs.make_writable()
-    old = fs.shard_set_files(config.prefix)
-    if old and if_exists == "error":
-        raise ShardSetExistsError(out, config.prefix, old, 'write with if_exists="replace" to replace '
-                                  "it whole, or choose another folder or prefix")
-    manifest_path = join_path(out, manifest_name(config.prefix))
-    if manifest_name(config.prefix) in old:  # from here on the folder holds no complete set
-        fs.remove(manifest_path)
-    n = math.ceil(num_records / config.records_per_shard)
-    paths, counts, digests, firsts, total = [], [], [], [], 0
-    path = manifest_path
-    try:
-        with progress(num_records, f"write {kind} shards", unit="record") as bar:
-            for s in range(n):
-                path = join_path(out, f"{config.prefix}-{s:05d}-of-{n:05d}{SUFFIX[comp]}")
-                lo, hi = s * config.records_per_shard, min(num_records, (s + 1) * config.records_per_shard)
-                paths.append(path)
-                digest = HashingWriter(open_binary(path, "wb"))
-                with RecordWriter(path, comp, opener=lambda _p, f=digest: f) as w:
-                    for i in range(lo, hi):
-                        w.write(make_record(i))
-                counts.append(hi - lo)
-                digests.append(digest.hexdigest())
-                firsts.append(lo)
-                total += w.bytes_written
-                bar.update(hi - lo)
+    with Lease(out, name="OUT_DIR"):  # one writer per folder: a second one is refused, naming this one
+        old = fs.shard_set_files(config.prefix)
+        if old and if_exists == "error":
+            raise ShardSetExistsError(out, config.prefix, old, 'write with if_exists="replace" to replace '
+                                      "it whole, or choose another folder or prefix")
+        manifest_path = join_path(out, manifest_name(config.prefix))
+        if manifest_name(config.prefix) in old:  # from here on the folder holds no complete set
+            fs.remove(manifest_path)
+        n = math.ceil(num_records / config.records_per_shard)
+        paths, counts, digests, firsts, total = [], [], [], [], 0
         path = manifest_path
-        new = {os.path.basename(p) for p in paths}
-        for name in sorted(old - new - {manifest_name(config.prefix)}):
-            fs.remove(join_path(out, name))
-        manifest = {"kind": kind, "compression": comp, "num_records": num_records,
-                    "shards": [os.path.basename(p) for p in paths], "counts": counts,
-                    "sha256": digests, "shard_config": asdict(config)}
-        if kind in INDEXED_KINDS:  # each shard's records hold samples first_index, first_index + 1, ...
-            manifest["first_index"] = firsts
-        with open_binary(manifest_path, "wb") as f:
-            f.write(json.dumps(manifest, indent=1).encode())
-    except OSError as e:
-        for written in paths:  # an incomplete set: its shards only take space
-            with contextlib.suppress(OSError):
-                fs.remove(written)
-        raise named_error(e, f"cannot write {path}") from e
-    return ShardSet(paths, counts, kind, comp, total)
+        try:
+            with progress(num_records, f"write {kind} shards", unit="record") as bar:
+                for s in range(n):
+                    path = join_path(out, f"{config.prefix}-{s:05d}-of-{n:05d}{SUFFIX[comp]}")
+                    lo, hi = s * config.records_per_shard, min(num_records, (s + 1) * config.records_per_shard)
+                    paths.append(path)
+                    digest = HashingWriter(open_binary(path, "wb"))
+                    with RecordWriter(path, comp, opener=lambda _p, f=digest: f) as w:
+                        for i in range(lo, hi):
+                            w.write(make_record(i))
+                    counts.append(hi - lo)
+                    digests.append(digest.hexdigest())
+                    firsts.append(lo)
+                    total += w.bytes_written
+                    bar.update(hi - lo)
+            path = manifest_path
+            new = {os.path.basename(p) for p in paths}
+            for name in sorted(old - new - {manifest_name(config.prefix)}):
+                fs.remove(join_path(out, name))
+            manifest = {"kind": kind, "compression": comp, "num_records": num_records,
+                        "shards": [os.path.basename(p) for p in paths], "counts": counts,
+                        "sha256": digests, "shard_config": asdict(config)}
+            if kind in INDEXED_KINDS:  # each shard's records hold samples first_index, first_index + 1, ...
+                manifest["first_index"] = firsts
+            with open_binary(manifest_path, "wb") as f:
+                f.write(json.dumps(manifest, indent=1).encode())
+        except OSError as e:
+            for written in paths:  # an incomplete set: its shards only take space
+                with contextlib.suppress(OSError):
+                    fs.remove(written)
+            raise named_error(e, f"cannot write {path}") from e
+        return ShardSet(paths, counts, kind, comp, total)
 
 
 class HashingWriter:

@@ -2,7 +2,9 @@
 row by name, a job's target machine looked up by row name, and the hourly price used to turn
 measured machine-hours into dollars (the reader's own figure, else the catalog row's: the whole
 machine for a one-GPU row, one GPU's share of it for a GPU that comes only in multi-GPU
-machines, such as the H200 in an 8-GPU a3-ultragpu-8g)."""
+machines, such as the H200 in an 8-GPU a3-ultragpu-8g). A catalog row's price is its machine's row
+in the machine price list (`labkit.hardware.catalog.machine_price`), with that row's rate card,
+source and read date; a job's cost per pool is `labkit.vertex.estimate_cost`'s."""
 
 from __future__ import annotations
 

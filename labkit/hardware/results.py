@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,13 @@ class Reference:
     value: float
     unit: str
     source: ResultsFile
+    note: str = ""  # what the run recorded beside the value (device, range, repeats)
+
+    @property
+    def range(self) -> str | None:
+        """The range of repeated runs the note records ("range 2,855–2,879"), if any."""
+        found = re.search(r"range ([\d,.]+\s*[–-]\s*[\d,.]+)", self.note)
+        return found.group(1) if found else None
 
     def text(self, digits: int = 0) -> str:
         return f"{self.value:,.{digits}f} {self.unit} ({self.label}; {self.source.provenance()})"
@@ -208,7 +216,7 @@ class CourseRun:
         if found is None:
             return []
         stem, record = found
-        return [Reference(stem, f["name"], f["value"], f.get("unit", ""), self.file)
+        return [Reference(stem, f["name"], f["value"], f.get("unit", ""), self.file, f.get("note", ""))
                 for f in record.get("figures", []) if isinstance(f.get("value"), (int, float))]
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core.config import ParameterError
+from labkit.core.lease import Lease
 from labkit.core.notebook_params import check_parameters, notebook_parameters
 from labkit.core.outputs import check_folder
 from labkit.notebooks.artifacts import ARTIFACTS_ENV
@@ -44,6 +45,7 @@ def run_course(
     notebook_dir: str | os.PathLike | None = None,
     only: list[str] | None = None,
     echo=print,
+    overwrite: bool = False,
 ) -> list[NotebookRun]:
     """Run the course into `out_dir`; `parameters` go to each notebook that declares them.
     Raises ParameterError (a parameter no notebook declares, or one a notebook cannot take) or
@@ -56,9 +58,12 @@ def run_course(
         if not notebooks:
             raise FileNotFoundError(f"no course notebook matches {only}")
     plan = course_parameters(notebooks, parameters or {})
+    if not overwrite:
+        check_no_earlier_run(out)
     previous = os.environ.get(ARTIFACTS_ENV)
     os.environ[ARTIFACTS_ENV] = str((out / "artifacts").resolve())
     runs = []
+    lease = Lease(str(out), name="-o").acquire()  # one course run per folder: a second is refused, naming it
     try:
         for nb, params in plan:
             echo(f"running {nb.name} ...", flush=True)
@@ -67,11 +72,22 @@ def run_course(
             echo(f"  {status} ({run.seconds:.0f}s)", flush=True)
             runs.append(run)
     finally:
+        lease.release()
         if previous is None:
             os.environ.pop(ARTIFACTS_ENV, None)
         else:
             os.environ[ARTIFACTS_ENV] = previous
     return runs
+
+
+def check_no_earlier_run(out: Path) -> None:
+    """A folder that holds another course run (its summary or executed notebooks) would have
+    them replaced one by one: refused, naming what is there."""
+    found = [p.name for p in (out / "summary.json", out / "summary.md") if p.exists()]
+    found += sorted(p.name for p in out.glob("*.ipynb"))[:3] if out.is_dir() else []
+    if found:
+        raise ParameterError("out", str(out), f"holds another course run ({', '.join(found)}); a new run "
+                             "would replace it: give --overwrite, or another folder")
 
 
 def course_parameters(notebooks: list[Path], parameters: dict[str, Any]) -> list[tuple[Path, dict[str, Any]]]:

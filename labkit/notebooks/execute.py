@@ -70,7 +70,7 @@ def run_notebook(
         raise FileNotFoundError(f"no notebook at {notebook}")
     parameters = dict(parameters or {})
     check_parameters(notebook, parameters)
-    require_kernel(notebook)
+    kernel = require_kernel(notebook)  # a notebook that names none runs in labkit's kernel
     output = Path(output) if output else Path("runs") / timestamp() / notebook.name
     if output.resolve() == notebook.resolve():  # papermill would write over the notebook it runs
         raise ValueError(f"output {output} is the notebook itself: it would be replaced by the executed "
@@ -87,10 +87,14 @@ def run_notebook(
             papermill.execute_notebook(
                 str(notebook), str(output), parameters=parameters,
                 cwd=str(cwd or notebook.parent), progress_bar=False, log_output=log_output,
-                execution_timeout=cell_timeout,
+                execution_timeout=cell_timeout, kernel_name=kernel,
             )
     except papermill.PapermillExecutionError as e:
         error = f"cell {e.cell_index}: {e.ename}: {e.evalue}"
+    except _kernel_errors() as e:  # the kernel died or a cell ran past its limit: this run failed
+        error = f"{_last_cell(output)}{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+        error += " (the kernel process ended: out of memory, a crash in native code, or os._exit)" \
+            if type(e).__name__ == "DeadKernelError" else ""
     except OSError as e:  # writing the executed notebook failed (a full disk): say where and why
         for path, was_there in existed.items():
             if not was_there or _empty(path):  # what this run left is no notebook
@@ -101,6 +105,26 @@ def run_notebook(
     seconds = time.perf_counter() - start
     figures = figures_in_notebook(nbformat.read(output, as_version=4)) if output.exists() else []
     return NotebookRun(notebook, output, parameters, seconds, not error, error, figures, log)
+
+
+def _kernel_errors() -> tuple[type[BaseException], ...]:
+    """nbclient's errors for a run that ended without a cell's own exception."""
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
+    return (DeadKernelError, CellTimeoutError)
+
+
+def _last_cell(output: Path) -> str:
+    """"cell N: " for the last cell papermill recorded as started in `output`, or ""."""
+    import nbformat
+
+    try:
+        nb = nbformat.read(output, as_version=4)
+    except (OSError, ValueError):
+        return ""
+    started = [i for i, c in enumerate(nb.cells)
+               if (c.get("metadata", {}).get("papermill") or {}).get("status") in ("running", "failed")]
+    return f"cell {started[-1]}: " if started else ""
 
 
 def _empty(path: Path) -> bool:

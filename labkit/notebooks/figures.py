@@ -99,3 +99,13 @@ def figures_in_notebook(nb: Any) -> list[KeyFigure]:
                 d = data[FIGURE_MIME]
                 found.append(KeyFigure(d["name"], d["value"], d.get("unit", ""), d.get("note", "")))
     return found
+
+
+def against_verdict(figures: list[KeyFigure]) -> list[KeyFigure]:
+    """The key figures that present a ratio as a result while their own note says the runs
+    showed no measurable difference: what `key_ratio` and `key_comparison` never write, so a
+    notebook that prints one has a headline its evidence does not support."""
+    from labkit.core.stats import NO_DIFFERENCE
+
+    return [f for f in figures if f.unit == "×" and NO_DIFFERENCE in f"{f.name} {f.note}"]
+

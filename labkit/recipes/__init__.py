@@ -5,6 +5,7 @@ tests to give `labkit train`'s per-step losses for the same settings.
 |-----------------------|------------------------------------------------------------------------|
 | ddp                   | torchrun, DistributedSampler + set_epoch, DDP, `no_sync` accumulation  |
 | fsdp                  | FSDP2 `fully_shard`                                                    |
+| sharded_checkpoint    | FSDP2 + DCP (`torch.distributed.checkpoint`): sharded save, reshard    |
 | zero                  | ZeRO 1 (ZeroRedundancyOptimizer), 2 (reduce-scatter, flat buffers), 3  |
 | deepspeed_zero        | `deepspeed.initialize` with `zero_optimization.stage` 1-3, CPU offload |
 | tensor_parallel       | DTensor `parallelize_module`: column- then row-parallel linears        |
@@ -18,8 +19,12 @@ tests to give `labkit train`'s per-step losses for the same settings.
 | keras_mixed_precision | Keras dtype policy, LossScaleOptimizer                                 |
 | keras_mirrored_fit    | MirroredStrategy on one machine's devices, `model.fit`, global batch   |
 | tf_multiworker        | TF_CONFIG, MultiWorkerMirroredStrategy, custom step, Keras fit         |
+| tf_parameter_server   | ParameterServerStrategy, ClusterCoordinator, staleness (asynchronous)  |
 | vertex_job            | google-cloud-aiplatform CustomJob: worker pools, Spot, Reduction Server |
 
 Run one with `python -m labkit.recipes.NAME --help`. `common` holds the plumbing none of them
-teaches (flags, labkit's models and synthetic data, the metrics file).
+teaches (flags, the model and synthetic data, the metrics file). A PyTorch recipe runs outside
+labkit too: copy it with `common.py`, `labkit/torch/plain.py` (the networks) and
+`labkit/data/samples.py` (the synthetic samples) into one folder and run it there; labkit's
+engine builds its networks and data from those same two files.
 """

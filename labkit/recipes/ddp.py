@@ -24,7 +24,10 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from labkit.recipes import common
+if __package__:  # inside labkit: python -m labkit.recipes.ddp
+    from labkit.recipes import common
+else:  # a copy, run as a script: common.py, plain.py and samples.py beside it
+    import common
 
 
 def main(argv: list[str] | None = None) -> common.StepLog:

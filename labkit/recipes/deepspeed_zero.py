@@ -32,7 +32,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from labkit.recipes import common
+if __package__:  # inside labkit: python -m labkit.recipes.deepspeed_zero
+    from labkit.recipes import common
+else:  # a copy, run as a script: common.py, plain.py and samples.py beside it
+    import common
 
 
 def main(argv: list[str] | None = None) -> common.StepLog:

@@ -31,7 +31,10 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
-from labkit.recipes import common
+if __package__:  # inside labkit: python -m labkit.recipes.elastic_ddp
+    from labkit.recipes import common
+else:  # a copy, run as a script: common.py, plain.py and samples.py beside it
+    import common
 
 
 def save_snapshot(path: str, state: dict) -> None:

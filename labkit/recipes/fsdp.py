@@ -21,7 +21,10 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.utils.data import DataLoader, DistributedSampler
 
-from labkit.recipes import common
+if __package__:  # inside labkit: python -m labkit.recipes.fsdp
+    from labkit.recipes import common
+else:  # a copy, run as a script: common.py, plain.py and samples.py beside it
+    import common
 
 
 def main(argv: list[str] | None = None) -> common.StepLog:

@@ -14,7 +14,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from labkit.recipes import common
+if __package__:  # inside labkit: python -m labkit.recipes.mixed_precision
+    from labkit.recipes import common
+else:  # a copy, run as a script: common.py, plain.py and samples.py beside it
+    import common
 
 
 def main(argv: list[str] | None = None) -> common.StepLog:

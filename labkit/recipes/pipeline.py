@@ -24,7 +24,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from labkit.recipes import common
+if __package__:  # inside labkit: python -m labkit.recipes.pipeline
+    from labkit.recipes import common
+else:  # a copy, run as a script: common.py, plain.py and samples.py beside it
+    import common
 
 
 class Stage(nn.Module):

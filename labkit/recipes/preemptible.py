@@ -29,7 +29,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
-from labkit.recipes import common
+if __package__:  # inside labkit: python -m labkit.recipes.preemptible
+    from labkit.recipes import common
+else:  # a copy, run as a script: common.py, plain.py and samples.py beside it
+    import common
 
 PREEMPTED_EXIT_CODE = 143  # what a process killed by SIGTERM reports; Vertex restarts the job
 

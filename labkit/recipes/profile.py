@@ -7,6 +7,10 @@ TensorBoard and Perfetto.
 The schedule skips `wait` steps, traces `warmup` steps and throws them away (the first steps pay
 one-off costs: allocator growth, cuDNN autotuning, compilation), then records `active` steps.
 Profiling does not change what the step computes: the losses are the unprofiled run's.
+
+Copied out of labkit, save this file under another name (profile_recipe.py): a profile.py in the
+script's folder comes first on the import path and hides Python's own `profile` module, which
+cProfile imports.
 """
 
 from __future__ import annotations
@@ -21,7 +25,10 @@ from torch.profiler import (
     tensorboard_trace_handler,
 )
 
-from labkit.recipes import common
+if __package__:  # inside labkit: python -m labkit.recipes.profile
+    from labkit.recipes import common
+else:  # a copy, run as a script: common.py, plain.py and samples.py beside it
+    import common
 
 
 def main(argv: list[str] | None = None) -> common.StepLog:

@@ -22,7 +22,10 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-from labkit.recipes import common
+if __package__:  # inside labkit: python -m labkit.recipes.tensor_parallel
+    from labkit.recipes import common
+else:  # a copy, run as a script: common.py, plain.py and samples.py beside it
+    import common
 
 
 def heads_together(n_embd: int, n_head: int, t: int) -> torch.Tensor:

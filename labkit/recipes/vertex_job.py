@@ -18,9 +18,12 @@ and resume (labkit.recipes.preemptible). The job's outputs go under a base outpu
 Vertex passes its subfolders to the code as AIP_MODEL_DIR, AIP_CHECKPOINT_DIR and
 AIP_TENSORBOARD_LOG_DIR, and mounts the bucket at /gcs/BUCKET.
 
-Vertex AI TensorBoard: --tensorboard projects/P/locations/L/tensorboards/ID streams whatever the
-code writes under AIP_TENSORBOARD_LOG_DIR (TensorBoard event files) to that TensorBoard while the
-job runs; Vertex requires --service-account with it, an account that can write the bucket and
+Vertex AI TensorBoard: --tensorboard projects/P/locations/L/tensorboards/ID uploads the event
+files found under AIP_TENSORBOARD_LOG_DIR to that TensorBoard while the job runs. It sees a file
+only once Cloud Storage holds it as a finished object, and a file written through /gcs becomes one
+when it is closed (Cloud Storage FUSE does not finalize on fsync with streaming writes), so write
+event files on local disk and copy them there every half minute, as labkit's writer does, or the
+curves appear when training ends. Vertex requires --service-account with it, an account that can write the bucket and
 use Vertex AI (Use Vertex AI TensorBoard with custom training,
 https://docs.cloud.google.com/gemini-enterprise-agent-platform/machine-learning/experiments/tensorboard-training,
 read 2026-11-26). --env NCCL_DEBUG=INFO (repeatable) sets a variable in every training container.
@@ -135,7 +138,7 @@ def main(argv: list[str] | None = None) -> aiplatform.CustomJob:
     job = aiplatform.CustomJob(display_name=args.display_name, worker_pool_specs=pools,
                                base_output_dir=base_output_dir)
     # DDP cannot continue without one of its processes: when a replica restarts, restart all.
-    # With a TensorBoard, Vertex streams the event files written under AIP_TENSORBOARD_LOG_DIR to it.
+    # With a TensorBoard, Vertex uploads the event files it finds under AIP_TENSORBOARD_LOG_DIR.
     job.submit(scheduling_strategy=Scheduling.Strategy.SPOT if args.spot else None,
                restart_job_on_worker_restart=args.replicas > 1,
                tensorboard=args.tensorboard, service_account=args.service_account)

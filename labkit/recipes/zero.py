@@ -26,7 +26,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from labkit.recipes import common
+if __package__:  # inside labkit: python -m labkit.recipes.zero
+    from labkit.recipes import common
+else:  # a copy, run as a script: common.py, plain.py and samples.py beside it
+    import common
 
 
 def main(argv: list[str] | None = None) -> common.StepLog:

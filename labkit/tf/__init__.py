@@ -11,6 +11,8 @@
 - `data`: global-batch layout and tf.data input over the synthetic samples or TFRecord shards.
 - `precision`: fp32 / tf32 / mixed_bfloat16 / mixed_float16 + loss scaling.
 - `launch`: N workers on loopback with a TF_CONFIG each (`labkit launch-tf`).
+- `straggler`: one slow worker under MultiWorkerMirrored and ParameterServerStrategy, measured in
+  windows of wall time (the program of notebook 02's emulated Vertex AI jobs).
 
 Nothing here is imported by the framework-free top level; import `labkit.tf.*` only when
 `labkit.core.frameworks.has_tf()` is true.

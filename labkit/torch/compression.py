@@ -45,3 +45,28 @@ def hook(kind: str, rank: int, device: str) -> tuple[Callable, Any]:
                                             warm_start=True, random_seed=0)
         return powerSGD_hook.powerSGD_hook, state
     raise ValueError(f"grad_compression: no hook for {kind!r}")
+
+
+# PowerSGD's state that shapes the next steps (torch's PowerSGDState slots): the error feedback
+# and warm-start factors per bucket, the step counter that decides when compression starts, and
+# the RNG that draws new factors. Checkpointed per rank: the error feedback differs by rank.
+STATE_SLOTS = ("rng", "error_dict", "p_memory_dict", "q_memory_dict", "iter",
+               "total_numel_before_compression", "total_numel_after_compression")
+
+
+def state_dict(state: Any) -> dict[str, Any] | None:
+    """The compression hook's state to checkpoint (None for hooks without state)."""
+    if state is None:
+        return None
+    return {slot: getattr(state, slot) for slot in STATE_SLOTS if hasattr(state, slot)}
+
+
+def load_state_dict(state: Any, saved: dict[str, Any], device: Any) -> None:
+    """Put a checkpointed `saved` back into the live hook `state`, tensors on `device`."""
+    import torch
+
+    for slot, value in saved.items():
+        if isinstance(value, dict):
+            value = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in value.items()}
+        setattr(state, slot, value)
+

@@ -10,7 +10,8 @@ resumed with another batch size continues the same order. A dataset of at most
 
 `SampleDataset` is the textbook form of the same data, one sample per index, for
 `DataLoader(batch_size=micro, sampler=DistributedSampler(...))`: the recipes train on it, and
-it yields exactly the engine's micro-batches.
+it yields exactly the engine's micro-batches. It and `to_float_images` are plain PyTorch in
+`labkit.torch.plain` (which a recipe copied out of labkit carries), re-exported here.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from labkit.core.models import ModelConfig
 from labkit.data import synthetic
 from labkit.data.synthetic import SyntheticImages, SyntheticTokens
+from labkit.torch.plain import SampleDataset, to_float_images
+
+__all__ = ["BatchDataset", "DataPosition", "IN_MEMORY_LIMIT_BYTES", "ResumableLoader", "SampleDataset",
+           "make_dataset", "make_sample_dataset", "source_bytes", "to_float_images"]
 
 
 @dataclass
@@ -90,25 +95,6 @@ class BatchDataset(Dataset):
         parts = [self._tensors(*self.source.batch(range(i, min(i + _GENERATE_CHUNK, n))))
                  for i in range(0, n, _GENERATE_CHUNK)]
         return torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
-
-
-class SampleDataset(Dataset):
-    """`ds[i] -> (input, target)` tensors, one sample: images uint8 CHW with an int64 label,
-    token sequences as (inputs, targets) int64 of `block_size`. Batched by the default collate
-    function, it gives the bytes of `BatchDataset` for the same indices."""
-
-    def __init__(self, source: SyntheticImages | SyntheticTokens):
-        self.source = source
-
-    def __len__(self) -> int:
-        return len(self.source)
-
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if isinstance(self.source, SyntheticImages):
-            image, label = self.source[index]
-            return torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1))), torch.tensor(label)
-        seq = torch.from_numpy(self.source[index])
-        return seq[:-1], seq[1:]
 
 
 def make_dataset(model_cfg: ModelConfig, num_samples: int, seed: int,
@@ -188,8 +174,3 @@ class ResumableLoader:
             self.position = DataPosition(self.position.epoch + 1, 0)
             self._it = None
         return batch
-
-
-def to_float_images(x: torch.Tensor) -> torch.Tensor:
-    """uint8 pixels → float in [0, 1] (on whatever device `x` is)."""
-    return x.float().div_(255.0) if x.dtype == torch.uint8 else x

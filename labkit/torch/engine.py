@@ -50,6 +50,7 @@ import contextlib
 import resource
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -69,7 +70,7 @@ from labkit.core.parallelism import Layout, pipeline_bubble
 from labkit.core.schedule import WarmupThenConstant
 from labkit.core.train_config import Preempted, TrainConfig, with_vertex_dirs
 from labkit.data import synthetic
-from labkit.torch import compression, distributed, fp8, peak, state
+from labkit.torch import compression, distributed, fp8, gpu_samples, peak, state
 from labkit.torch.agreement import StepAgreement
 from labkit.torch.comm_count import CommCounter
 from labkit.torch.data import DataPosition, ResumableLoader, make_dataset, to_float_images
@@ -149,6 +150,8 @@ class Components:
     layout: Layout = field(default_factory=Layout)
     # bytes of parameters, gradients and optimizer state this rank held at its last update
     held: dict[str, int] | None = None
+    # the DDP compression hook's state (PowerSGD's error feedback), checkpointed per rank
+    comm_state: Any = None
 
 
 def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
@@ -179,9 +182,15 @@ def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
         return _build_sharded(config, info, device, model_config, model, policy, layout)
     forward_model: nn.Module = model
     agreement = None
+    state_ = None
     if info.distributed:
+        # PowerSGD keeps its error feedback per bucket index; DDP re-buckets after a process's
+        # first step unless find_unused_parameters (reducer.hpp, should_rebuild_buckets), so a
+        # resumed process would apply the saved feedback to other gradients. Fixed buckets keep
+        # a resume exact, for one extra graph traversal per step.
         forward_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-                            gradient_as_bucket_view=True)
+                            gradient_as_bucket_view=True,
+                            find_unused_parameters=config.grad_compression == "powersgd")
         agreement = StepAgreement()
         if config.grad_compression == "none":
             forward_model.register_comm_hook(None, agreement.hook)
@@ -219,7 +228,7 @@ def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
                    device, info, model_config, compute_loss,
                    cuda_graphs=(config.compile and device.type == "cuda" and not config.cuda_graph_step
                                 and uses_cuda_graphs(config.compile_mode)),
-                   agreement=agreement, strategy=chosen, layout=layout)
+                   agreement=agreement, strategy=chosen, layout=layout, comm_state=state_)
     if config.cuda_graph_step:
         c.step_graph = StepGraph(lambda batches, grad_clip: _update(c, batches, grad_clip, graphed=True)[0],
                                  optimizer, device)
@@ -499,7 +508,7 @@ def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
                           "mfu_peak": peak.describe(device, c.policy.peak_dtype),
                           "parallel": _parallel_info(config, c.layout),
                           "resume_changes": resume.record() or None})
-    saver_class = state.ShardedSaver if sharded else state.Saver
+    saver_class = state.saver_class(config.checkpoint_format, sharded)
     saver = (saver_class(config.checkpoint_dir, info, fingerprint=resume.fingerprint, lease=lease,
                          keep=config.keep_checkpoints) if config.checkpoint_dir else None)
     if device.type == "cuda":
@@ -509,7 +518,8 @@ def _fit(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
     late = (device.type == "cuda" if read_loss_late is None else read_loss_late) and not info.distributed
     role = loop.ProcessRole(info.is_main, info.world_size, config.metrics_out if info.is_main else None)
     return loop.run(config, _loop_engine(config, c, loader, saver, start), log, start=start, role=role,
-                    throughput=throughput, on_step=on_step, read_loss_late=late)
+                    throughput=throughput, on_step=on_step, read_loss_late=late,
+                    system=gpu_samples.sampler_for(device) if info.is_main else None)
 
 
 def _parallel_info(config: TrainConfig, layout: Layout) -> dict:

@@ -9,6 +9,13 @@ so the same bytes go to a local disk, `gs://` or a `/gcs/` mount.
 
 `claim` runs before the first step: the outputs are checked and rank 0 takes the lease; `restore`
 refuses a checkpoint of a run with other settings unless the change was allowed.
+
+Three formats, chosen by `saver_class` from `TrainConfig.checkpoint_format`: the full state above
+(DDP, ZeRO-1), one `rank{r}.pt` per rank for the other parallel modes (`ShardedSaver`: resumed by
+the same layout only), and with ``--checkpoint-format dcp`` (DDP, ZeRO-3) each rank's shards
+written by `torch.distributed.checkpoint` (`DcpSaver`, `labkit.torch.dcp`): resumable on another
+number of processes, or by the other of the two modes. A restore reads whichever format the
+newest committed step has (`restore` and `restore_sharded` hand a DCP step to `restore_dcp`).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from labkit.core.fingerprint import Resume
 from labkit.core.lease import Lease
 from labkit.core.outputs import check_run_outputs
 from labkit.core.schedule import WarmupThenConstant
+from labkit.torch import compression, dcp
 from labkit.torch.data import DataPosition
 
 if TYPE_CHECKING:
@@ -144,6 +152,9 @@ def snapshot(c: TrainingState, info: DistInfo, step: int, position: DataPosition
             "scaler": c.scaler.state_dict(), "next_step": step + 1,
             "data_position": {"epoch": position.epoch, "sample": position.sample}})
     objects[f"rng-rank{info.rank}.pt"] = rng_state()  # fresh copies already
+    comm = compression.state_dict(getattr(c, "comm_state", None))
+    if comm is not None:  # PowerSGD's error feedback: each rank its own
+        objects[f"comm-rank{info.rank}.pt"] = host(comm)
     return objects
 
 
@@ -187,9 +198,13 @@ def save(directory: str, c: TrainingState, info: DistInfo, step: int, position: 
 
 def _write_and_commit(directory: str, info: DistInfo, step: int, blobs: dict[str, bytes | checkpoint.BlobWriter],
                       fingerprint: dict[str, Any] | None = None, lease: Lease | None = None,
-                      keep: int | None = None) -> None:
+                      keep: int | None = None, *, written: dict[str, Any] | None = None,
+                      meta: dict[str, Any] | None = None) -> None:
+    """Write this rank's `blobs`, then (rank 0, once every rank's are written) the marker listing
+    them all, with the files this rank `written` already (DCP's) and `meta` beside the usual."""
     entries: dict[str, Any] = {name: checkpoint.write_blob(directory, step, name, data)
                                for name, data in blobs.items()}
+    entries.update(written or {})
     if info.distributed:
         gathered: list[dict[str, Any]] = [{} for _ in range(info.world_size)]
         dist.all_gather_object(gathered, entries)  # also a barrier: every blob is written
@@ -197,10 +212,10 @@ def _write_and_commit(directory: str, info: DistInfo, step: int, blobs: dict[str
     if info.is_main:
         if lease is not None:
             lease.verify()  # another run took the folder over: do not commit into its steps
-        meta = {"world_size": info.world_size, "framework": FRAMEWORK}
+        marker_meta = {"world_size": info.world_size, "framework": FRAMEWORK, **(meta or {})}
         if fingerprint is not None:
-            meta["fingerprint"] = fingerprint
-        checkpoint.commit(directory, step, entries, meta, keep=keep)
+            marker_meta["fingerprint"] = fingerprint
+        checkpoint.commit(directory, step, entries, marker_meta, keep=keep)
     if info.distributed:
         dist.barrier()  # nobody runs ahead (or exits) before the marker exists
 
@@ -257,19 +272,24 @@ def restore(directory: str, c: TrainingState, info: DistInfo,
     or None when there is none. A blob that fails to deserialise counts as corrupt: the previous
     committed step is tried, with a warning. With `resume`, a checkpoint of a run with other
     settings is refused (`labkit.core.fingerprint.ResumeMismatch`) before anything is loaded,
-    unless the change was allowed; the run's LR schedule then follows `resume.fingerprint`."""
+    unless the change was allowed; the run's LR schedule then follows `resume.fingerprint`. A
+    newest step written by DCP is restored by `restore_dcp`."""
+    if holds_dcp(directory):
+        return restore_dcp(directory, c, info, resume)
 
     def decode(ckpt: checkpoint.Checkpoint) -> tuple[checkpoint.Checkpoint, Any, Any, Any]:
         if ckpt.meta.get("framework", FRAMEWORK) != FRAMEWORK:
-            return ckpt, None, None, None  # refused below, not skipped as corrupt
+            return ckpt, None, None, None, None  # refused below, not skipped as corrupt
         rng_blob = ckpt.files.get(f"rng-rank{info.rank}.pt")
+        comm_blob = ckpt.files.get(f"comm-rank{info.rank}.pt")
         return (ckpt, from_bytes(ckpt.files["model.pt"]), from_bytes(ckpt.files["train.pt"]),
-                from_bytes(rng_blob) if rng_blob is not None else None)
+                from_bytes(rng_blob) if rng_blob is not None else None,
+                from_bytes(comm_blob) if comm_blob is not None else None)
 
     found = checkpoint.restore(directory, decode, _DECODE_ERRORS)
     if found is None:
         return None
-    ckpt, model, train, rng = found
+    ckpt, model, train, rng, comm = found
     if model is None:
         raise ParameterError("checkpoint_dir", directory,
                              f"holds a checkpoint of the {ckpt.meta.get('framework')} engine "
@@ -284,18 +304,32 @@ def restore(directory: str, c: TrainingState, info: DistInfo,
         if isinstance(group["lr"], torch.Tensor):
             group["lr"] = float(group["lr"])
         group["capturable"] = False
+    _restore_the_rest(c, info, train, rng, comm, resume, ckpt.step, ckpt.meta.get("world_size"))
+    return int(train["next_step"]), saved_position(train["data_position"], ckpt.path)
+
+
+def _restore_the_rest(c: TrainingState, info: DistInfo, train: dict[str, Any], rng: Any, comm: Any,
+                      resume: Resume | None, step: int, saved_world: Any) -> None:
+    """After the model and optimizer: the LR schedule, the loss scaler, PowerSGD's error
+    feedback and this rank's RNG states (each missing one said with a warning)."""
     c.scheduler.load_state_dict(train["scheduler"])
     if train["scaler"] or not c.scaler.is_enabled():  # empty: saved without fp16 (an allowed change)
         c.scaler.load_state_dict(train["scaler"])
     if resume is not None:
         follow_schedule(c, resume.fingerprint)
+    live_comm = getattr(c, "comm_state", None)
+    if comm is not None and live_comm is not None:
+        compression.load_state_dict(live_comm, comm, next(c.model.parameters()).device)
+    elif live_comm is not None:
+        warnings.warn(f"checkpoint step {step} has no gradient-compression state for rank "
+                      f"{info.rank}: PowerSGD starts its error feedback afresh",
+                      checkpoint.CheckpointWarning, stacklevel=3)
     if rng is not None:
         set_rng_state(rng)
     else:
-        warnings.warn(f"checkpoint step {ckpt.step} has no RNG state for rank {info.rank} (saved "
-                      f"with {ckpt.meta.get('world_size')} replicas); continuing with seeded RNG",
-                      checkpoint.CheckpointWarning, stacklevel=2)
-    return int(train["next_step"]), saved_position(train["data_position"], ckpt.path)
+        warnings.warn(f"checkpoint step {step} has no RNG state for rank {info.rank} (saved "
+                      f"with {saved_world} replicas); continuing with seeded RNG",
+                      checkpoint.CheckpointWarning, stacklevel=3)
 
 
 def follow_schedule(c: TrainingState, fingerprint: dict[str, Any]) -> None:
@@ -394,7 +428,10 @@ def restore_sharded(directory: str, c: ShardedState, info: DistInfo,
     """Load this rank's blob of the newest committed step into `c`; returns (next step, data
     position), or None when there is none. Raises `LayoutMismatch` naming both layouts when the
     checkpoint was written by another mode or other degrees, and (with `resume`) ResumeMismatch
-    when it was written by a run with other settings, as `restore` does."""
+    when it was written by a run with other settings, as `restore` does. A newest step written
+    by DCP is restored by `restore_dcp` (resharded to this layout when it can be)."""
+    if holds_dcp(directory):
+        return restore_dcp(directory, c, info, resume)
     expected = _layout_meta(c)
 
     def decode(ckpt: checkpoint.Checkpoint) -> tuple[checkpoint.Checkpoint, Any]:
@@ -416,3 +453,174 @@ def restore_sharded(directory: str, c: ShardedState, info: DistInfo,
     c.scheduler.load_state_dict(blob["scheduler"])
     set_rng_state(blob["rng"])
     return int(blob["next_step"]), saved_position(blob["data_position"], ckpt.path)
+
+
+# ---------------------------------------------------------------- DCP (sharded, any layout)
+#
+# Under --checkpoint-format dcp (ddp or zero3) every rank writes the parameters and optimizer
+# state it holds through torch.distributed.checkpoint (`labkit.torch.dcp`), beside `train.pt`
+# (rank 0: LR schedule, loss scaler, next step, data position in samples) and its own
+# `rng-rank{r}.pt` (and `comm-rank{r}.pt` under PowerSGD); rank 0 commits once every rank's files
+# are written, the marker listing DCP's files with their sizes and CRC-32C like any blob. A
+# resume reshards: a zero3 run of 2 ranks resumes on 2 exactly, and on 1 process (DDP) or 4
+# ranks with the same model and optimizer state (`--allow-resume-change world_size`: the
+# fingerprint refuses another world size otherwise); the data position, in samples, continues
+# the same sample order whatever the number of replicas.
+
+
+def saver_class(checkpoint_format: str, sharded: bool) -> type:
+    """The saver of a run: `DcpSaver` for the "dcp" format, else `ShardedSaver` for a sharded
+    mode (`sharded`: the run has a `Strategy`) and `Saver` for DDP."""
+    if checkpoint_format == dcp.FORMAT:
+        return DcpSaver
+    return ShardedSaver if sharded else Saver
+
+
+def _step_folder(directory: str, step: int) -> str:
+    return f"{str(directory).rstrip('/')}/{checkpoint.step_dir_name(step)}"
+
+
+def _layout_of(c: Any) -> dict[str, Any]:
+    strategy = getattr(c, "strategy", None)
+    layout = strategy.layout if strategy is not None else getattr(c, "layout", None)
+    if layout is None:
+        return {"mode": "ddp"}
+    return {"mode": layout.mode, "world": layout.world, "tp": layout.tp, "pp": layout.pp}
+
+
+def dcp_objects(c: TrainingState, info: DistInfo, step: int, position: DataPosition) -> dict[str, Any]:
+    """This rank's labkit blobs beside DCP's files: everything but the model and optimizer."""
+    objects: dict[str, Any] = {}
+    if info.is_main:
+        objects["train.pt"] = {"scheduler": c.scheduler.state_dict(), "scaler": c.scaler.state_dict(),
+                               "next_step": step + 1,
+                               "data_position": {"epoch": position.epoch, "sample": position.sample}}
+    objects[f"rng-rank{info.rank}.pt"] = rng_state()
+    comm = compression.state_dict(getattr(c, "comm_state", None))
+    if comm is not None:
+        objects[f"comm-rank{info.rank}.pt"] = _on_host(comm)
+    return objects
+
+
+class DcpSaver:
+    """Checkpoints through torch.distributed.checkpoint: each rank writes its shards and its
+    blobs, then rank 0 commits (synchronously: DCP's save is a collective). Same interface and
+    guarantees as `Saver`: the marker records `fingerprint` and lists every file with its size
+    and CRC-32C, rank 0 checks the `lease` before it commits, `keep` bounds the steps kept."""
+
+    def __init__(self, directory: str, info: DistInfo, *, fingerprint: dict[str, Any] | None = None,
+                 lease: Lease | None = None, keep: int | None = None):
+        self.directory = directory
+        self.info = info
+        self.fingerprint, self.lease, self.keep = fingerprint, lease, keep
+
+    def save(self, c: TrainingState, step: int, position: DataPosition, *, wait: bool = False) -> None:
+        written = dcp.save(_step_folder(self.directory, step), c.model, c.optimizer)
+        blobs = encode(dcp_objects(c, self.info, step, position))
+        _write_and_commit(self.directory, self.info, step, blobs, self.fingerprint, self.lease, self.keep,
+                          written=written, meta={"format": dcp.FORMAT, "layout": _layout_of(c)})
+
+    @property
+    def in_flight(self) -> bool:
+        return False
+
+    def wait(self) -> None:
+        return None
+
+
+def holds_dcp(directory: str) -> bool:
+    """Whether the newest committed step whose marker can be read was written by DCP."""
+    for step in reversed(checkpoint.committed_steps(directory)):
+        try:
+            meta = checkpoint.read_marker(directory, step).get("meta", {})
+        except checkpoint.CheckpointError:
+            continue  # the restore warns about it and falls back past it
+        return meta.get("format") == dcp.FORMAT
+    return False
+
+
+def _dcp_refusal(c: TrainingState) -> str | None:
+    """Why this run's model cannot take a DCP checkpoint (None: it can). DCP reshards into
+    whole tensors (DDP, one process) and FSDP2's DTensor shards (zero3); the other modes keep
+    their state in layouts `get_state_dict` does not map (flat buffers, partitioned optimizers,
+    pipeline stages, DeepSpeed's engine)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    strategy = getattr(c, "strategy", None)
+    if strategy is None or isinstance(c.model, FSDPModule):
+        return None
+    return strategy.name
+
+
+def _read_dcp_step(directory: str, step: int, info: DistInfo) -> tuple[dict[str, Any], dict[str, Any], Any, Any]:
+    """(meta, train, rng, comm) of one committed DCP step, once this rank's share of its DCP
+    files and the blobs it needs verify; raises CheckpointError naming what does not."""
+    folder = _step_folder(directory, step)
+    marker = checkpoint.read_marker(directory, step)
+    meta, files = marker.get("meta", {}), marker.get("files", {})
+    if meta.get("format") != dcp.FORMAT:
+        raise checkpoint.CheckpointError(f"{folder}: not written by torch.distributed.checkpoint, and a "
+                                         f"run resuming a DCP checkpoint falls back to DCP steps only")
+    problem = dcp.verify_share(folder, files, info.rank, info.world_size)
+    if problem is not None:
+        raise checkpoint.CheckpointError(problem)
+    if "train.pt" not in files:
+        raise checkpoint.CheckpointError(f"{folder}: the commit marker lists no train.pt")
+
+    def blob(name: str) -> Any:
+        if name not in files:
+            return None
+        try:
+            return from_bytes(dcp.read_verified(folder, name, files[name]))
+        except _DECODE_ERRORS as e:
+            raise checkpoint.CheckpointError(f"{folder}/{name}: does not load ({e})") from e
+
+    return meta, blob("train.pt"), blob(f"rng-rank{info.rank}.pt"), blob(f"comm-rank{info.rank}.pt")
+
+
+def _agreed(problem: str | None, info: DistInfo) -> str | None:
+    """The first rank's problem with a step (None when every rank found it sound): all ranks
+    take or skip a step together, since loading it is a collective."""
+    if not info.distributed:
+        return problem
+    problems: list[str | None] = [None] * info.world_size
+    dist.all_gather_object(problems, problem)
+    return next((p for p in problems if p is not None), None)
+
+
+def restore_dcp(directory: str, c: TrainingState, info: DistInfo,
+                resume: Resume | None = None) -> tuple[int, DataPosition] | None:
+    """Load the newest committed DCP step that verifies into `c`, resharded to this run's layout;
+    returns (next step, data position), or None when there is none. Every rank checks a share of
+    the step's files against the marker (sizes, CRC-32C) and its own blobs; a problem on any rank
+    makes all of them warn, naming the file, and try the previous committed step. Raises
+    `LayoutMismatch` for a run whose mode cannot load DCP state (zero1, zero2, tp, pp, DeepSpeed),
+    and `ResumeMismatch` as `restore` does (``--allow-resume-change world_size`` for another
+    number of processes)."""
+    steps = checkpoint.committed_steps(directory)[::-1]
+    for i, step in enumerate(steps):
+        found, problem = None, None
+        try:
+            found = _read_dcp_step(directory, step, info)
+        except checkpoint.CheckpointError as e:
+            problem = str(e)
+        problem = _agreed(problem, info)
+        if problem is None:
+            break
+        fallback = (f"falling back to the previous committed step, {steps[i + 1]}" if i + 1 < len(steps)
+                    else "no earlier committed step is left: the run starts from step 0")
+        warnings.warn(f"ignoring checkpoint step {step} in {directory}: {problem}; {fallback}",
+                      checkpoint.CheckpointWarning, stacklevel=3)
+    else:
+        return None
+    meta, train, rng, comm = found
+    refused = _dcp_refusal(c)
+    if refused is not None:
+        raise LayoutMismatch(f"checkpoint_dir: step {step} in {directory} was written by "
+                             f"torch.distributed.checkpoint with layout {meta.get('layout')}, which "
+                             f"--parallel {refused} cannot load: resume it with --parallel ddp or zero3")
+    if resume is not None:
+        resume.check(meta, directory)  # outside the fallback: a refusal is not a corrupt step
+    dcp.load(_step_folder(directory, step), c.model, c.optimizer)
+    _restore_the_rest(c, info, train, rng, comm, resume, step, meta.get("world_size"))
+    return int(train["next_step"]), saved_position(train["data_position"], _step_folder(directory, step))

@@ -1,5 +1,6 @@
-"""Vertex AI: CustomJob and HyperparameterTuningJob specs, submission (with preflight and dry
-run), the container images jobs run, machine/accelerator pairings, and a local emulator of
+"""Vertex AI: CustomJob and HyperparameterTuningJob specs, jobs of Vertex's own notebook
+executor (NotebookExecutionJob), submission (with preflight and dry run), the container images
+jobs run, machine/accelerator pairings, and a local emulator of
 Vertex's multi-replica environment and of a tuning study. Framework-free;
 google-cloud-aiplatform is imported only to validate and submit, Optuna only to run a study."""
 
@@ -19,6 +20,13 @@ from labkit.vertex.machines import (
     check_machine,
     machine_arch,
     network_gbps,
+)
+from labkit.vertex.notebook_execution import (
+    NotebookExecutionSpec,
+    check_notebook_execution,
+    execution_rest_json,
+    notebook_execution_job,
+    validate_notebook_execution,
 )
 from labkit.vertex.pricing import CostEstimate, estimate_cost
 from labkit.vertex.reduction import ReducerSizing, size_reducers
@@ -49,10 +57,13 @@ from labkit.vertex.submit import (
     get_job,
     job_service_client,
     job_state,
+    notebook_execution_missing,
+    notebook_service_client,
     preflight,
     refuse_submitting_placeholders,
     submission_placeholder,
     submit,
+    submit_notebook_execution,
     wait,
 )
 from labkit.vertex.tuning import (
@@ -77,5 +88,7 @@ __all__ = [
     "study_cost", "study_summary", "submit", "to_rest_json", "training_job", "tuning_job",
     "validate", "validate_tuning_job", "cancel", "get_job", "job_service_client", "job_state", "wait",
     "refuse_placeholders", "refuse_submitting_placeholders", "submission_placeholder",
-    "with_bucket",
+    "with_bucket", "NotebookExecutionSpec", "check_notebook_execution", "execution_rest_json",
+    "notebook_execution_job", "validate_notebook_execution", "notebook_execution_missing",
+    "notebook_service_client", "submit_notebook_execution",
 ]

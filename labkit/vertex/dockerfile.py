@@ -38,8 +38,8 @@ class DockerImage:
     notes: list[str] = field(default_factory=list)
 
 
-def _instructions(text: str) -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) pairs, continuations joined and comments dropped."""
+def instructions(text: str) -> list[tuple[str, str]]:
+    """A Dockerfile's (INSTRUCTION, arguments) pairs, continuations joined and comments dropped."""
     out, pending = [], ""
     for raw in text.splitlines():
         line = raw.strip()
@@ -123,7 +123,7 @@ def read_dockerfile(path: str | os.PathLike, staging: str | os.PathLike) -> Dock
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
     stages = [[]]
-    for name, args in _instructions(dockerfile.read_text(encoding="utf-8", errors="replace")):
+    for name, args in instructions(dockerfile.read_text(encoding="utf-8", errors="replace")):
         if name == "FROM":
             stages.append([])
         stages[-1].append((name, args))

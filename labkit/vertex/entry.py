@@ -4,8 +4,12 @@
 [--cell-timeout S] [--device cuda]`` executes INPUT with the parameters and writes it to
 OUTPUT_DIR as ``<name>.ipynb`` on the primary replica and ``<name>.<role><index>.ipynb`` on the
 others, so replicas never overwrite each other; the kernel's log goes beside it
-(``<name>.log``) and the files the notebook makes under DIR (``$LABKIT_ARTIFACTS``), so all of it
-reaches the bucket rather than the VM's disk. ``--cell-timeout`` bounds each cell (0: no limit).
+(``<name>.log``) and the files the notebook makes under DIR (``$LABKIT_ARTIFACTS``). All of it
+is worked on in a folder on the VM's disk (``--workdir``, default a fresh temporary folder; the
+notebook runs there) and copied to OUTPUT_DIR and DIR every ``--sync-every`` seconds, at each
+committed checkpoint and at the end (`labkit.vertex.mirror`); a restarted job first copies back
+what the last attempt left under DIR, so its checkpoints resume.
+``--cell-timeout`` bounds each cell (0: no limit).
 ``--device cuda`` (a job with GPUs) stops at once, on one line, when no CUDA GPU is visible.
 The exit status is 0 only when every cell ran.
 
@@ -67,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     nb.add_argument("--cell-timeout", type=parse_int, default=1800, help="seconds per cell (0: no limit)")
     nb.add_argument("--device", choices=("auto", "cuda"), default="auto",
                     help="cuda: the job asked for GPUs; fail at start when none is visible")
+    nb.add_argument("--workdir", default=None,
+                    help="local folder the notebook runs in (default: a fresh temporary folder)")
+    nb.add_argument("--sync-every", type=parse_int, default=60,
+                    help="seconds between copies of the working files to the outputs")
     tr = sub.add_parser("torchrun", help="start N processes per node with torchrun, then labkit ARGS")
     tr.add_argument("--nproc-per-node", type=parse_int, required=True)
     tr.add_argument("labkit_args", nargs=argparse.REMAINDER)
@@ -74,12 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "torchrun":
         return _torchrun(args.nproc_per_node, args.labkit_args)
 
-    import os
-
-    from labkit.notebooks.artifacts import ARTIFACTS_ENV
-    from labkit.notebooks.execute import run_notebook
     from labkit.notebooks.kernel import KERNEL_NAME, ensure_kernel
-    from labkit.notebooks.stderr import KERNEL_LOG_ENV
 
     if args.device == "cuda":
         from labkit.core import devices
@@ -97,18 +100,70 @@ def main(argv: list[str] | None = None) -> int:
     except json.JSONDecodeError as e:
         print(f"--parameters is not valid JSON: {e}", file=sys.stderr)
         return 2
-    out = Path(args.output_dir) / output_name(args.input)
-    # The kernel inherits these: its log and its files go to the bucket with the notebook.
-    os.environ[KERNEL_LOG_ENV] = str(out.with_suffix(".log"))
-    if args.artifacts:
-        suffix = Path(output_name(args.input)).stem.removeprefix(Path(args.input).stem)
-        os.environ[ARTIFACTS_ENV] = args.artifacts.rstrip("/") + suffix.replace(".", "-")
-    result = run_notebook(args.input, out, params, log_output=True,
-                          cell_timeout=args.cell_timeout or None)
-    print(f"{Path(args.input).name}: {'ok' if result.ok else 'FAILED ' + result.error} "
-          f"in {result.seconds:.0f}s -> {result.output}")
-    return 0 if result.ok else 1
+    return _run_notebook_job(args, params)
 
+
+def _copy_on_sigterm(mirror) -> None:
+    """On SIGTERM (a Spot VM taken back, the job cancelled) copy what is there, stop the
+    kernel (a child must not outlive the job), then die of the signal."""
+    import os
+    import signal
+
+    def handler(signum, frame):
+        mirror.sync()
+        try:
+            import psutil  # ipykernel's own dependency, so present wherever a kernel runs
+        except ImportError:
+            psutil = None
+        for child in psutil.Process().children(recursive=True) if psutil else ():
+            try:
+                child.terminate()
+            except psutil.Error:
+                pass
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _run_notebook_job(args: argparse.Namespace, params: dict) -> int:
+    import os
+    import shutil
+    import tempfile
+
+    from labkit.notebooks.artifacts import ARTIFACTS_ENV
+    from labkit.notebooks.execute import run_notebook
+    from labkit.notebooks.stderr import KERNEL_LOG_ENV
+    from labkit.vertex.mirror import Mirror, restore
+
+    name = output_name(args.input)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="labkit-notebook-job-")).resolve()
+    local_out, local_artifacts = work / "outputs", work / "artifacts"
+    local_out.mkdir(parents=True, exist_ok=True)
+    local_artifacts.mkdir(parents=True, exist_ok=True)
+    notebook = work / Path(args.input).name
+    shutil.copyfile(args.input, notebook)  # papermill's working directory is the VM's disk
+    pairs = [(local_out, Path(args.output_dir))]
+    if args.artifacts:
+        suffix = Path(name).stem.removeprefix(Path(args.input).stem)
+        artifacts = Path(args.artifacts.rstrip("/") + suffix.replace(".", "-"))
+        restored = restore(artifacts, local_artifacts)
+        if restored:
+            print(f"restored {restored} file(s) a previous attempt left in {artifacts}", flush=True)
+        pairs.append((local_artifacts, artifacts))
+    out = local_out / name
+    # The kernel inherits these: its log and its files stay on this disk until copied.
+    os.environ[KERNEL_LOG_ENV] = str(out.with_suffix(".log"))
+    os.environ[ARTIFACTS_ENV] = str(local_artifacts)
+    with Mirror(pairs, every_s=max(args.sync_every, 1)) as mirror:
+        _copy_on_sigterm(mirror)
+        result = run_notebook(notebook, out, params, cwd=work, log_output=True,
+                              cell_timeout=args.cell_timeout or None)
+    for error in mirror.errors[-3:]:
+        print(f"labkit notebook job: could not copy {error}", file=sys.stderr)
+    print(f"{Path(args.input).name}: {'ok' if result.ok else 'FAILED ' + result.error} "
+          f"in {result.seconds:.0f}s -> {Path(args.output_dir) / name}")
+    return 0 if result.ok else 1
 
 if __name__ == "__main__":
     sys.exit(main())

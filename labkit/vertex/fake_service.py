@@ -33,6 +33,16 @@ image in `images` (every image when `images` is None), else 404.
 
 Kinds of job live in `KINDS` (collection name -> proto-plus message type), so each call works
 for every kind; extra behaviour per kind (tuning trials, say) goes in `FakeVertex._advance`.
+
+The NotebookService's notebook execution jobs (`labkit.vertex.notebook_execution`) are served
+too: create (``POST .../notebookExecutionJobs``, with the ``notebookExecutionJobId`` the client
+may send) answers a finished long-running operation whose response is the job, named
+``projects/P/locations/L/notebookExecutionJobs/ID``, ``jobState`` JOB_STATE_PENDING; get and list
+answer the job(s), its ``jobState`` moved on as a custom job's ``state`` is (a failed one gets a
+``status``); the operation can be read back. A create request that
+`labkit.vertex.notebook_execution.check_notebook_execution` refuses (no display name, no or two
+notebook sources, a machine or GPU count Vertex does not offer, a non-``gs://`` output, bad
+labels) gets 400 INVALID_ARGUMENT naming the field. These jobs are recorded only: nothing runs.
 """
 
 from __future__ import annotations
@@ -53,6 +63,7 @@ FAILED, CANCELLING, CANCELLED = "JOB_STATE_FAILED", "JOB_STATE_CANCELLING", "JOB
 TERMINAL = (SUCCEEDED, FAILED, CANCELLED)
 
 _COLLECTION = r"(?P<parent>projects/[^/]+/locations/[^/]+)/(?P<kind>customJobs|hyperparameterTuningJobs)"
+_NOTEBOOK_JOBS = r"(?P<parent>projects/[^/]+/locations/[^/]+)/notebookExecutionJobs"
 _REGISTRY = (r"^/v1/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)/repositories/"
              r"(?P<repository>[^/]+)/packages/(?P<package>[^/]+)/(?P<what>tags|versions)/(?P<ref>[^/]+)$")
 _ROUTES = [  # (HTTP method, path pattern, handler name)
@@ -62,7 +73,12 @@ _ROUTES = [  # (HTTP method, path pattern, handler name)
     ("GET", re.compile(rf"^/v1/(?P<name>{_COLLECTION}/[^/:]+)$"), "get"),
     ("DELETE", re.compile(rf"^/v1/(?P<name>{_COLLECTION}/[^/:]+)$"), "delete"),
     ("POST", re.compile(rf"^/v1/(?P<name>{_COLLECTION}/[^/:]+):cancel$"), "cancel"),
+    ("POST", re.compile(rf"^/v1/{_NOTEBOOK_JOBS}$"), "notebook_create"),
+    ("GET", re.compile(rf"^/v1/{_NOTEBOOK_JOBS}$"), "notebook_list"),
+    ("GET", re.compile(rf"^/v1/(?P<name>{_NOTEBOOK_JOBS}/[^/:]+)$"), "notebook_get"),
+    ("GET", re.compile(rf"^/v1/(?P<name>{_NOTEBOOK_JOBS}/[^/:]+/operations/[^/:]+)$"), "notebook_operation"),
 ]
+NOTEBOOK_KIND = "notebookExecutionJobs"
 
 
 def _kinds() -> dict[str, Any]:
@@ -111,6 +127,7 @@ class FakeVertex:
         self.images = None if images is None else set(images)  # None: every image exists
         self.requests: list[Request] = []
         self.jobs: dict[str, _Job] = {}
+        self.operations: dict[str, dict[str, Any]] = {}  # long-running operations by name
         self._ids = itertools.count(1_000_000_000_000_000_001)
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
@@ -156,8 +173,9 @@ class FakeVertex:
 
     # ------------------------------------------------------------ the API
 
-    def handle(self, method: str, path: str, body: bytes) -> tuple[int, dict[str, Any]]:
-        """Answer one HTTP call: (status, JSON). Called by the server's request handler."""
+    def handle(self, method: str, path: str, body: bytes, query: str = "") -> tuple[int, dict[str, Any]]:
+        """Answer one HTTP call: (status, JSON). Called by the server's request handler;
+        `query`: the URL's query string (the notebook calls read IDs from it)."""
         data = json.loads(body) if body else None
         with self._lock:
             self.requests.append(Request(method, path, data))
@@ -165,7 +183,8 @@ class FakeVertex:
                 for verb, pattern, handler in _ROUTES:
                     m = pattern.match(path)
                     if m and verb == method:
-                        return 200, getattr(self, f"_{handler}")(body=body, **m.groupdict())
+                        extra = {"query": query} if handler.startswith("notebook_") else {}
+                        return 200, getattr(self, f"_{handler}")(body=body, **m.groupdict(), **extra)
                 raise ApiError(501, "UNIMPLEMENTED", f"{method} {path} is not part of the fake JobService")
             except ApiError as e:
                 return e.http, {"error": {"code": e.http, "message": e.message, "status": e.status}}
@@ -225,6 +244,62 @@ class FakeVertex:
         del self.jobs[name]
         return {"name": f"{name}/operations/{next(self._ids)}", "done": True,
                 "response": {"@type": "type.googleapis.com/google.protobuf.Empty"}}
+
+    # ------------------------------------------------------------ the NotebookService
+
+    def _notebook_create(self, parent: str, body: bytes, query: str) -> dict[str, Any]:
+        from urllib.parse import parse_qs
+
+        from google.cloud.aiplatform_v1.types import NotebookExecutionJob
+
+        try:
+            job = NotebookExecutionJob.from_json(body or b"{}", ignore_unknown_fields=False)
+        except Exception as e:  # json_format.ParseError and friends
+            raise ApiError(400, "INVALID_ARGUMENT", f"invalid NotebookExecutionJob: {e}") from e
+        _validate_notebook_job(job)
+        job_id = (parse_qs(query).get("notebookExecutionJobId") or [""])[0] or str(next(self._ids))
+        job.name = f"{parent}/{NOTEBOOK_KIND}/{job_id}"
+        if job.name in self.jobs:
+            raise ApiError(409, "ALREADY_EXISTS", f"{job.name} already exists")
+        job.job_state = PENDING
+        job.create_time = job.update_time = _now()
+        self.jobs[job.name] = _Job(NOTEBOOK_KIND, job)
+        operation = {
+            "name": f"{job.name}/operations/{next(self._ids)}", "done": True,
+            "metadata": {"@type": f"{_TYPE_PREFIX}.CreateNotebookExecutionJobOperationMetadata",
+                         "genericMetadata": {"createTime": _to_json(job)["createTime"],
+                                             "updateTime": _to_json(job)["updateTime"]}},
+            "response": {"@type": f"{_TYPE_PREFIX}.NotebookExecutionJob", **_to_json(job)}}
+        self.operations[operation["name"]] = operation
+        return operation
+
+    def _notebook_get(self, name: str, parent: str, body: bytes, query: str) -> dict[str, Any]:
+        job = self._job(name)
+        job.reads += 1
+        if job.reads % self.polls_per_state == 0:
+            self._advance_notebook(job)
+        return _to_json(job.message)
+
+    def _notebook_list(self, parent: str, body: bytes, query: str) -> dict[str, Any]:
+        jobs = [_to_json(j.message) for n, j in self.jobs.items()
+                if j.kind == NOTEBOOK_KIND and n.startswith(parent + "/")]
+        return {NOTEBOOK_KIND: jobs} if jobs else {}
+
+    def _notebook_operation(self, name: str, parent: str, body: bytes, query: str) -> dict[str, Any]:
+        if name not in self.operations:
+            raise ApiError(404, "NOT_FOUND", f"{name} not found")
+        return self.operations[name]
+
+    def _advance_notebook(self, job: _Job) -> None:
+        """One step of a notebook execution's life: ``job_state`` as `_advance` moves ``state``."""
+        m = job.message
+        following = {PENDING: RUNNING, RUNNING: self.final_state}.get(_state_name(m))
+        if following is None:
+            return
+        m.job_state = following
+        m.update_time = _now()
+        if following == FAILED:
+            m.status = {"code": 13, "message": "the fake failed this execution, as asked (final_state)"}
 
     def _job(self, name: str) -> _Job:
         if name not in self.jobs:
@@ -299,8 +374,25 @@ def _validate(kind: str, job: Any) -> None:
         raise bad("labels", str(e)) from e
 
 
+def _validate_notebook_job(job: Any) -> None:
+    """What Vertex refuses in a NotebookExecutionJob that the client library does not
+    (`labkit.vertex.notebook_execution.check_notebook_execution`), as 400 naming the field."""
+    from labkit.vertex.notebook_execution import check_notebook_execution
+
+    try:
+        check_notebook_execution(_to_dict(job))
+    except ValueError as e:  # ParameterError names the field
+        where = getattr(e, "name", "") or "notebook_execution_job"
+        raise ApiError(400, "INVALID_ARGUMENT", f"{where}: {e}") from e
+
+
+_TYPE_PREFIX = "type.googleapis.com/google.cloud.aiplatform.v1"
+
+
 def _state_name(message: Any) -> str:
-    return type(message).to_dict(message, use_integers_for_enums=False)["state"]
+    """``state`` of a job, ``job_state`` of a notebook execution job."""
+    fields = type(message).to_dict(message, use_integers_for_enums=False)
+    return fields["state"] if "state" in fields else fields["job_state"]
 
 
 def _to_dict(message: Any) -> dict[str, Any]:
@@ -323,7 +415,8 @@ def _handler_for(fake: FakeVertex):
         def _answer(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
-            status, payload = fake.handle(self.command, self.path.split("?", 1)[0], body)
+            path, _, query = self.path.partition("?")
+            status, payload = fake.handle(self.command, path, body, query)
             data = json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json; charset=UTF-8")

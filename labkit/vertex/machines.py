@@ -30,6 +30,17 @@ training" (`CONFIGURE_COMPUTE`, read 2026-11-26), unless a rule names another so
   copy read for this table and are unverified); the Reduction Server section of Vertex AI's
   distributed-training page gives 32 Gbps for ``n1-highcpu-16`` and 100 Gbps for an
   ``n1-highmem-96`` with 8 V100 (general-purpose N1/N2 machines: 2 Gbps per vCPU up to 32).
+* The VM network of a GPUDirect machine (`vm_network_gbps`, `GPUDIRECT_NICS`): the totals above
+  add the GPU NICs to the host NIC(s), and only the host NICs carry traffic to machines without
+  GPUs, such as Reduction Server reducers. This page's "GPUDirect Networking" section (read
+  2026-11-29): ``a3-megagpu-8g`` "Up to 200 Gbps bandwidth on the primary NIC" and "8 secondary
+  NICs each supporting up to 200 Gbps for GPU data transfer" (GPUDirect-TCPXO);
+  ``a3-ultragpu-8g`` and ``a4-highgpu-8g`` "2 host NICs providing a bandwidth of 400 Gbps" and
+  "8 NICs offering up to 3200 Gbps for GPU data transfer"; ``a4x-highgpu-4g`` "2 host NICs
+  providing a bandwidth of 400 Gbps" and "6 NICs offering up to 2400 Gbps" (GPUDirect-RDMA). It
+  names no GPUDirect stack for ``a3-highgpu-8g`` (`gpudirect_on_vertex`); GKE's GPUDirect-TCPX
+  page (`GKE_GPUDIRECT_TCPX`) gives that machine "Up to 200 Gbps bandwidth on the primary NIC"
+  and up to four secondary NICs of 200 Gbps for GPU data, the rest of its 1,000 Gbps.
 
 `check_machine(machine_type, accelerator_type, accelerator_count, tpu_topology=None)` refuses what
 the tables do not allow, naming the field, the value and the rule's source.
@@ -38,6 +49,7 @@ the tables do not allow, naming the field, the value and the rule's source.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from labkit.core.config import ParameterError
 
@@ -47,6 +59,8 @@ CONFIGURE_COMPUTE = ("https://docs.cloud.google.com/gemini-enterprise-agent-plat
 DISTRIBUTED_TRAINING = ("https://docs.cloud.google.com/gemini-enterprise-agent-platform/"
                         "machine-learning/training/distributed-training")
 GPU_NETWORK_BANDWIDTH = "https://docs.cloud.google.com/compute/docs/gpus/gpu-network-bandwidth"
+# Read as quoted in kubernetes-sigs/kro, examples/gcp/gke-gpudirect-tcpx-a3mega/README.md.
+GKE_GPUDIRECT_TCPX = "https://cloud.google.com/kubernetes-engine/docs/how-to/gpu-bandwidth-gpudirect-tcpx"
 A4X_ON_ARM = ("https://docs.cloud.google.com/compute/docs/release-notes (2025-09-10: A4X, \"the "
               "first GPU VM to run on Arm\")")
 A4X_HYPERDISK = "https://docs.cloud.google.com/compute/docs/accelerator-optimized-machines#a4x-vms"
@@ -150,6 +164,27 @@ MACHINE_GBPS = {"a2-highgpu-1g": 24, "a2-highgpu-2g": 32, "a2-highgpu-4g": 50, "
 N1_GPU_GBPS = {T4: {1: 24, 2: 32, 4: 50}, V100: {1: 24, 2: 32, 4: 50, 8: 100}}
 
 
+@dataclass(frozen=True)
+class GpuNics:
+    """A GPUDirect machine's network: its host NIC(s), the VM network every VM talks through, and
+    the GPU NICs its GPUDirect stack sends GPU data on (see the module docstring)."""
+
+    stack: str
+    host_gbps: float
+    gpu_gbps: float
+    vertex_sets_up: bool  # Vertex's configure-compute page lists the stack for this machine
+    source: str
+
+
+GPUDIRECT_NICS = {
+    "a3-highgpu-8g": GpuNics("GPUDirect-TCPX", 200, 4 * 200, False, GKE_GPUDIRECT_TCPX),
+    "a3-megagpu-8g": GpuNics("GPUDirect-TCPXO", 200, 8 * 200, True, CONFIGURE_COMPUTE),
+    "a3-ultragpu-8g": GpuNics("GPUDirect-RDMA", 400, 3200, True, CONFIGURE_COMPUTE),
+    "a4-highgpu-8g": GpuNics("GPUDirect-RDMA", 400, 3200, True, CONFIGURE_COMPUTE),
+    "a4x-highgpu-4g": GpuNics("GPUDirect-RDMA", 400, 2400, True, CONFIGURE_COMPUTE),
+}
+
+
 def is_tpu_vm(machine_type: str) -> bool:
     """A TPU VM described by machine type and topology (TPU v5e, v6e, 7x)."""
     return machine_type in TPU_TOPOLOGIES
@@ -206,6 +241,22 @@ def network_gbps(machine_type: str, accelerator_type: str | None = None,
         vcpus = _vcpus(machine_type)
         return float(min(2 * vcpus, 32)) if vcpus else None
     return None
+
+
+def vm_network_gbps(machine_type: str, accelerator_type: str | None = None,
+                    accelerator_count: int = 0) -> float | None:
+    """The bandwidth of one machine's VM network, in Gbps: what it can send to a machine without
+    GPUs, such as a Reduction Server reducer. A GPUDirect machine's host NICs only; elsewhere the
+    machine's whole `network_gbps`. None: not known to labkit."""
+    nics = GPUDIRECT_NICS.get(machine_type)
+    return float(nics.host_gbps) if nics else network_gbps(machine_type, accelerator_type, accelerator_count)
+
+
+def gpudirect_on_vertex(machine_type: str) -> GpuNics | None:
+    """The NICs of a machine Vertex AI sets up with a GPUDirect stack (A3 Mega, A3 Ultra, A4,
+    A4X), whose GPUs send to each other over GPU NICs rather than the VM network; else None."""
+    nics = GPUDIRECT_NICS.get(machine_type)
+    return nics if nics and nics.vertex_sets_up else None
 
 
 def _training_types_near(machine_type: str) -> str:

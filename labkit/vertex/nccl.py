@@ -2,6 +2,22 @@
 set it, its default, and where that is written. Data only; `labkit.vertex.specs.PoolConfig`
 (`env=`) and `training_job(env=...)` pass any of them to the job's containers.
 
+GPUDirect-RDMA machines (A3 Ultra, A4, A4X) run Google's NCCL/gIB. Its page (`GIB_PAGE`, read
+2026-11-29) asks for two things in the runtime environment, "/usr/local/gib/scripts/set_nccl_env.sh
+is sourced" and "The /usr/local/gib/lib64 directory is in your LD_LIBRARY_PATH", and says "Don't
+install older NCCL implementations like NCCL/FastSocket (A2), NCCL/TCPX (A3), NCCL/TCPXO (A3 Mega)
+or RxDM packages or their related environment variables" on those machines. labkit's image has
+Google's Reduction Server plugin (`google-reduction-server`, from the same google-fast-socket
+package repository) for jobs with a reducer pool; its Dockerfile moves the plugin's
+``libnccl-net*.so`` out of the system library folders into `REDUCTION_SERVER_LIB_DIR`, which only
+the image's LD_LIBRARY_PATH names. `gib_loader_path_step` is the job's set-up step on those
+machines: /usr/local/gib/lib64 first, that folder dropped, so the only NCCL net plugin NCCL can
+open there is gIB's (NCCL opens ``libnccl-net.so``, or what NCCL_NET_PLUGIN names, with dlopen and
+the loader path: `NCCL_PLUGIN_SOURCE`). The gIB plugin is an IB-verbs transport and needs
+libibverbs in the image (NCCL itself dlopens "libibverbs.so" / "libibverbs.so.1",
+`NCCL_IBV_SOURCE`): the Dockerfile installs libibverbs1 and ibverbs-providers (the mlx5 driver of
+the machines' ConnectX NICs).
+
 They act only where NCCL runs: between GPUs. A CPU job (this course's emulated jobs on a machine
 without GPUs) uses gloo, which reads none of them; what a variable changes (all-reduce bus
 bandwidth with and without it, say) can only be measured on GPU machines.
@@ -35,6 +51,16 @@ DGXC_GCP_TCPXO = "https://docs.nvidia.com/dgx-cloud/run-ai/1.2/appendix-gcp.html
 NCCL_IB_SOURCE = "https://github.com/NVIDIA/nccl/blob/master/src/transport/net_ib/init.cc"
 NCCL_SEARCH_SOURCE = "https://github.com/NVIDIA/nccl/blob/master/src/graph/search.cc"
 NOT_STATED = "not stated on the page read"
+GIB_PAGE = "https://docs.cloud.google.com/ai-hypercomputer/docs/nccl/test-vms"
+NCCL_PLUGIN_SOURCE = ("https://github.com/NVIDIA/nccl/blob/0456df2069b703b3331f510d664321be19d24612/src/plugin/net.cc "
+                      "and https://github.com/NVIDIA/nccl/blob/081eafafc98385c45e38d5f5a35b3175735a5847/"
+                      "src/plugin/plugin_open.cc")
+NCCL_IBV_SOURCE = ("https://github.com/NVIDIA/nccl/blob/0386f730c2573b40fa0e3ce54033c4fd541ed58c/"
+                   "src/misc/ibvsymbols.cc")
+GIB_LIB_DIR = "/usr/local/gib/lib64"
+GIB_ENV_SCRIPT = "/usr/local/gib/scripts/set_nccl_env.sh"
+# Where labkit's Dockerfile moves the Reduction Server plugin (a test keeps the two equal).
+REDUCTION_SERVER_LIB_DIR = "/opt/google-reduction-server/lib"
 
 _NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
@@ -138,9 +164,18 @@ VARIABLES: tuple[EnvVar, ...] = (
            "TCPXO's NCCL net plugin must be found there too (NVIDIA's A3 Mega set-up: "
            "/usr/lib/x86_64-linux-gnu:/usr/local/nvidia/lib64, prepended to)",
            "on a TCPXO/TCPX machine, so NCCL loads the plugin; on Vertex's RDMA machines (A3 Ultra, "
-           f"A4, A4X) source /usr/local/gib/scripts/set_nccl_env.sh instead ({CONFIGURE_COMPUTE})",
+           f"A4, A4X) {GIB_LIB_DIR} must be on it and set_nccl_env.sh sourced ({GIB_PAGE}; "
+           f"{CONFIGURE_COMPUTE}): labkit's multi-node jobs there do both",
            "the image's own", DGXC_GCP_TCPXO),
 )
+
+
+def gib_loader_path_step(lib_dir: str = GIB_LIB_DIR, drop: str = REDUCTION_SERVER_LIB_DIR) -> str:
+    """The shell step (bash) that puts `lib_dir` first on LD_LIBRARY_PATH and takes `drop` off
+    it, so NCCL opens gIB's net plugin and no other (see the module docstring). Empty entries are
+    dropped too: an empty entry would search the working directory."""
+    return (f'{{ p={lib_dir}; for d in ${{LD_LIBRARY_PATH//:/ }}; do [ "$d" = {drop} ] || p="$p:$d"; done; '
+            f'export LD_LIBRARY_PATH="$p"; }}')
 
 BY_NAME = {v.name: v for v in VARIABLES}
 

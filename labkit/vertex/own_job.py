@@ -72,6 +72,8 @@ class JobRequest:
     label: list[str] = field(default_factory=list)
     tensorboard: str | None = None
     service_account: str | None = None
+    enable_web_access: bool = False
+    tensorboard_profiler: bool = False
     display_name: str | None = None
     tune_metric: str | None = None
     goal: str = "minimize"
@@ -231,10 +233,19 @@ def build(request: JobRequest, *, for_emulator: bool, staging: Path) -> Built:
         image = image_of(request, staging, notes, code_default=containers, for_emulator=for_emulator)
         if request.output:
             job["base_output_directory"] = {"output_uri_prefix": request.output}
+        if request.enable_web_access:
+            job["enable_web_access"] = True
+        if request.tensorboard_profiler:
+            raise ParameterError("--tensorboard-profiler", True, "applies to a job built from a command; "
+                                 "in a spec file, start your command under `python -m "
+                                 "labkit.vertex.with_profiler --` or call cloud_profiler.init() in it")
         return Built(spec, loaded.kind == "tuning_job", request.display_name or loaded.display_name
                      or "labkit-job", {**loaded.labels, **labels}, image, {}, notes)
     if not request.output:
         raise ParameterError("--output", None, "is required: the gs://BUCKET/PATH the job writes under")
+    if for_emulator and request.enable_web_access:
+        notes.append("--enable-web-access: Vertex's interactive shell is not emulated; each replica's "
+                     "output and files are in the work folder")
     image = image_of(request, staging, notes, code_default=not request.python_module, for_emulator=for_emulator)
     uploads: dict[str, bytes] = {}
     options: dict[str, Any] = dict(
@@ -245,7 +256,8 @@ def build(request: JobRequest, *, for_emulator: bool, staging: Path) -> Built:
         max_wait_s=None if request.max_wait is None else int(request.max_wait),
         timeout_s=None if request.timeout is None else int(request.timeout),
         restart_job_on_worker_restart=request.restart_job_on_worker_restart, labels=labels,
-        tensorboard=request.tensorboard, service_account=request.service_account, framework=request.framework)
+        tensorboard=request.tensorboard, service_account=request.service_account, framework=request.framework,
+        enable_web_access=request.enable_web_access, tensorboard_profiler=request.tensorboard_profiler)
     if request.machine_type:
         options["machine_type"] = request.machine_type
     if request.python_module:

@@ -38,11 +38,12 @@ from typing import Any
 from labkit.core.cluster import POOL2_ROLE_ENV, REDUCTION_SERVER_IMAGE, is_reduction_server_image
 from labkit.core.config import ParameterError, check_bool, check_int, check_str
 from labkit.core.frameworks import has_aiplatform, require
-from labkit.core.gcs import fuse_path
+from labkit.core.gcs import GCS_MOUNT, fuse_path
 from labkit.core.notebook_params import check_parameters, check_shared_domain
 from labkit.core.train_config import TrainConfig, to_argv
+from labkit.vertex.cloud_profile import PROFILER_REQUIREMENT, check_profiler_job, profiled
 from labkit.vertex.fields import field_of
-from labkit.vertex.images import check_image, default_image, image_arch, prebuilt
+from labkit.vertex.images import check_image, check_image_gpu, default_image, image_arch, prebuilt
 from labkit.vertex.machines import (
     A4X_ON_ARM,
     CONFIGURE_COMPUTE,
@@ -55,7 +56,8 @@ from labkit.vertex.machines import (
     needs_nccl_env_script,
     needs_reservation,
 )
-from labkit.vertex.reduction import check_reducers
+from labkit.vertex.nccl import gib_loader_path_step
+from labkit.vertex.reduction import REDUCTION_SERVER_MACHINE_TYPE, check_reducers
 from labkit.vertex.scheduling import (
     RESERVATIONS_PAGE,
     check_labels,
@@ -65,7 +67,6 @@ from labkit.vertex.scheduling import (
     scheduling,
 )
 
-REDUCTION_SERVER_MACHINE_TYPE = "n1-highcpu-16"
 # argv[0] of the set-up wrapper (pip-installing labkit on a prebuilt image, sourcing the NCCL
 # set-up on RDMA machines); the local emulator recognises and skips it (this machine has the
 # packages already, and no RDMA network).
@@ -285,8 +286,11 @@ def custom_job_spec(
     persistent_resource_id: str | None = None,
     tensorboard: str | None = None,
     labels: Mapping[str, str] | None = None,
+    enable_web_access: bool = False,
 ) -> JobSpec:
     """A CustomJobSpec dict. Skipped pools before the last used one are written as ``{}``.
+    `enable_web_access`: an interactive shell into each node while the job runs, at the URIs
+    the job then lists as ``web_access_uris`` (`labkit.vertex.cloud_profile`).
     `timeout_s` defaults to `labkit.vertex.scheduling.DEFAULT_TIMEOUT_S` (Vertex's own default
     is 7 days); `flex_start` asks for Dynamic Workload Scheduler capacity, waiting at most
     `max_wait_s` (Vertex's default: one day; 0: indefinitely)."""
@@ -296,6 +300,7 @@ def custom_job_spec(
     check_bool("spot", spot)
     check_bool("flex_start", flex_start)
     check_bool("restart_job_on_worker_restart", restart_job_on_worker_restart)
+    check_bool("enable_web_access", enable_web_access)
     check_tensorboard(tensorboard, service_account)
     if pool2 is not None and is_reduction_server_image(pool2.image_uri):
         # A replica cannot tell from CLUSTER_SPEC.cluster alone that pool 2 reduces rather than
@@ -321,6 +326,8 @@ def custom_job_spec(
         spec["persistent_resource_id"] = persistent_resource_id
     if tensorboard:
         spec["tensorboard"] = tensorboard
+    if enable_web_access:
+        spec["enable_web_access"] = True
     if has_aiplatform():  # without the library the spec is still built and checked
         validate(spec)
     else:
@@ -342,7 +349,7 @@ def _install_step(requirements: Sequence[str], package_uri: str | None) -> str:
 
 def labkit_container(framework: str, *, output_uri: str, image_uri: str | None = None,
                      package_uri: str | None = None, requirements: Sequence[str] = (),
-                     nccl_env: bool = False) -> dict[str, Any]:
+                     nccl_env: bool = False, install: Sequence[str] = ()) -> dict[str, Any]:
     """``{"image_uri", "command"}`` of a container that can run ``python -m labkit...``.
 
     By default labkit's own image (`labkit.vertex.images.default_image`), which has labkit and
@@ -350,15 +357,19 @@ def labkit_container(framework: str, *, output_uri: str, image_uri: str | None =
     pip-installs labkit from `package_uri` (default ``<output_uri>/inputs/labkit.tar.gz``, which
     `submit` uploads) and `requirements`. A prebuilt image whose framework is older than labkit
     needs, or past its end of availability, is refused (`images.check_image`). `nccl_env`: first
-    source Google's NCCL set-up (`NCCL_ENV_SCRIPT`, for multi-node jobs on RDMA machines)."""
+    source Google's NCCL set-up (`NCCL_ENV_SCRIPT`) and put gIB's libraries on the loader path
+    (`nccl.gib_loader_path_step`), for multi-node jobs on RDMA machines. `install`: packages the
+    job needs on any image (the TensorBoard Profiler's), pip-installed last."""
     if framework not in ("torch", "tf"):
         raise ParameterError("framework", framework, "must be one of ['tf', 'torch']")
     image = image_uri or default_image(framework)
     check_image(image)
-    steps = [f"source {NCCL_ENV_SCRIPT}"] if nccl_env else []
+    steps = [f"source {NCCL_ENV_SCRIPT}", gib_loader_path_step()] if nccl_env else []
     if prebuilt(image) is not None or package_uri is not None:
         package_uri = package_uri or _join(output_uri, "inputs", "labkit.tar.gz")
         steps.append(_install_step(requirements, package_uri))
+    if install:
+        steps.append(_install_step(install, None))
     return {"image_uri": image, "command": setup_command(steps) if steps else []}
 
 
@@ -376,12 +387,33 @@ class Capacity:
     labels: Mapping[str, str] | None = None
     tensorboard: str | None = None
     service_account: str | None = None
+    enable_web_access: bool = False
 
     def job_options(self) -> dict[str, Any]:
         return {"spot": self.spot, "flex_start": self.flex_start, "max_wait_s": self.max_wait_s,
                 "timeout_s": self.timeout_s, "persistent_resource_id": self.persistent_resource_id,
                 "tensorboard": self.tensorboard, "service_account": self.service_account,
-                "labels": self.labels}
+                "labels": self.labels, "enable_web_access": self.enable_web_access}
+
+
+def check_no_tpu(machine_type: str, accelerator_type: str | None, accelerator_count: int,
+                 tpu_topology: str | None, framework: str) -> None:
+    """Refuse a TPU machine for a job that runs labkit's own code (`labkit train`, a notebook).
+
+    labkit's engines and notebooks run PyTorch on CUDA or TensorFlow with GPU strategies; neither
+    has an XLA/TPU path here (no torch_xla, no TPUStrategy), and labkit's images are CUDA builds.
+    On a TPU VM the job would train on the host's CPU and be billed at TPU prices. A valid TPU
+    request is refused naming `machine_type` and the reason; an invalid one keeps the error that
+    says what is wrong with it (`check_machine`)."""
+    if not is_tpu(machine_type):
+        return
+    check_machine(machine_type, accelerator_type, accelerator_count, tpu_topology=tpu_topology)
+    name = {"torch": "PyTorch", "tf": "TensorFlow"}.get(framework, framework)
+    raise ParameterError("machine_type", machine_type,
+                         f"is a TPU machine, and labkit's {name} training and notebooks have no TPU "
+                         f"path (CUDA builds, no torch_xla or TPUStrategy): the job would run on the "
+                         f"TPU host's CPU at TPU prices; choose a GPU machine type, or run your own "
+                         f"TPU code in your own image with `labkit job --image`")
 
 
 def _pools_for(
@@ -389,12 +421,14 @@ def _pools_for(
     accelerator_count: int, replica_count: int, image_uri: str | None, framework: str,
     env: Mapping[str, str] | None, requirements: Sequence[str], package_uri: str | None, boot_disk_size_gb: int,
     reduction_server_count: int | str, reduction_server_machine_type: str, tpu_topology: str | None,
-    reservation: str | None,
+    reservation: str | None, install: Sequence[str] = (),
 ) -> tuple[PoolConfig, PoolConfig | None, PoolConfig | None]:
     check_int("replica_count", replica_count, minimum=1)
     if reduction_server_count != "auto":
         check_int("reduction_server_count", reduction_server_count, minimum=0)
+    check_no_tpu(machine_type, accelerator_type, accelerator_count, tpu_topology, framework)
     image = image_uri or default_image(framework)
+    check_image_gpu(image, accelerator_type, machine_type=machine_type, accelerator_count=accelerator_count)
     arch = image_arch(image)
     if machine_arch(machine_type) != "amd64" and arch not in (None, machine_arch(machine_type)):
         raise ParameterError("machine_type", machine_type,
@@ -407,7 +441,8 @@ def _pools_for(
                              f"shared reservations ({cite(CONFIGURE_COMPUTE)}; {RESERVATIONS_PAGE})")
     nccl_env = replica_count > 1 and needs_nccl_env_script(machine_type)
     container = labkit_container(framework, output_uri=output_uri, image_uri=image_uri,
-                                 package_uri=package_uri, requirements=requirements, nccl_env=nccl_env)
+                                 package_uri=package_uri, requirements=requirements, nccl_env=nccl_env,
+                                 install=install)
     pool = {"machine_type": machine_type, "accelerator_type": accelerator_type,
             "accelerator_count": accelerator_count, **container, "args": args,
             "env": check_env(env if env is not None else {}), "boot_disk_size_gb": boot_disk_size_gb,
@@ -415,13 +450,10 @@ def _pools_for(
     primary = PoolConfig(replica_count=1, **pool)
     workers = PoolConfig(replica_count=replica_count - 1, **pool) if replica_count > 1 else None
     reducers = None
-    if reduction_server_count:
-        if not workers:
-            raise ParameterError("reduction_server_count", reduction_server_count,
-                                 "needs replica_count >= 2: a Reduction Server serves several nodes")
+    if reduction_server_count:  # a count of the user's own is kept; "auto" may propose none
         count = check_reducers(reduction_server_count, replica_count, machine_type, accelerator_type,
                                reduction_server_machine_type, accelerator_count)
-        reducers = reduction_server_pool(count, reduction_server_machine_type)
+        reducers = reduction_server_pool(count, reduction_server_machine_type) if count else None
     return primary, workers, reducers
 
 
@@ -459,10 +491,14 @@ def notebook_job(
     labels: Mapping[str, str] | None = None,
     tensorboard: str | None = None,
     service_account: str | None = None,
+    enable_web_access: bool = False,
 ) -> JobSpec:
     """CustomJobSpec that runs `notebook` with papermill and `parameters` in a container and
     writes the executed notebook, its kernel log (``<name>.log``) and the files it makes
-    (``artifacts/``) under ``<output_uri>/notebooks/``, so nothing stays on the VM's disk.
+    (``artifacts/``) under ``<output_uri>/notebooks/``. The notebook runs in a folder on the VM's
+    disk and those files are copied there every minute, at each committed checkpoint and at the
+    end (`labkit.vertex.entry`, `labkit.vertex.mirror`), so nothing is worked on through the
+    ``/gcs/`` mount and nothing stays behind on the VM.
 
     `notebook` is a ``gs://`` URI, or a local path that `submit` uploads to
     ``<output_uri>/inputs/<name>`` first. A local notebook's `parameters` are checked against
@@ -507,9 +543,32 @@ def notebook_job(
                        tpu_topology=tpu_topology, reservation=reservation)
     restart = replica_count > 1 if restart_job_on_worker_restart is None else restart_job_on_worker_restart
     capacity = Capacity(spot, flex_start, max_wait_s, timeout_s, persistent_resource_id, reservation,
-                        {"labkit-job": "notebook", **dict(labels or {})}, tensorboard, service_account)
+                        {"labkit-job": "notebook", **dict(labels or {})}, tensorboard, service_account,
+                        enable_web_access)
     return custom_job_spec(*pools, output_uri=output_uri, restart_job_on_worker_restart=restart,
                            **capacity.job_options())
+
+
+# What a training job writes that must outlive its VM: a Spot or failed-replica restart starts
+# on a fresh VM, so a checkpoint on the old one's disk is gone and the run starts from step 0.
+LASTING_OUTPUTS = ("checkpoint_dir", "metrics_out", "tensorboard_dir")
+
+
+def lasting_outputs(cfg: TrainConfig) -> dict[str, str]:
+    """The job's output settings in the form the container reads (``gs://`` as its ``/gcs/``
+    path); a local path is refused, naming the setting and what to give instead."""
+    out = {}
+    for name in LASTING_OUTPUTS:
+        value = getattr(cfg, name)
+        if value is None:
+            continue
+        if str(value).startswith("gs://"):
+            out[name] = gcs_fuse_path(str(value))
+        elif not (str(value) == GCS_MOUNT or str(value).startswith(GCS_MOUNT + "/")):
+            raise ParameterError(name, value, "is a path on the job's VM, and a restart (Spot, a failed "
+                                 "replica) starts on a fresh one without it: give gs://BUCKET/PATH or "
+                                 "/gcs/BUCKET/PATH, or leave it unset for the job's output folder")
+    return out
 
 
 def train_config(config: Any) -> TrainConfig:
@@ -550,6 +609,8 @@ def training_job(
     labels: Mapping[str, str] | None = None,
     tensorboard: str | None = None,
     service_account: str | None = None,
+    enable_web_access: bool = False,
+    tensorboard_profiler: bool = False,
 ) -> JobSpec:
     """CustomJobSpec running ``python -m labkit train`` on every training replica.
 
@@ -568,10 +629,18 @@ def training_job(
     The container is chosen as in `notebook_job` (`labkit_container`). Multi-replica jobs
     restart as a whole when one replica fails (DDP and MultiWorkerMirrored cannot lose a
     member), unless told otherwise. The capacity options are `custom_job_spec`'s.
+
+    `enable_web_access`: an interactive shell into each node while it runs. `tensorboard_profiler`
+    (TensorFlow, with a `tensorboard`): the Vertex AI TensorBoard Profiler captures traces from
+    the running job; the image gets the SDK's profiler and training starts under it
+    (`labkit.vertex.cloud_profile`).
     """
     check_output_uri(output_uri)
+    check_bool("tensorboard_profiler", tensorboard_profiler)
     cfg = train_config(config)
-    updates: dict[str, Any] = {}
+    if tensorboard_profiler:
+        check_profiler_job(cfg.framework, tensorboard)
+    updates: dict[str, Any] = lasting_outputs(cfg)
     if command is None:
         if cfg.checkpoint_dir is None:
             updates["checkpoint_dir"] = gcs_fuse_path(_join(output_uri, "checkpoints"))
@@ -594,6 +663,8 @@ def training_job(
                 str(processes_per_node), "--", "train", *train_args(cfg)]
     else:
         args = ["python", "-m", "labkit", "train", *train_args(cfg)]
+    if tensorboard_profiler:
+        args = profiled(args)
     pools = _pools_for(args, output_uri=output_uri, machine_type=machine_type,
                        accelerator_type=accelerator_type,
                        accelerator_count=accelerator_count, replica_count=replica_count,
@@ -602,11 +673,13 @@ def training_job(
                        boot_disk_size_gb=boot_disk_size_gb,
                        reduction_server_count=reduction_server_count,
                        reduction_server_machine_type=reduction_server_machine_type,
-                       tpu_topology=tpu_topology, reservation=reservation)
+                       tpu_topology=tpu_topology, reservation=reservation,
+                       install=[PROFILER_REQUIREMENT] if tensorboard_profiler else [])
     restart = replica_count > 1 if restart_job_on_worker_restart is None else restart_job_on_worker_restart
     kind = "tuning-trial" if command is not None else "training"
     capacity = Capacity(spot, flex_start, max_wait_s, timeout_s, persistent_resource_id, reservation,
-                        {"labkit-job": kind, **dict(labels or {})}, tensorboard, service_account)
+                        {"labkit-job": kind, **dict(labels or {})}, tensorboard, service_account,
+                        enable_web_access)
     return custom_job_spec(*pools, output_uri=output_uri, restart_job_on_worker_restart=restart,
                            **capacity.job_options())
 
@@ -696,17 +769,26 @@ def validate(spec: Mapping[str, Any]):
     require("google.cloud.aiplatform")
     from google.cloud.aiplatform_v1.types import CustomJobSpec
 
+    message = through_types(CustomJobSpec, spec)
+    check_spec(spec)
+    return message
+
+
+def through_types(message_type: Any, spec: Mapping[str, Any]):
+    """`spec` as a `message_type` (an aiplatform proto class) message, refusing what the types
+    reject and any field that does not survive the round trip through `to_dict` (a silently
+    dropped value, a second member of a oneof): ValueError naming the type and the field."""
+    name = message_type.__name__
     try:
-        message = CustomJobSpec(**spec)
+        message = message_type(**spec)
     except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"CustomJobSpec rejected the spec: {type(e).__name__}: {e}") from e
-    as_dict = CustomJobSpec.to_dict(message, use_integers_for_enums=False)
-    if CustomJobSpec(**as_dict) != message:
-        raise ValueError("CustomJobSpec: the spec does not round-trip through to_dict")
+        raise ValueError(f"{name} rejected the spec: {type(e).__name__}: {e}") from e
+    as_dict = message_type.to_dict(message, use_integers_for_enums=False)
+    if message_type(**as_dict) != message:
+        raise ValueError(f"{name}: the spec does not round-trip through to_dict")
     bad = first_mismatch(dict(spec), as_dict, "spec")
     if bad:
-        raise ValueError(f"CustomJobSpec: field {bad} did not survive the round trip through to_dict")
-    check_spec(spec)
+        raise ValueError(f"{name}: field {bad} did not survive the round trip through to_dict")
     return message
 
 

@@ -7,7 +7,10 @@ the credentials that every container image of the job exists in Artifact Registr
 (`labkit.vertex.registry`: a missing image would fail only after the machines were
 provisioned), uploads local inputs (the notebook and a source archive of labkit) to the bucket
 and creates the CustomJob with the job's labels; without a configured cloud it raises
-`VertexNotConfigured` listing what is missing.
+`VertexNotConfigured` listing what is missing. `submit_notebook_execution(spec, ...)` does the
+same for Vertex's own notebook executor (`labkit.vertex.notebook_execution`): it uploads the
+notebook with its parameters written in and creates the NotebookExecutionJob with the
+NotebookService (`notebook_service_client`); `get_job`, `job_state` and `wait` follow either kind.
 
 `submit` talks to the JobService over its REST transport, through `job_service_client`, with
 the endpoint and credentials it is given (default: ``REGION-aiplatform.googleapis.com`` and the
@@ -31,6 +34,7 @@ from labkit.core import gcp
 from labkit.core.config import ParameterError
 from labkit.core.frameworks import has_aiplatform, missing_reason
 from labkit.vertex.fields import field_of
+from labkit.vertex.notebook_execution import notebook_content, validate_notebook_execution
 from labkit.vertex.pricing import CostEstimate, estimate_cost
 from labkit.vertex.registry import check_not_placeholder, require_images
 from labkit.vertex.scheduling import check_labels
@@ -139,16 +143,47 @@ def job_service_client(*, region: str | None = None, endpoint: str | None = None
     default credentials."""
     from google.cloud import aiplatform_v1
 
+    endpoint, credentials = _connection("job_service_client", region, endpoint, credentials)
+    return aiplatform_v1.JobServiceClient(credentials=credentials, transport="rest",
+                                          client_options={"api_endpoint": endpoint})
+
+
+def notebook_service_client(*, region: str | None = None, endpoint: str | None = None,
+                            credentials: Any = None):
+    """An `aiplatform_v1.NotebookServiceClient` (notebook execution jobs) on the REST transport,
+    connected as `job_service_client` is."""
+    from google.cloud import aiplatform_v1
+
+    endpoint, credentials = _connection("notebook_service_client", region, endpoint, credentials)
+    return aiplatform_v1.NotebookServiceClient(credentials=credentials, transport="rest",
+                                               client_options={"api_endpoint": endpoint})
+
+
+def _connection(who: str, region: str | None, endpoint: str | None, credentials: Any) -> tuple[str, Any]:
+    """The endpoint (Vertex AI in `region` unless given) and the credentials (anonymous ones
+    for a loopback endpoint unless given)."""
     if endpoint is None:
         if not region:
-            raise ValueError("job_service_client needs a region or an endpoint")
+            raise ValueError(f"{who} needs a region or an endpoint")
         endpoint = f"{region}-aiplatform.googleapis.com"
     if credentials is None and is_loopback(endpoint):
         from google.auth.credentials import AnonymousCredentials
 
         credentials = AnonymousCredentials()
-    return aiplatform_v1.JobServiceClient(credentials=credentials, transport="rest",
-                                          client_options={"api_endpoint": endpoint})
+    return endpoint, credentials
+
+
+def _local_bucket(endpoint: str, uploads: Mapping[str, bytes]):
+    """The filesystem uploads go through when submitting to a local endpoint: the local Cloud
+    Storage server named by ``STORAGE_EMULATOR_HOST``."""
+    if not os.environ.get("STORAGE_EMULATOR_HOST"):
+        raise ValueError(f"filesystem: submitting to the local endpoint {endpoint} "
+                         f"uploads {', '.join(uploads)}; pass a filesystem standing in "
+                         "for the bucket (e.g. a local folder), or set STORAGE_EMULATOR_HOST")
+    from gcsfs.core import GCSFileSystem  # the plain one: nothing to ask but the JSON API
+
+    return GCSFileSystem(token="anon", endpoint_url=os.environ["STORAGE_EMULATOR_HOST"],
+                         skip_instance_cache=True)
 
 
 def is_tuning_job(spec: Mapping[str, Any]) -> bool:
@@ -238,14 +273,7 @@ def submit(spec: Mapping[str, Any], *, display_name: str, notebook: str | None =
                     for p in job_spec.get("worker_pool_specs", [])):
         uploads[f"{base}/inputs/labkit.tar.gz"] = source_archive()
     if uploads and filesystem is None and loopback:
-        if not os.environ.get("STORAGE_EMULATOR_HOST"):
-            raise ValueError(f"filesystem: submitting to the local endpoint {endpoint} "
-                             f"uploads {', '.join(uploads)}; pass a filesystem standing in "
-                             "for the bucket (e.g. a local folder), or set STORAGE_EMULATOR_HOST")
-        from gcsfs.core import GCSFileSystem  # the plain one: nothing to ask but the JSON API
-
-        filesystem = GCSFileSystem(token="anon", endpoint_url=os.environ["STORAGE_EMULATOR_HOST"],
-                                   skip_instance_cache=True)
+        filesystem = _local_bucket(endpoint, uploads)
     if credentials is None:
         import google.auth
 
@@ -272,6 +300,76 @@ def submit(spec: Mapping[str, Any], *, display_name: str, notebook: str | None =
     return client.create_custom_job(parent=parent, custom_job=job)
 
 
+# ---------------------------------------------------------------- the notebook executor
+
+def notebook_execution_missing(spec: Mapping[str, Any], check: Preflight) -> list[str]:
+    """What is missing to submit a NotebookExecutionJob: the preflight's list, and a service
+    account (the executor runs the notebook as one; gcloud requires it for Workbench runs)."""
+    missing = list(check.missing)
+    if not (field_of(spec, "service_account") or field_of(spec, "execution_user")):
+        missing.append("service account: pass --service-account NAME@PROJECT.iam.gserviceaccount.com "
+                       "(service_account=...), the identity the executor runs the notebook as")
+    return missing
+
+
+def submit_notebook_execution(spec: Mapping[str, Any], *, notebook: str | None = None,
+                              parameters: Mapping[str, Any] | None = None, job_id: str | None = None,
+                              env: Mapping[str, str] | None = None, project: str | None = None,
+                              region: str | None = None, bucket: str | None = None,
+                              endpoint: str | None = None, credentials: Any = None, filesystem: Any = None):
+    """Create a NotebookExecutionJob (`labkit.vertex.notebook_execution_job`) with the
+    NotebookService and return it as created (aiplatform_v1); follow it with `get_job`,
+    `job_state` or `wait`.
+
+    `notebook` / `parameters` (default: those the spec carries): the local notebook, uploaded
+    with the parameters written in to the spec's ``gcs_notebook_source.uri`` before the job is
+    created. `job_id`: the job's ID (default: one the service chooses). Refused before anything
+    is uploaded: a placeholder such as ``gs://YOUR_BUCKET`` or ``YOUR_PROJECT``, and a job with
+    no service account. Connection, credentials and uploads are `submit`'s."""
+    loopback = endpoint is not None and is_loopback(endpoint)
+    if loopback and credentials is None:
+        from google.auth.credentials import AnonymousCredentials
+
+        credentials = AnonymousCredentials()
+    check = preflight(env, project=project, region=region, bucket=bucket, credentials=credentials)
+    if not check.ready:
+        raise VertexNotConfigured(notebook_execution_missing(spec, check))
+    message = validate_notebook_execution(spec)
+    ctx = check.context
+    refuse_placeholders(spec.get("gcs_output_uri"), "output_uri")
+    refuse_placeholders(dict(spec), "spec")
+    refuse_placeholders({"bucket": ctx.bucket}, "submit")
+    check_not_placeholder(ctx.project, [])
+    if notebook_execution_missing(spec, check):
+        raise ParameterError("service_account", None, "is required: the executor runs the notebook as a "
+                             "service account (gcloud workbench executions create requires one too)")
+    notebook = notebook if notebook is not None else getattr(spec, "notebook", None)
+    params = parameters if parameters is not None else getattr(spec, "parameters", None)
+    uploads = {}
+    if notebook:
+        uploads[field_of(field_of(spec, "gcs_notebook_source"), "uri")] = notebook_content(notebook, params)
+    elif params:
+        raise ParameterError("parameters", dict(params), "need the local notebook to be written into")
+    if uploads and filesystem is None and loopback:
+        filesystem = _local_bucket(endpoint, uploads)
+    if credentials is None:
+        import google.auth
+
+        credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    if uploads:
+        if filesystem is None:
+            import fsspec
+
+            filesystem = fsspec.filesystem("gs", project=ctx.project, token=credentials)
+        for uri, data in uploads.items():
+            _upload(filesystem, uri, data)
+    client = notebook_service_client(region=ctx.region, endpoint=endpoint, credentials=credentials)
+    operation = client.create_notebook_execution_job(
+        parent=f"projects/{ctx.project}/locations/{ctx.region}", notebook_execution_job=message,
+        notebook_execution_job_id=job_id or "")
+    return operation.result()
+
+
 # ---------------------------------------------------------------- following a submitted job
 
 FINAL_STATES = ("JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED")
@@ -295,7 +393,11 @@ def _calls(name: str) -> tuple[str, str]:
 
 
 def get_job(name: str, *, endpoint: str | None = None, credentials: Any = None):
-    """The job resource named `name` (CustomJob or HyperparameterTuningJob), as Vertex has it now."""
+    """The job resource named `name` (CustomJob, HyperparameterTuningJob or
+    NotebookExecutionJob), as Vertex has it now."""
+    if "/notebookExecutionJobs/" in name:
+        client = notebook_service_client(region=_region_of(name), endpoint=endpoint, credentials=credentials)
+        return client.get_notebook_execution_job(name=name)
     get, _ = _calls(name)
     client = job_service_client(region=_region_of(name), endpoint=endpoint, credentials=credentials)
     return getattr(client, get)(name=name)
@@ -303,7 +405,12 @@ def get_job(name: str, *, endpoint: str | None = None, credentials: Any = None):
 
 def job_state(name: str, **connection: Any) -> str:
     """The job's state name now, e.g. ``JOB_STATE_RUNNING``."""
-    return get_job(name, **connection).state.name
+    return _state_of(get_job(name, **connection))
+
+
+def _state_of(job: Any) -> str:
+    """A job resource's state name (a NotebookExecutionJob calls the field ``job_state``)."""
+    return (job.job_state if "job_state" in type(job).meta.fields else job.state).name
 
 
 def cancel(name: str, *, endpoint: str | None = None, credentials: Any = None) -> None:
@@ -322,7 +429,7 @@ def wait(name: str, *, poll_s: float = 30.0, timeout_s: float = 24 * 3600.0,
     last = None
     while True:
         job = get_job(name, **connection)
-        state = job.state.name
+        state = _state_of(job)
         if state != last and on_state is not None:
             on_state(state)
         last = state

@@ -52,7 +52,7 @@ from labkit.vertex.pricing import estimate_cost
 from labkit.vertex.scheduling import check_labels
 from labkit.vertex.specs import (
     check_output_uri,
-    first_mismatch,
+    through_types,
     train_config,
     training_job,
     validate,
@@ -284,15 +284,7 @@ def validate_tuning_job(spec: Mapping[str, Any]):
     from google.cloud.aiplatform_v1.types import HyperparameterTuningJob
 
     validate(spec["trial_job_spec"])
-    try:
-        message = HyperparameterTuningJob(**spec)
-    except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"HyperparameterTuningJob rejected the spec: {type(e).__name__}: {e}") from e
-    as_dict = HyperparameterTuningJob.to_dict(message, use_integers_for_enums=False)
-    bad = first_mismatch(dict(spec), as_dict, "spec")
-    if bad:
-        raise ValueError(f"HyperparameterTuningJob: field {bad} did not survive the round trip")
-    return message
+    return through_types(HyperparameterTuningJob, spec)
 
 
 # ---------------------------------------------------------------- the study, run here
@@ -385,6 +377,17 @@ def grid_points(params: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     varies slowest)."""
     ids = [p["parameter_id"] for p in params]
     return [dict(zip(ids, combo, strict=True)) for combo in itertools.product(*(_grid(p) for p in params))]
+
+
+def tpe_startup_trials() -> int:
+    """How many trials Optuna's TPE sampler suggests at random before its model guides the
+    search (its `n_startup_trials` default, read from the installed Optuna): a study with no
+    more trials than this is a random search."""
+    import inspect
+
+    import optuna
+
+    return int(inspect.signature(optuna.samplers.TPESampler).parameters["n_startup_trials"].default)
 
 
 def _sampler(algorithm: str | None, seed: int):
@@ -604,9 +607,9 @@ def study_cost(records: Sequence[TrialRecord], spec: Mapping[str, Any], *, spot:
     if seconds_scale <= 0:
         raise ParameterError("seconds_scale", seconds_scale, "must be > 0")
     estimate = estimate_cost(spec["trial_job_spec"])
-    if not estimate.priced:
-        raise ValueError("study_cost: the trial job has no price: " + "; ".join(estimate.notes))
     rate = estimate.spot_usd_hr if spot else estimate.on_demand_usd_hr
+    if estimate.unpriced or not estimate.lines or rate != rate:  # NaN: a machine without a Spot price
+        raise ValueError("study_cost: the trial job has no price: " + estimate.text().splitlines()[0])
     per_trial = {r.trial_id: r.seconds * seconds_scale / 3600 * rate for r in records}
     hours = sum(r.seconds for r in records) * seconds_scale / 3600
     notes = list(estimate.notes)

@@ -33,7 +33,13 @@ from typing import Any
 from labkit.core.config import ParameterError, check_int
 from labkit.core.frameworks import has_aiplatform
 from labkit.core.gcs import fuse_path
-from labkit.vertex.images import default_image
+from labkit.vertex.cloud_profile import (
+    PROFILER_PAGE,
+    PROFILER_REQUIREMENT,
+    check_profiler_job,
+    profiled,
+)
+from labkit.vertex.images import check_image_gpu, default_image
 from labkit.vertex.programs import JOB_MARKER, SKIPPED_FOLDERS, check_image_files
 from labkit.vertex.specs import (
     DEFAULT_MACHINE_TYPE,
@@ -255,6 +261,8 @@ def user_job(
     service_account: str | None = None,
     reduction_server_machine_type: str = REDUCTION_SERVER_MACHINE_TYPE,
     boot_disk_size_gb: int = 100,
+    enable_web_access: bool = False,
+    tensorboard_profiler: bool = False,
 ) -> JobSpec:
     """The CustomJobSpec that runs `command` on every training replica (see the module
     docstring). `code`: the ``gs://`` address of the code archive the container (labkit's
@@ -262,7 +270,10 @@ def user_job(
     (`code_archive`, `code_uri`); `requirements`: a file in it to pip-install first.
     `args_only`: `command` is the args of `image_uri`'s own ENTRYPOINT. Multi-replica jobs
     restart as a whole when a replica restarts (DDP and MultiWorkerMirrored cannot lose a
-    member) unless told otherwise."""
+    member) unless told otherwise. `enable_web_access`: an interactive shell into each node;
+    `tensorboard_profiler` (TensorFlow code in labkit's image or a prebuilt one, with a
+    `tensorboard`): the command starts under the Vertex AI TensorBoard Profiler
+    (`labkit.vertex.cloud_profile`)."""
     for name, value in (("workers", workers), ("parameter_servers", parameter_servers),
                         ("reduction_servers", reduction_servers), ("evaluators", evaluators)):
         check_int(name, value, minimum=0)
@@ -275,6 +286,15 @@ def user_job(
     words = [str(w) for w in command]
     if not words and not python_module and not args_only:
         raise ParameterError("command", words, "is empty: give the command after --")
+    if tensorboard_profiler:
+        check_profiler_job(framework, tensorboard)
+        if code is None:
+            raise ParameterError("tensorboard_profiler", True,
+                                 "starts the profiler around a command run from your code folder; with "
+                                 "your own image or a Python package, call cloud_profiler.init() in the "
+                                 "training code and install google-cloud-aiplatform[cloud_profiler] "
+                                 f"({PROFILER_PAGE})")
+        words = profiled(words)
     pool: dict[str, Any] = {"machine_type": machine_type, "accelerator_type": accelerator_type,
                             "accelerator_count": accelerator_count, "env": dict(env or {}),
                             "boot_disk_size_gb": boot_disk_size_gb}
@@ -283,12 +303,17 @@ def user_job(
     elif code is not None:
         gpu = bool(accelerator_type) and str(accelerator_type).startswith("NVIDIA_") and accelerator_count > 0
         steps = _unpack_steps(code, requirements, gpu, framework)
+        if tensorboard_profiler:
+            steps.append(f"pip install --quiet --disable-pip-version-check {shlex.quote(PROFILER_REQUIREMENT)}")
         pool |= {"image_uri": image_uri or default_image(framework), "command": setup_command(steps),
                  "args": words}
     elif image_uri:
         pool |= {"image_uri": image_uri, **({"args": words} if args_only else {"command": words})}
     else:
         raise ParameterError("code", code, "is required without an image: the archive of the code to run")
+    # labkit's image on a GPU its framework build has no kernels for (user images are theirs)
+    check_image_gpu(pool["image_uri"], accelerator_type, machine_type=machine_type,
+                    accelerator_count=accelerator_count)
     primary = PoolConfig(replica_count=1, **pool)
     more = {"workers": workers, "parameter_servers": parameter_servers, "evaluators": evaluators}
     made = {k: PoolConfig(replica_count=n, **pool) if n else None for k, n in more.items()}
@@ -301,7 +326,8 @@ def user_job(
                            spot=spot, flex_start=flex_start, max_wait_s=max_wait_s, timeout_s=timeout_s,
                            restart_job_on_worker_restart=restart,
                            labels={"labkit-job": "user", **dict(labels or {})},
-                           tensorboard=tensorboard, service_account=service_account)
+                           tensorboard=tensorboard, service_account=service_account,
+                           enable_web_access=enable_web_access)
     if python_module:
         _as_package(spec, python_module, package_uris)
     return spec

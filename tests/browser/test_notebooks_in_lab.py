@@ -14,6 +14,7 @@ import time
 import nbformat
 import pytest
 
+from labkit.notebooks.figures import against_verdict, figures_in_notebook
 from labkit.notebooks.kernel import KERNEL_NAME
 from labkit.notebooks.stderr import unexpected_stderr
 from tests.conftest import NOTEBOOK_DIR
@@ -114,6 +115,8 @@ def test_notebook_runs_clean_in_jupyterlab(name, lab, browser, browser_outputs, 
     assert not stderr, f"{name}: stderr in the lesson: " + "; ".join(
         f"cell {i}: {text.strip().splitlines()[-1][:200]}" for i, text in stderr)
     assert not page_errors, f"{name}: JavaScript errors in the page: {page_errors}"
+    wrong = against_verdict(figures_in_notebook(nb))
+    assert not wrong, f"{name}: a ratio headline against its own verdict: {[f.text() for f in wrong]}"
 
     for c in cells:
         where = f"{name} cell {c['index']}"

@@ -74,6 +74,7 @@ def test_input_refused_before_any_replica_starts_is_one_line_and_exit_2(tmp_path
     assert not list((tmp_path / "w").glob("jobs/*/logs"))  # no replica ever started
 
 
+@pytest.mark.slow  # an emulated job's replica processes
 def test_a_failing_job_exits_1_naming_the_replica_and_its_last_words(tmp_path, capsys):
     code = main(["emulate", "--workers", "1", "--output", "gs://bkt/r", "--workdir", str(tmp_path / "w"),
                  "--code", str(tmp_path), "--quiet", "--", "python", "-c",

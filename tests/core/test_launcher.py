@@ -81,6 +81,7 @@ def test_no_time_limit_unless_one_is_asked_for():
     assert GroupConfig().timeout_s is None  # training runs for hours
 
 
+@pytest.mark.slow  # waits out a 3 s timeout
 def test_past_the_timeout_everything_gets_sigterm_then_sigkill_after_the_grace():
     result = run_group([py("quick", "pass"), py("slow", SLEEPER), ProcessSpec("stubborn", STUBBORN_SHELL)],
                        GroupConfig(timeout_s=3.0, timeout_grace_s=0.5))

@@ -25,7 +25,8 @@ from labkit.core.fingerprint import (
 from labkit.core.train_config import TrainConfig
 from labkit.tf.data import BatchLayout, DataOrigin, replica_indices, step_position
 
-CONFIG = TrainConfig(model="cnn", steps=3, batch_size=8, num_samples=64, device="cpu", progress=False)
+CONFIG = TrainConfig(model="cnn", steps=3, batch_size=8, num_samples=64, eval_samples=0, device="cpu",
+                     progress=False)  # no held-out evaluation: these tests are about resuming
 
 
 def test_the_fingerprint_holds_what_defines_the_run():

@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from labkit.course import attention
 
-from labkit.course import attention  # noqa: E402
-from labkit.recipes.attention import manual_attention, sdpa_attention  # noqa: E402
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    """torch, imported when this module's first test runs rather than at collection."""
+    global torch, manual_attention, sdpa_attention
+    torch = pytest.importorskip("torch")
+    from labkit.recipes.attention import manual_attention, sdpa_attention
 
 
 def _qkv(t: int, seed: int = 0):

@@ -9,7 +9,7 @@ import pytest
 
 from labkit.core.config import ParameterError
 from labkit.core.train_config import TrainConfig
-from labkit.course import capstone, ladder
+from labkit.course import capstone, capstone_target, ladder
 from labkit.course.capstone import CapstoneConfig, Hardware
 from labkit.hardware.machines import Price
 
@@ -88,11 +88,16 @@ def test_climb_keeps_what_pays_and_drops_the_rest():
     assert [r["run"] for r in result.final] == ["baseline", "optimised"]
     assert [t["verdict"] for t in result.trials] == ["faster", "faster", "no measurable difference here",
                                                      "no measurable difference here", "faster"]
-    # one short discarded run of each of the 6 configurations the first time it is seen, then
-    # each of the 5 comparisons and the final one alternate 3 + 3 runs
+    # first a short run without the storage wait sizes it: as long as the compute step measured
+    # (120 ms at batch 12 and 100 samples/s, 2% of it waiting: 117.6 ms)
+    assert (calls[0].steps, calls[0].input_latency_ms) == (capstone.PROBE_STEPS, 0.0)
+    assert result.baseline.input_latency_ms == 118.0 == result.optimised.input_latency_ms
+    assert result.slow_input.compute_ms == pytest.approx(117.6)
+    # then one short discarded run of each of the 6 configurations the first time it is seen,
+    # and each of the 5 comparisons and the final one alternate 3 + 3 runs
     warm_ups = [c for c in calls if c.steps == ladder.WARM_UP_STEPS]
-    assert len(warm_ups) == 6 and calls[0].steps == ladder.WARM_UP_STEPS
-    assert len(calls) == 6 + 6 * 6
+    assert len(warm_ups) == 6 and calls[1].steps == ladder.WARM_UP_STEPS
+    assert len(calls) == 1 + 6 + 6 * 6
     assert calls[-2] == result.baseline and calls[-1] == result.optimised
     assert len(result.spread_of(result.baseline).values) == 3 + 3  # first comparison and the final one
 
@@ -173,7 +178,8 @@ def test_conclusions_flag_a_configuration_that_swung():
     speeds = iter([20.0, 100.0, 30.0, 100.0, 500.0, 100.0] + [100.0] * 100)
 
     def measure(cfg: TrainConfig):
-        return {"samples_per_s": next(speeds) if cfg.steps != ladder.WARM_UP_STEPS else 1.0,
+        timed = cfg.steps not in (ladder.WARM_UP_STEPS, capstone.PROBE_STEPS)  # not a warm-up or the probe
+        return {"samples_per_s": next(speeds) if timed else 1.0,
                 "step_time_ms": 10.0, "data_fraction": 0.02, "peak_memory_mib": None, "final_loss": 1.0,
                 "device": "cpu"}
 
@@ -231,3 +237,187 @@ def test_real_climb_on_this_cpu():
                  if lv.key == t["key"]).changes.items()}
     assert result.changes() == {k: v for k, v in kept.items() if getattr(result.baseline, k) != v}
     assert all(r["device"] == "cpu" and r["samples_per_s"] > 0 and r["final_loss"] > 0 for r in result.final)
+
+
+# ---------------------------------------------------------------- the slow baseline
+
+
+def test_the_baseline_says_why_it_is_slow_before_it_runs():
+    measure, calls = _speed_model({})
+    cfg = CapstoneConfig(framework="torch", model="resnet", scale="smoke")
+    base, slow = capstone.slow_baseline(cfg, CPU, measure)
+    # one probe without the wait: 160 ms at batch 16 and 100 samples/s, 2% of it waiting
+    assert len(calls) == 1 and calls[0].input_latency_ms == 0.0 and calls[0].precision == "fp32"
+    assert base.input_latency_ms == 157.0 and base.precision == "fp32" and base.num_workers == 0
+    assert slow.expected_wait == pytest.approx(157.0 / (157.0 + 156.8))
+    assert "input-bound" in slow.text() and "157 ms" in slow.text() and "fp32" in slow.text()
+    given, why = capstone.slow_baseline(CapstoneConfig(framework="torch", input_latency_ms=0.0), CPU, measure)
+    assert len(calls) == 1 and given.input_latency_ms == 0.0 and "no injected input wait" in why.text()
+
+
+def _bottleneck_result(latency_ms: float, data_fraction: float | None):
+    result = _result()
+    result.final[0]["data_fraction"] = data_fraction
+    return replace(result, slow_input=capstone.SlowInput(latency_ms, 100.0 if latency_ms else None))
+
+
+def test_the_stated_bottleneck_is_checked_against_the_measured_breakdown():
+    shown = _bottleneck_result(100.0, 0.48)
+    assert shown.input_bound and shown.bottleneck_shown()
+    assert "waited for its input 48% of each step" in shown.bottleneck() and "as stated" in shown.bottleneck()
+    missing = _bottleneck_result(100.0, 0.1)
+    assert not missing.bottleneck_shown() and "did not show" in missing.bottleneck()
+    assert _bottleneck_result(0.0, 0.02).bottleneck_shown()  # fp32 only: not input-bound, as stated
+    assert not _bottleneck_result(100.0, None).bottleneck_shown()
+
+
+def test_the_baseline_is_input_bound_when_measured_on_this_cpu():
+    """A real run: the baseline's measured breakdown has the bottleneck stated for it. The wait
+    is given (not sized from a probe) so that a busy shared machine, whose compute step swings
+    from run to run, cannot move the share below the line."""
+    torch = pytest.importorskip("torch")
+    cfg = CapstoneConfig(framework="torch", model="cnn", scale="smoke", steps=6, device="cpu", input_latency_ms=200.0)
+    base, slow = capstone.slow_baseline(cfg, CPU)
+    assert base.input_latency_ms == 200.0 and "input-bound" in slow.text() and "200 ms" in slow.text()
+    before = torch.get_num_threads()
+    torch.set_num_threads(cfg.cpu_threads)  # as the climb runs on a CPU
+    try:
+        row = capstone.measure(base)
+    finally:
+        torch.set_num_threads(before)
+    assert row["data_fraction"] >= capstone.INPUT_BOUND, row
+    assert row["data_fraction"] * row["step_time_ms"] >= 0.9 * 200.0  # the wait is where the breakdown puts it
+
+
+def test_a_lever_with_no_measurable_difference_is_not_kept_and_its_headline_says_so(capsys):
+    from labkit.core.stats import NO_DIFFERENCE
+    from labkit.notebooks import key_comparison
+
+    noise = iter([100.0, 104.0, 98.0, 103.0, 101.0, 99.0] * 40)
+
+    def measure(cfg: TrainConfig):
+        speed = next(noise) * (2.0 if cfg.num_workers else 1.0)
+        return {"samples_per_s": speed, "step_time_ms": 10.0, "data_fraction": 0.5 if not cfg.num_workers else 0.0,
+                "peak_memory_mib": None, "final_loss": 1.0, "device": "cpu"}
+
+    cfg = CapstoneConfig(framework="torch", model="resnet", scale="smoke", repeats=3)
+    result = capstone.optimise(cfg, hardware=CPU, measure_fn=measure)
+    by_key = {t["key"]: t for t in result.trials}
+    assert by_key["loader_workers"]["kept"] and by_key["loader_workers"]["verdict"] == "faster"
+    for key in ("bf16", "channels_last"):
+        assert not by_key[key]["kept"] and by_key[key]["verdict"] == NO_DIFFERENCE
+    assert result.kept == ["loader_workers"]
+    t = by_key["channels_last"]
+    key_comparison(t["figure"], t["comparison"], "without", "with")
+    shown = capsys.readouterr().out
+    assert t["figure"] == "capstone lever here: channels_last, with / without"
+    assert f"{t['figure']}: {NO_DIFFERENCE}" in shown and "×" not in shown.split(":", 1)[1].split("(")[0]
+
+
+# ---------------------------------------------------------------- the job on the target GPU
+
+
+def _ladder(fp32=(99.0, 100.0, 101.0), bf16=(240.0, 250.0, 260.0), channels_last=(490.0, 500.0, 510.0),
+            device="NVIDIA H100 80GB HBM3"):
+    rows = []
+    for key, label, runs in (("fp32", "fp32", fp32), ("bf16", "bf16 autocast", bf16),
+                             ("bf16_channels_last", "bf16 + channels_last", channels_last)):
+        low, median, high = runs
+        rows.append({"key": key, "rung": label, "samples_per_s": median,
+                     "range": f"{low:,.0f}–{high:,.0f}" if low != high else "one run", "speedup": median / fp32[1]})
+    return capstone_target.StoredLadder(tuple(rows), "benchmarks/results/x-course.json: test", "benchmarks/results/x-course.json",
+                                        device, "2026-11-26")
+
+
+def _cpu_result():
+    """A CPU climb: the loader lever kept; bf16 slower and channels_last no different, here."""
+    measure, _ = _speed_model({"num_workers": (1, 2.0), "precision": ("bf16", 0.5)})
+    cfg = CapstoneConfig(framework="torch", model="resnet", scale="smoke", repeats=3)
+    return capstone.optimise(cfg, hardware=CPU, measure_fn=measure)
+
+
+def test_a_cpu_run_plans_the_gpu_job_with_the_stored_gpu_ladders_levers():
+    result = _cpu_result()
+    assert result.kept == ["loader_workers"]  # here, bf16 was slower and channels_last no different
+    plan = capstone_target.plan_for_target(result, CPU, "H100 80GB", _ladder())
+    assert plan.carried == ["loader_workers", "bf16", "channels_last"] and not plan.measured_here
+    rows = {r["key"]: r for r in plan.rows}
+    assert rows["loader_workers"]["decided by"] == "measured here on cuda:0"  # the fake's device
+    assert rows["bf16"]["decided by"] == rows["channels_last"]["decided by"] == \
+        "stored GPU run: benchmarks/results/x-course.json, NVIDIA H100 80GB HBM3, 2026-11-26"
+    assert rows["bf16"]["here"] == "0.50×, slower" and rows["bf16"]["stored GPU run"].startswith("2.50×, faster")
+    assert not rows["compile"]["carried"] and "run this notebook on a GPU" in rows["compile"]["why"]
+    assert (plan.config.precision, plan.config.channels_last, plan.config.num_workers) == ("bf16", True, 1)
+    text = " ".join(plan.sentences())
+    assert "carries: 1 loader worker (measured here on cuda:0); bf16 autocast, channels_last (stored GPU run: " in text
+    # the epoch is priced from the ladder at the target's price, never from the CPU's runs
+    costs = capstone_target.cost_rows(plan, Price(10.0, 4.0, "test"), 1_800_000, spot_overhead=0.1)
+    assert [c["run"] for c in costs] == ["baseline (fp32)", "planned job"]
+    assert costs[1]["h/epoch"] == pytest.approx(1.0) and costs[1]["$/epoch"] == pytest.approx(10.0)
+    assert costs[1]["h/epoch range"] == "0.98–1.02" and costs[1]["Spot $/epoch"] == pytest.approx(4.4)
+    assert costs[0]["h/epoch"] == pytest.approx(5.0)
+    assert plan.comparison.b_is_better and plan.comparison.ratio == pytest.approx(5.0)
+    spec = capstone.epoch_job(result, 1_281_167, config=plan.config, step_time_ms=plan.step_time_ms,
+                              output_uri="gs://bkt/x", machine_type="a3-highgpu-1g",
+                              accelerator_type="NVIDIA_H100_80GB", accelerator_count=1)
+    args = spec["worker_pool_specs"][0]["container_spec"]["args"]
+    assert args[args.index("--precision") + 1] == "bf16" and "--channels-last" in args
+    assert args[args.index("--num-workers") + 1] == "1" and "--input-latency-ms" not in args
+    assert args[args.index("--checkpoint-every") + 1] == str(round(30 * 60_000 / (1000 * 256 / 500)))
+
+
+def test_the_real_stored_gpu_run_carries_bf16_and_channels_last():
+    stored = capstone_target.StoredLadder.load()
+    if stored is None:
+        pytest.skip("benchmarks/results is not beside this labkit")
+    plan = capstone_target.plan_for_target(_cpu_result(), CPU, "H100 80GB", stored)
+    assert {"bf16", "channels_last"} <= set(plan.carried)
+    assert stored.file.startswith("benchmarks/results/") and stored.date and stored.device.startswith("NVIDIA")
+
+
+def test_a_lever_that_overlaps_on_the_stored_ladder_is_not_carried():
+    plan = capstone_target.plan_for_target(_cpu_result(), CPU, "H100 80GB",
+                                           _ladder(channels_last=(245.0, 255.0, 265.0)))
+    rows = {r["key"]: r for r in plan.rows}
+    assert plan.carried == ["loader_workers", "bf16"] and plan.rung == "bf16"
+    assert "no measurable difference here" in rows["channels_last"]["stored GPU run"]
+    one_run = capstone_target.plan_for_target(_cpu_result(), CPU, "H100 80GB",
+                                              _ladder(fp32=(100.0,) * 3, bf16=(250.0,) * 3, channels_last=(500.0,) * 3))
+    assert one_run.carried == ["loader_workers"] and "no verdict" in {r["key"]: r for r in one_run.rows}["bf16"][
+        "stored GPU run"]
+
+
+def test_the_plan_says_when_the_ladder_ran_on_another_gpu_or_model():
+    other = capstone_target.plan_for_target(_cpu_result(), CPU, "H100 80GB", _ladder(device="NVIDIA H200"))
+    assert any("ran on NVIDIA H200" in n and "H100 80GB" in n and "not a measurement of it" in n for n in other.notes)
+    same = capstone_target.plan_for_target(_cpu_result(), CPU, "H100 80GB", _ladder())
+    assert not any("ran on" in n for n in same.notes)
+    measure, _ = _speed_model({})
+    gpt = capstone.optimise(CapstoneConfig(framework="torch", model="gpt", scale="smoke"), hardware=CPU,
+                            measure_fn=measure)
+    plan = capstone_target.plan_for_target(gpt, CPU, "H100 80GB", _ladder())
+    assert "bf16" not in plan.carried and any("ResNet-50's" in n for n in plan.notes)
+    assert capstone_target.cost_rows(plan, None, 1000) == []
+
+
+def test_on_a_gpu_the_levers_measured_here_decide():
+    measure, _ = _speed_model({"num_workers": (8, 1.5), "precision": ("bf16", 2.0)})
+    result = capstone.optimise(CapstoneConfig(framework="torch", model="resnet", scale="full", repeats=3),
+                               hardware=H100, measure_fn=measure)
+    plan = capstone_target.plan_for_target(result, H100, "H100 80GB", _ladder(channels_last=(245.0, 255.0, 265.0)))
+    assert plan.measured_here and plan.carried == result.kept == ["loader_workers", "bf16"]
+    assert plan.config == result.optimised and {r["decided by"] for r in plan.rows} == {"measured here on cuda:0"}
+    assert capstone_target.cost_rows(plan, None, 1000) == capstone.cost_rows(result, None, 1000)
+    assert plan.comparison.ratio == pytest.approx(3.0)
+
+
+def test_without_a_loader_lever_the_baseline_gets_no_wait():
+    from labkit.core import frameworks
+
+    if not frameworks.has_tf():
+        pytest.skip("TensorFlow is not installed")
+    measure, calls = _speed_model({})
+    cfg = CapstoneConfig(framework="tf", model="resnet", scale="smoke", input_latency_ms=50.0)
+    base, slow = capstone.slow_baseline(cfg, CPU, measure)
+    assert calls == [] and base.input_latency_ms == 0.0 and slow.latency_ms == 0.0
+    assert "no injected input wait" in slow.text()

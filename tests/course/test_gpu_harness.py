@@ -12,8 +12,14 @@ import pytest
 
 from tests.conftest import REPO
 
-pytest.importorskip("papermill")
 HARNESS = REPO / "benchmarks" / "course_gpu.py"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _papermill():
+    """papermill (and the cloud storage clients under it), imported when this module's first test
+    runs rather than at collection."""
+    pytest.importorskip("papermill")
 
 
 @pytest.mark.slow

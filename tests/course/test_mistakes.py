@@ -5,16 +5,19 @@ gives a different sentence."""
 
 from __future__ import annotations
 
+import matplotlib
 import pytest
-
-torch = pytest.importorskip("torch")
-
-import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 
 from labkit.core.models import GPTConfig  # noqa: E402
 from labkit.course import mistakes  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    """torch, imported when this module's first test runs rather than at collection."""
+    pytest.importorskip("torch")
 
 
 @pytest.mark.slow
@@ -90,6 +93,18 @@ def test_a_per_process_batch_taken_for_the_global_one_changes_the_curve():
     r = mistakes.per_process_batch(model="cnn", steps=4, batch_size=16, nproc=2, num_samples=128)
     assert r["right_max_gap"] <= 1e-5
     assert r["mistaken_max_gap"] > 1e-3 and r["mistaken_global_batch"] == 32
+    assert len(r["mistaken"]) == 2 and r["samples"] == 64  # the same samples, in half the steps
+    assert r["heldout_single"] is not None and r["heldout_mistaken"] is not None
+    text = mistakes.explain_per_process_batch(r)[1]
+    assert f"{r['heldout_mistaken']:.3f} against {r['heldout_single']:.3f}" in text
+    assert ("worse" in text) == (r["heldout_mistaken"] > r["heldout_single"])
+
+
+def test_the_mistakes_harm_is_said_from_its_held_out_losses():
+    r = {"nproc": 2, "batch_size": 32, "right_max_gap": 0.0, "mistaken_global_batch": 64, "samples": 640,
+         "heldout_single": 2.0, "heldout_mistaken": 2.2}
+    assert "2.200 against 2.000: worse" in mistakes.explain_per_process_batch(r)[1]
+    assert "no worse in this short run" in mistakes.explain_per_process_batch({**r, "heldout_mistaken": 1.9})[1]
 
 
 # ---------------------------------------------------------------- the sentences and plots
@@ -143,8 +158,10 @@ def test_memory_sentences_and_rows_add_up():
 
 
 def test_per_process_batch_sentences_and_plot():
-    r = {"single": [2.3, 2.2], "right": [2.3, 2.2], "mistaken": [2.3, 2.1], "nproc": 2, "batch_size": 64,
-         "mistaken_global_batch": 128, "right_max_gap": 1e-7, "mistaken_max_gap": 0.1}
+    r = {"single": [2.3, 2.2], "right": [2.3, 2.2], "mistaken": [2.25], "nproc": 2, "batch_size": 64,
+         "mistaken_global_batch": 128, "right_max_gap": 1e-7, "mistaken_max_gap": 0.05, "samples": 128,
+         "heldout_single": 2.1, "heldout_mistaken": 2.2}
     text = " ".join(mistakes.explain_per_process_batch(r))
-    assert "(32 each)" in text and "global batch 128" in text and "by up to 0.100" in text
-    assert len(mistakes.plot_per_process_batch(r).axes[0].lines) == 3
+    assert "(32 each)" in text and "global batch 128" in text and "after the same 128 samples" in text
+    lines = mistakes.plot_per_process_batch(r).axes[0].lines
+    assert len(lines) == 3 and list(lines[2].get_xdata()) == [128]  # plotted by samples seen

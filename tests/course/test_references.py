@@ -110,6 +110,7 @@ def test_reference_ladder_rows_are_the_benchmark_rows_without_a_course_run(monke
     rates = {r["variant"]: r["rate"] for r in data["rows"]}
     assert [r["samples_per_s"] for r in rows] == [rates[v] for v in results.RESNET_RUNGS]
     assert [r["key"] for r in rows][:5] == [r.key for r in precision.RUNGS["torch"] if r.key != "fp16"]
+    assert {r["range"] for r in rows} == {"one run"}
     assert "NVIDIA H100" in provenance and "2026-11-22" in provenance and "bench_torch.py" in provenance
     numbers = all_numbers()
     assert all(r["samples_per_s"] in numbers for r in rows)
@@ -123,6 +124,10 @@ def test_reference_ladder_is_notebook_04s_own_from_the_newest_course_run_on_a_gp
     rungs = {f.label: f.value for f in course.figures("04")}
     assert rows and all(rungs[precision.RUNG_FIGURE.format(rung=r["rung"])] == r["samples_per_s"] for r in rows)
     assert rows[0]["key"] == "fp32" and rows[0]["speedup"] == 1.0
+    notes = {f.label: f.note for f in course.figures("04")}  # each rung keeps the range its file holds
+    for r in rows:
+        note = notes[precision.RUNG_FIGURE.format(rung=r["rung"])]
+        assert (f"range {r['range']}" in note) if "range" in note else r["range"] == "-"
     assert course.file.name in provenance and course.device in provenance and "course_gpu.py" in provenance
 
 

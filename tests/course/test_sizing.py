@@ -118,3 +118,18 @@ def test_the_course_table_has_a_row_per_notebook():
     rows = sizing.course_table(sizing.Machine.planned("l4"))
     assert [r["notebook"] for r in rows] == list(NOTEBOOKS)
     assert all(r["expected_min"] > 0 for r in rows)
+
+
+def test_a_plan_says_when_the_machine_is_busy_and_how_much_timings_may_stretch(monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (7.0, 0.0, 0.0))
+    plan = sizing.plan("00_tour", "smoke")
+    cores = plan.machine.cpu_cores
+    if 7.0 < sizing.BUSY_SHARE * cores:
+        pytest.skip("this machine has too many cores for a load of 7 to count as busy")
+    assert plan.busy and plan.load == 7.0 and plan.stretch == pytest.approx(max(1.0, 8 / cores))
+    assert "busy: this machine's load average is 7.0" in plan.text() and plan.record()["load"] == 7.0
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    quiet = sizing.plan("00_tour", "smoke")
+    assert not quiet.busy and "busy" not in quiet.text()

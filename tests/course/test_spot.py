@@ -120,3 +120,82 @@ def test_sensitivity_text_is_read_from_the_grid():
     calm = spot.sensitivity(scenario(checkpoint_write_s=60.0), [0.01, 20.0], [600])
     text = spot.sensitivity_text(calm, 100.0)
     assert "under 1%" in text and "Spot stops saving from 20 preemptions/h" in text
+
+
+def test_time_checkpoint_write_to_a_folder_writes_there_and_removes_it(tmp_path):
+    checkpoint.save(str(tmp_path / "src"), 3, {"model.pt": b"x" * 1000})
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    write = spot.time_checkpoint_write(str(tmp_path / "src"), to=str(dest), min_bytes=5_000, repeats=3)
+    assert len(write.seconds.values) == 3 and write.nbytes == 5_000
+    assert list(dest.iterdir()) == []  # each timed folder removed
+
+
+def test_the_published_cloud_storage_rate_is_gcsfuse_s_write_benchmark_per_writer():
+    rate = spot.published_cloud_rate("no bucket here")
+    assert rate.place == "Cloud Storage" and not rate.measured and rate.label == "Cloud Storage (published)"
+    assert rate.bytes_per_s == pytest.approx(4624.59e6 / 10)
+    assert "gcsfuse/blob/master/docs/benchmarks.md" in rate.how and "v3.4.3" in rate.how
+    assert "read 2026-11-29" in rate.how and rate.how.endswith("not measured here: no bucket here")
+    assert rate.seconds(1.5e9) == pytest.approx(1.5e9 / 462.459e6)
+    with pytest.raises(ParameterError, match="bytes_per_s"):
+        spot.WriteRate("local disk", 0.0, "", True)
+
+
+def test_cloud_storage_is_measured_only_with_a_bucket_credentials_and_the_real_service():
+    from labkit.core.gcp import CloudContext
+
+    def ctx(bucket="gs://b", credentials="key file"):
+        return CloudContext("p", "us-central1", bucket, credentials)
+
+    assert "LABKIT_BUCKET" in spot.cloud_unmeasurable(ctx(bucket=None), {})
+    assert "credentials" in spot.cloud_unmeasurable(ctx(credentials=None), {})
+    for stand_in in ({"STORAGE_EMULATOR_HOST": "http://127.0.0.1:9"}, {"LABKIT_LOCAL_GCS": "/tmp/x"}):
+        assert "not Cloud Storage" in spot.cloud_unmeasurable(ctx(), stand_in)
+    rate = spot.cloud_write_rate("/nowhere", ctx(bucket=None), env={})
+    assert not rate.measured and "set LABKIT_BUCKET" in rate.how  # nothing written, the page cited
+
+
+def test_the_interval_comes_from_the_rate_it_is_given():
+    slow = spot.WriteRate("Cloud Storage", 100e6, "published", False)
+    fast = spot.WriteRate("local disk", 2e9, "measured", True)
+    s = scenario(checkpoint_write_s=0.0, checkpoint_on_sigterm=True)
+    cloud, local = (spot.checkpoint_interval(s, 6e9, r) for r in (slow, fast))
+    assert cloud.write_s == pytest.approx(60.0) and local.write_s == pytest.approx(3.0)
+    assert not cloud.scenario.spot.checkpoint_on_sigterm  # the table is for hard kills
+    assert cloud.young_daly_s == pytest.approx(young_daly_interval(60.0, 0.1))
+    assert round(cloud.young_daly_s) in [r.interval_s for r in cloud.rows]
+    assert cloud.cheapest == min(cloud.rows, key=lambda r: r.spot_cost)
+    assert cloud.cheapest.interval_s > local.cheapest.interval_s  # slower writes, rarer checkpoints
+    rows = spot.interval_rows([cloud, local])
+    assert rows[0]["checkpoint written to"] == "Cloud Storage (published)" and rows[0]["6 GB write (s)"] == 60.0
+    name, minutes, unit, note = spot.interval_headline([cloud, local])
+    assert "Cloud Storage (published) rate of 100 MB/s" in name and unit == "min"
+    assert minutes == cloud.cheapest.interval_s / 60
+    assert f"local disk (measured) rate, 2,000 MB/s: {local.cheapest.interval_s / 60:.1f} min" in note
+    never = spot.checkpoint_interval(scenario(preemptions_per_hour=0.0), 1e9, fast)
+    assert never.young_daly_s == math.inf and [r.interval_s for r in never.rows] == list(spot.ROUND_INTERVALS_S)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_checkpoint_is_timed_through_gs_and_removed_from_the_bucket(tmp_path):
+    """Through gcsfs to the local Cloud Storage server, as to a real bucket."""
+    import subprocess
+    import sys
+
+    from labkit.core.launcher import child_env
+    from labkit.vertex.storage import LocalStorage
+
+    checkpoint.save(str(tmp_path / "src"), 2, {"model.pt": b"y" * 4096})
+    (tmp_path / "buckets" / "bkt").mkdir(parents=True)
+    code = ("from labkit.course.preemption import spot\n"
+            f"w = spot.time_checkpoint_write({str(tmp_path / 'src')!r}, to='gs://bkt/probe', min_bytes=100_000)\n"
+            "print(w.nbytes, len(w.seconds.values))\n")
+    with LocalStorage(tmp_path / "buckets", tmp_path / "state") as server:
+        out = subprocess.run([sys.executable, "-c", code], env=child_env(server.client_env()),
+                             capture_output=True, text=True, timeout=150)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.split() == ["100000", "3"]
+        assert server.stats()["requests"] > 0
+    assert not [p for p in (tmp_path / "buckets" / "bkt").rglob("*") if p.is_file()]  # all removed

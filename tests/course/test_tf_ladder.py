@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("tensorflow")
-from labkit.core.config import ParameterError  # noqa: E402
-from labkit.course import precision  # noqa: E402
-from labkit.course.precision import loss_scaling  # noqa: E402
+from labkit.core.config import ParameterError
+from labkit.course import precision
+from labkit.course.precision import loss_scaling
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _tensorflow():
+    """TensorFlow, imported when this module's first test runs rather than at collection."""
+    pytest.importorskip("tensorflow")
 
 
 @pytest.mark.slow

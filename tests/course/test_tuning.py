@@ -93,3 +93,47 @@ def vertex_placeholder_free(spec) -> bool:
     from labkit import vertex
 
     return vertex.submission_placeholder(spec) is None
+
+
+def test_a_best_value_at_the_edge_of_its_range_is_flagged_on_the_ranges_own_scale():
+    def best(lr):
+        return TrialRecord("1", {"lr": lr, "batch_size": 32.0}, 2.0, "SUCCEEDED", 1.0)
+
+    ranges = {"lr": ("log", 1e-4, 3e-2)}
+    assert "top edge" in tuning.edge_notes(best(2.9e-2), ranges)[0]
+    assert "bottom edge" in tuning.edge_notes(best(1.2e-4), ranges)[0]
+    assert tuning.edge_notes(best(2e-3), ranges) == []  # mid-range on a log scale
+    assert tuning.edge_notes(best(0.05), {"lr": ("linear", 0.0, 0.1)}) == []
+    assert tuning.edge_notes(None, ranges) == []
+
+
+def test_the_search_note_counts_tpes_random_start_up():
+    from labkit.vertex.tuning import tpe_startup_trials
+
+    startup = tpe_startup_trials()
+    assert "random search" in tuning.search_note(startup)
+    assert tuning.search_note(startup + 5).startswith(f"TPE suggested 5 of the {startup + 5} trials")
+
+
+def _confirmed(a, b):
+    return [{"trial": "3", "metrics": a, "range": "x"}, {"trial": "7", "metrics": b, "range": "y"}]
+
+
+def test_a_winner_is_named_only_when_it_holds_on_every_seed():
+    from labkit.core import stats
+
+    holds = _confirmed([1.0, 1.01, 1.02], [1.2, 1.21, 1.19])
+    cmp = tuning.top_comparison(holds, "minimize")
+    assert cmp.winner == "a" and "stays best on every one of 3 seeds" in tuning.confirmation_sentence(holds, cmp)
+    luck = _confirmed([1.0, 1.3, 1.31], [1.1, 1.12, 1.11])
+    assert stats.NO_DIFFERENCE in tuning.confirmation_sentence(luck, tuning.top_comparison(luck, "minimize"))
+    flipped = _confirmed([1.3, 1.31, 1.32], [1.1, 1.12, 1.11])
+    assert "one seed's luck" in tuning.confirmation_sentence(flipped, tuning.top_comparison(flipped, "minimize"))
+    assert tuning.top_comparison(holds[:1], "minimize") is None
+
+
+def test_the_planned_full_study_leaves_tpes_start_up():
+    from labkit.course import sizing
+    from labkit.vertex.tuning import tpe_startup_trials
+
+    assert sizing.plan("11_hyperparameter_tuning", "full")["trials"] > tpe_startup_trials()

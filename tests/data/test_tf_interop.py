@@ -22,8 +22,15 @@ from labkit.data import (
     write_records,
 )
 
-tf = pytest.importorskip("tensorflow")
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _tensorflow():
+    """TensorFlow, imported when this module's first test runs rather than at collection."""
+    global tf
+    tf = pytest.importorskip("tensorflow")
+
 
 RECORDS = [b"", b"x", os.urandom(3000), os.urandom(100_000)]
 TF_COMPRESSION = {None: "", "GZIP": "GZIP", "ZLIB": "ZLIB"}

@@ -9,11 +9,16 @@ import pytest
 from labkit.core.config import ParameterError
 from labkit.data import ImageDatasetConfig, ShardConfig, SyntheticImages, write_image_shards
 from labkit.data.latency import StorageLatency
-
-tf = pytest.importorskip("tensorflow")
-from labkit.data.tf_pipeline import AUTOTUNE, TFPipelineConfig, make_tf_dataset  # noqa: E402
+from labkit.data.tf_pipeline import AUTOTUNE, TFPipelineConfig, make_tf_dataset
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _tensorflow():
+    """TensorFlow, imported when this module's first test runs rather than at collection."""
+    global tf
+    tf = pytest.importorskip("tensorflow")
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,14 @@ from labkit.data import (
     write_image_shards,
 )
 from labkit.data.reader import assign_shards
+from labkit.data.torch_loader import LoaderConfig, make_loader
 
-torch = pytest.importorskip("torch")
-from labkit.data.torch_loader import LoaderConfig, make_loader  # noqa: E402
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    """torch, imported when this module's first test runs rather than at collection."""
+    global torch
+    torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")

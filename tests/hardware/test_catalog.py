@@ -1,28 +1,135 @@
-"""The accelerator catalog: every row carries a price source and a read date, whose rate card
-the price is, and the price of the whole machine; the shipped file keeps the sanity rules and
-agrees with the GPU datasheet table (`labkit.hardware.gpus`); a malformed file fails with a
-message naming the file, the row and the column."""
+"""The machine price list and the accelerator catalog: every price row carries its rate card, a
+source pinned to a commit and a read date; a machine is priced by its own row (or its host row
+plus its attached GPUs' row), never a scaled neighbour; the catalog takes its prices from the
+list; the shipped files keep the sanity rules and agree with the GPU datasheet table
+(`labkit.hardware.gpus`); a malformed file fails with a message naming the file, the row and
+the column."""
 
 from __future__ import annotations
 
 import csv
 import datetime as dt
+import re
 import shutil
 
 import pytest
 
-from labkit.hardware import gpus
+from labkit.hardware import facts, gpus
 from labkit.hardware.catalog import (
     CATALOG_PATH,
     COLUMNS,
+    MACHINE_PRICE_COLUMNS,
+    MACHINE_PRICES_PATH,
     PRICE_BASES,
+    VERTEX_BASIS,
     CatalogEntry,
     CatalogError,
     catalog_rows,
     find,
     load_catalog,
+    load_machine_prices,
+    machine_price,
+    machine_price_problems,
     sanity_problems,
 )
+from labkit.vertex.machines import GPU_COUNTS, TRAINING_MACHINE_TYPES
+
+PINNED = r"https://github\.com/[\w.-]+/[\w.-]+/blob/[0-9a-f]{40}/"
+# A price of its own for a catalog row (the shipped rows take theirs from the price list).
+OWN_PRICE = {"price_basis": "Compute Engine", "on_demand_usd_hr": "1.0", "spot_usd_hr": "0.4",
+             "price_source": "https://example.com/prices", "price_read_on": "2026-11-29"}
+
+
+def test_every_price_row_is_sourced_dated_and_on_a_known_rate_card():
+    prices = load_machine_prices()
+    assert len(prices) >= 100
+    for p in prices:
+        assert re.match(PINNED, p.price_source), p.key  # a public file at a fixed commit
+        assert p.price_read_on >= dt.date(2026, 11, 1) and p.region == "us-central1", p.key
+        assert p.price_basis in PRICE_BASES and p.on_demand_usd_hr > 0, p.key
+        if p.spot_usd_hr is None:
+            assert "Spot" in p.note, p.key
+    raw = list(csv.DictReader(MACHINE_PRICES_PATH.open(encoding="utf-8")))
+    assert all(r["price_source"] and r["price_read_on"] for r in raw) and len(raw) == len(prices)
+    assert machine_price_problems(prices) == []
+
+
+def test_every_training_machine_type_has_a_price_unless_no_source_has_one():
+    """Every machine type training offers, CPU machines included, is in the list; the three
+    without a public us-central1 price stay unpriced rather than borrow one."""
+    priced = {p.machine_type for p in load_machine_prices()}
+    assert [m for m in TRAINING_MACHINE_TYPES if m not in priced] == [
+        "a4x-highgpu-4g", "a4-highgpu-8g", "tpu7x-standard-4t"]
+
+
+def test_accelerator_optimized_machines_are_priced_by_their_own_rows():
+    prices = load_machine_prices()
+    for machine, carried in GPU_COUNTS.items():
+        if machine.startswith(("a2-", "a3-highgpu", "g2-", "g4-")):
+            ((accelerator, (count,)),) = carried.items()
+            quote = machine_price(prices, machine, accelerator, count)
+            assert quote is not None and len(quote.parts) == 1, machine
+            assert quote.parts[0].key == (machine, accelerator, count)
+    g2 = {n: machine_price(prices, f"g2-standard-{n}", "NVIDIA_L4", c).hourly()
+          for n, c in ((8, 1), (32, 1), (48, 4))}
+    assert g2[32] == pytest.approx(1.734376367) and g2[32] > 2 * g2[8]  # not one L4's share of g2-standard-8
+    assert g2[48] == pytest.approx(4.001665148) and g2[48] > 1.15 * 4 * g2[8]
+
+
+def test_n1_gpus_are_the_host_row_plus_the_attached_gpu_row():
+    prices = load_machine_prices()
+    quote = machine_price(prices, "n1-standard-16", "NVIDIA_TESLA_V100", 4)
+    host, gpus_row = quote.parts
+    assert host.key == ("n1-standard-16", "", 0) and gpus_row.key == ("", "NVIDIA_TESLA_V100", 4)
+    assert quote.hourly() == pytest.approx(0.759996 + 9.92)
+    assert quote.hourly(spot=True) == pytest.approx(0.26804 + 3.968)
+    assert machine_price(prices, "n1-standard-16", "NVIDIA_TESLA_V100", 3) is None  # no row: no guess
+    assert machine_price(prices, "a4-highgpu-8g", "NVIDIA_B200", 8) is None
+
+
+def test_vertex_ai_rate_is_used_where_one_was_read():
+    """n1-standard-4 is on Vertex AI's own rate card, 15% above Compute Engine's; Vertex AI's
+    Spot rate for it was not read, so the row has none (and says why)."""
+    (row,) = machine_price(load_machine_prices(), "n1-standard-4").parts
+    assert row.price_basis == VERTEX_BASIS and row.spot_usd_hr is None
+    assert row.on_demand_usd_hr == facts.VERTEX_TRAINING_N1_STANDARD_4.value
+    assert row.on_demand_usd_hr / facts.COMPUTE_N1_STANDARD_4.value == pytest.approx(1.15, abs=0.005)
+    assert "billed by job duration and machine type" in row.note
+
+
+@pytest.mark.parametrize("column,value,message", [
+    ("price_source", "my notes", "must be a URL"),
+    ("price_read_on", "29/11/2026", "ISO date"),
+    ("price_basis", "my guess", "price_basis"),
+    ("on_demand_usd_hr", "", "on_demand_usd_hr"),
+    ("accelerator_count", "2", "must be 0 without an accelerator_type"),
+    ("note", "", "note must say why"),
+])
+def test_bad_price_rows_name_row_and_column(tmp_path, column, value, message):
+    rows = list(csv.DictReader(MACHINE_PRICES_PATH.open(encoding="utf-8")))
+    n1 = next(i for i, r in enumerate(rows) if r["machine_type"] == "n1-standard-4")
+    rows[n1][column] = value
+    path = tmp_path / "prices.csv"
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=MACHINE_PRICE_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    with pytest.raises(CatalogError, match=message) as err:
+        load_machine_prices(path)
+    assert f"row {n1 + 2}" in str(err.value) and str(path) in str(err.value)
+
+
+def test_shipped_catalog_rows_take_their_price_from_the_price_list():
+    """One owner: catalog.csv has no price of its own; each row is its machine's price-list row."""
+    raw = list(csv.DictReader(CATALOG_PATH.open(encoding="utf-8")))
+    assert all(not r["on_demand_usd_hr"] and not r["spot_usd_hr"] for r in raw)
+    prices = load_machine_prices()
+    for e in load_catalog():
+        quote = machine_price(prices, e.machine_type, e.accelerator_type, e.accelerator_count)
+        assert e.hourly() == quote.hourly() and e.hourly(spot=True) == quote.hourly(spot=True), e.name
+        assert e.price_basis == quote.price_basis, e.name
+        for part in quote.parts:
+            assert part.price_source in e.price_source, e.name
 
 
 def test_shipped_catalog_rows_all_have_source_and_date():
@@ -158,6 +265,7 @@ def _copy(tmp_path, edit):
 ])
 def test_bad_rows_name_row_and_column(tmp_path, column, value, message):
     def edit(rows):
+        rows[1] |= OWN_PRICE
         rows[1][column] = value
     path = _copy(tmp_path, edit)
     with pytest.raises(CatalogError, match=message) as err:
@@ -166,8 +274,8 @@ def test_bad_rows_name_row_and_column(tmp_path, column, value, message):
 
 
 def test_missing_price_needs_a_note(tmp_path):
-    def edit(rows):
-        rows[1]["on_demand_usd_hr"] = ""
+    def edit(rows):  # a machine the price list has no row for, and no price of its own
+        rows[1]["machine_type"] = "a4-highgpu-8g"
         rows[1]["note"] = ""
     with pytest.raises(CatalogError, match="note must say why"):
         load_catalog(_copy(tmp_path, edit))
@@ -186,11 +294,11 @@ def test_user_can_update_a_price(tmp_path):
     path = tmp_path / "mine.csv"
     shutil.copy(CATALOG_PATH, path)
     def edit(rows):
-        rows[1]["on_demand_usd_hr"] = "0.5"
-        rows[1]["price_read_on"] = "2027-01-31"
+        rows[1] |= OWN_PRICE | {"on_demand_usd_hr": "0.5", "price_read_on": "2027-01-31"}
     entries = load_catalog(_copy(tmp_path, edit))
-    assert entries[1].on_demand_usd_hr == 0.5
+    assert entries[1].on_demand_usd_hr == 0.5 and entries[1].spot_usd_hr == 0.4
     assert entries[1].price_read_on == dt.date(2027, 1, 31)
+    assert entries[2].hourly() == load_catalog()[2].hourly()  # the others keep the list's prices
 
 
 def test_accelerator_types_are_vertex_enum_names():

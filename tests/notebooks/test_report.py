@@ -51,3 +51,13 @@ def test_key_figure_text_and_notebook_roundtrip(capsys):
     nb.cells = [cell, nbformat.v4.new_markdown_cell("x")]
     assert figures_in_notebook(nb) == [KeyFigure("a", 1.5, "s", "")]
 
+
+def test_a_ratio_headline_against_its_own_verdict_is_found():
+    from labkit.core import stats
+    from labkit.notebooks.figures import KeyFigure, against_verdict
+
+    honest = [KeyFigure("bf16 over fp32", stats.NO_DIFFERENCE, "", "1.65×; cpu"),
+              KeyFigure("shards vs files", 4.77, "×", "faster in every run")]
+    lying = KeyFigure("DDP x2 scaling", 1.6, "×", f"cpu; {stats.NO_DIFFERENCE}")
+    assert against_verdict(honest) == [] and against_verdict([*honest, lying]) == [lying]
+

@@ -10,7 +10,12 @@ import pytest
 
 from labkit.profiling import hta_check
 
-pytest.importorskip("hta.trace_analysis")
+
+@pytest.fixture(scope="module", autouse=True)
+def _hta():
+    """HTA (and pandas under it), imported when this module's first test runs rather than at
+    collection."""
+    pytest.importorskip("hta.trace_analysis")
 
 
 def test_a_real_cpu_trace_agrees_on_steps(tmp_path):

@@ -10,7 +10,12 @@ import pytest
 
 from labkit.cli import main
 
-torch = pytest.importorskip("torch")
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    """torch, imported when this module's first test runs rather than at collection."""
+    pytest.importorskip("torch")
+
 
 SCRIPT = """
 import sys, time

@@ -8,12 +8,17 @@ import json
 
 import pytest
 
-pytest.importorskip("torch")
+from labkit.profiling.analysis import step_breakdown
+from labkit.profiling.run import profile_workload
+from labkit.profiling.torch_profiler import ProfileConfig, torch_profile
+from labkit.profiling.workload import WorkloadConfig, run_workload
 
-from labkit.profiling.analysis import step_breakdown  # noqa: E402
-from labkit.profiling.run import profile_workload  # noqa: E402
-from labkit.profiling.torch_profiler import ProfileConfig, torch_profile  # noqa: E402
-from labkit.profiling.workload import WorkloadConfig, run_workload  # noqa: E402
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    """torch, imported when this module's first test runs rather than at collection."""
+    pytest.importorskip("torch")
+
 
 SCHEDULE = {"wait": 1, "warmup": 1, "active": 3}
 

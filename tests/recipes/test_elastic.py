@@ -13,7 +13,12 @@ import pytest
 from tests.conftest import launch_output, recipe_env
 from tests.recipes.test_torch import SMALL, _assert_equal, _engine
 
-torch = pytest.importorskip("torch")
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    """torch, imported when this module's first test runs rather than at collection."""
+    global torch
+    torch = pytest.importorskip("torch")
 
 
 def _torchrun(max_restarts: int, *argv: str) -> subprocess.CompletedProcess:

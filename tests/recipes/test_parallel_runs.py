@@ -12,16 +12,22 @@ from dataclasses import replace
 
 import pytest
 
+from labkit.core import parallelism
+from labkit.core.models import GPTConfig
+from labkit.core.train_config import Preempted, TrainConfig
+from labkit.train import run_replicas, run_training
 from tests.conftest import launch_output, recipe_env
 
-torch = pytest.importorskip("torch")
-
-from labkit.core import parallelism  # noqa: E402
-from labkit.core.models import GPTConfig  # noqa: E402
-from labkit.core.train_config import Preempted, TrainConfig  # noqa: E402
-from labkit.train import run_replicas, run_training  # noqa: E402
-
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    """torch, imported when this module's first test runs rather than at collection."""
+    global torch
+    torch = pytest.importorskip("torch")
+
+
 BASE = TrainConfig(model="gpt", steps=4, batch_size=8, device="cpu", progress=False)
 DEEPSPEED = pytest.mark.skipif(
     __import__("labkit.core.frameworks", fromlist=["x"]).is_installed("deepspeed") is False,
@@ -73,7 +79,7 @@ def test_tensor_parallel_two_by_two(single, tmp_path):
 
 
 @pytest.mark.parametrize("mode, extra", [("zero3", {}), ("pp", {"pp_schedule": "gpipe"}),
-                                         ("zero2", {})])
+                                         ("zero2", {}), ("zero1", {}), ("tp", {})])
 def test_sharded_checkpoints_resume_after_the_drill(mode, extra, single, tmp_path):
     config = replace(BASE, parallel=mode, checkpoint_dir=str(tmp_path / "ckpt"), preempt_at=2,
                      metrics_out=str(tmp_path / "m.json"), **extra)

@@ -13,11 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from labkit.recipes.common import engine_config_from_argv
 from tests.conftest import launch_output
 
-pytest.importorskip("tensorflow")
 
-from labkit.recipes.common import engine_config_from_argv  # noqa: E402
+@pytest.fixture(scope="module", autouse=True)
+def _tensorflow():
+    """TensorFlow, imported when this module's first test runs rather than at collection."""
+    pytest.importorskip("tensorflow")
+
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["--batch-size", "16", "--num-samples", "64"]  # 4 steps per epoch: runs cross epochs

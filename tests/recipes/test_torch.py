@@ -12,13 +12,18 @@ from pathlib import Path
 
 import pytest
 
+from labkit.core.train_config import PREEMPTED_EXIT_CODE
+from labkit.recipes.common import engine_config_from_argv
+from labkit.train import run_replicas, run_training
 from tests.conftest import launch_output, recipe_env
 
-torch = pytest.importorskip("torch")
 
-from labkit.core.train_config import PREEMPTED_EXIT_CODE  # noqa: E402
-from labkit.recipes.common import engine_config_from_argv  # noqa: E402
-from labkit.train import run_replicas, run_training  # noqa: E402
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    """torch, imported when this module's first test runs rather than at collection."""
+    global torch
+    torch = pytest.importorskip("torch")
+
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["--batch-size", "16", "--num-samples", "64"]  # 4 steps per epoch: runs cross epochs

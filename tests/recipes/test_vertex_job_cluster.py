@@ -9,7 +9,14 @@ import subprocess
 
 import pytest
 
-vertex_job = pytest.importorskip("labkit.recipes.vertex_job")
+
+@pytest.fixture(scope="module", autouse=True)
+def _aiplatform():
+    """labkit.recipes.vertex_job (it imports the Vertex AI client), imported when this module's
+    first test runs rather than at collection."""
+    global vertex_job
+    vertex_job = pytest.importorskip("labkit.recipes.vertex_job")
+
 
 SPEC = {"cluster": {"workerpool0": ["cmle-training-workerpool0-ab-0:2222"],
                     "workerpool1": ["cmle-training-workerpool1-ab-0:2222", "cmle-training-workerpool1-ab-1:2222"],

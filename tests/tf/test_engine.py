@@ -19,7 +19,13 @@ from labkit.core.config import ParameterError
 from labkit.core.metrics import load_metrics
 from labkit.core.train_config import PREEMPTED_EXIT_CODE, Preempted, TrainConfig
 
-pytest.importorskip("tensorflow")
+
+@pytest.fixture(scope="module", autouse=True)
+def _tensorflow():
+    """TensorFlow, imported when this module's first test runs rather than at collection."""
+    pytest.importorskip("tensorflow")
+
+
 REPO = Path(__file__).resolve().parents[2]
 SMALL = ["--model", "cnn", "--batch-size", "32", "--num-samples", "256"]
 

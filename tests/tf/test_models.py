@@ -6,9 +6,15 @@ import numpy as np
 import pytest
 
 from labkit.core.models import CNNConfig, GPTConfig, ResNetConfig, build_config
+from labkit.tf.models import build_model, count_parameters
 
-tf = pytest.importorskip("tensorflow")
-from labkit.tf.models import build_model, count_parameters  # noqa: E402
+
+@pytest.fixture(scope="module", autouse=True)
+def _tensorflow():
+    """TensorFlow, imported when this module's first test runs rather than at collection."""
+    global tf
+    tf = pytest.importorskip("tensorflow")
+
 
 SMALL_CONFIGS = [
     CNNConfig(),

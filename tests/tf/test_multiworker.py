@@ -13,7 +13,13 @@ from labkit.core.metrics import load_metrics
 from labkit.core.train_config import PREEMPTED_EXIT_CODE, TrainConfig, to_argv
 from labkit.tf.launch import LaunchConfig, launch, run_local
 
-pytest.importorskip("tensorflow")
+
+@pytest.fixture(scope="module", autouse=True)
+def _tensorflow():
+    """TensorFlow, imported when this module's first test runs rather than at collection."""
+    pytest.importorskip("tensorflow")
+
+
 ARGS = ("--model", "cnn", "--batch-size", "32", "--num-samples", "256", "--steps", "5")
 
 

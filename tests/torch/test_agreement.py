@@ -7,15 +7,20 @@ import os
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from labkit.core.cluster import free_ports
 
-import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
-from torch import nn  # noqa: E402
-from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
-from labkit.core.cluster import free_ports  # noqa: E402
-from labkit.torch.agreement import StepAgreement  # noqa: E402
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    """torch, imported when this module's first test runs rather than at collection."""
+    global torch, dist, mp, nn, DDP, StepAgreement
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from labkit.torch.agreement import StepAgreement
 
 
 def _batch(rank: int):

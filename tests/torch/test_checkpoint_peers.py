@@ -9,18 +9,25 @@ from dataclasses import replace
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from labkit.core import checkpoint
+from labkit.core.train_config import TrainConfig
 
-import torch.distributed as dist  # noqa: E402
-from torch.utils._pytree import tree_flatten, tree_map  # noqa: E402
 
-from labkit.core import checkpoint  # noqa: E402
-from labkit.core.train_config import TrainConfig  # noqa: E402
-from labkit.torch import engine, state  # noqa: E402
-from labkit.torch.data import DataPosition  # noqa: E402
-from labkit.torch.distributed import DistInfo  # noqa: E402
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    """torch, imported when this module's first test runs rather than at collection."""
+    global torch, dist, tree_flatten, tree_map, engine, state, DataPosition, DistInfo
+    torch = pytest.importorskip("torch")
+    import torch.distributed as dist
+    from torch.utils._pytree import tree_flatten, tree_map
 
-CONFIG = TrainConfig(model="gpt", batch_size=4, lr=1e-2, progress=False, device="cpu")
+    from labkit.torch import engine, state
+    from labkit.torch.data import DataPosition
+    from labkit.torch.distributed import DistInfo
+
+
+CONFIG = TrainConfig(model="gpt", batch_size=4, lr=1e-2, eval_samples=0, progress=False,
+                     device="cpu")  # no held-out evaluation: these tests are about checkpoints
 
 
 def _assert_identical(saved, loaded) -> int:

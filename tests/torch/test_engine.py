@@ -12,15 +12,23 @@ from dataclasses import replace
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from labkit.core import checkpoint
+from labkit.core.train_config import Preempted, TrainConfig
 
-from labkit.core import checkpoint  # noqa: E402
-from labkit.core.train_config import Preempted, TrainConfig  # noqa: E402
-from labkit.torch import engine, state  # noqa: E402
-from labkit.torch.distributed import DistInfo  # noqa: E402
 
-BASE = TrainConfig(model="cnn", steps=4, batch_size=16, lr=1e-3, num_samples=64, progress=False,
-                   device="cpu")
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    """torch, imported when this module's first test runs rather than at collection."""
+    global torch, engine, state, DistInfo
+    torch = pytest.importorskip("torch")
+    from labkit.torch import engine, state
+    from labkit.torch.distributed import DistInfo
+
+
+# No held-out evaluation, except in the tests that are about it (they ask for the product's default).
+BASE = TrainConfig(model="cnn", steps=4, batch_size=16, lr=1e-3, num_samples=64, eval_samples=0,
+                   progress=False, device="cpu")
+EVAL_SAMPLES = TrainConfig().eval_samples
 
 
 def _final_params(ckpt_dir) -> dict:
@@ -54,7 +62,8 @@ def test_a_smoke_model_learns_on_samples_it_never_saw_and_evaluating_changes_not
     monkeypatch.setenv(hypertune.TUNING_METRIC_ENV, "heldout_loss")
     monkeypatch.setenv(hypertune.METRIC_FILE_ENV, str(tmp_path / "hypertune" / "output.metrics"))
     cfg = replace(BASE, steps=10, batch_size=64, lr=1e-2, num_samples=None, checkpoint_every=5,
-                  checkpoint_dir=str(tmp_path / "ck"), metrics_out=str(tmp_path / "m.json"))
+                  eval_samples=EVAL_SAMPLES, checkpoint_dir=str(tmp_path / "ck"),
+                  metrics_out=str(tmp_path / "m.json"))
     log = engine.fit(cfg)
     data = log.to_dict()
     heldout = data["run"]["heldout"]
@@ -86,7 +95,7 @@ def test_gpu_the_fast_levers_learn_and_evaluating_between_steps_changes_nothing(
     monkeypatch.setenv(hypertune.TUNING_METRIC_ENV, "heldout_loss")
     monkeypatch.setenv(hypertune.METRIC_FILE_ENV, str(tmp_path / "hypertune" / "output.metrics"))
     cfg = replace(BASE, **levers, device="cuda", steps=12, batch_size=32, lr=1e-2, num_samples=None,
-                  checkpoint_every=4, checkpoint_dir=str(tmp_path / "ck"))
+                  eval_samples=EVAL_SAMPLES, checkpoint_every=4, checkpoint_dir=str(tmp_path / "ck"))
     log = engine.fit(cfg)
     heldout = log.run["heldout"]
     assert [s["step"] for s in log.steps if "heldout_loss" in s] == [3, 7, 11]
@@ -187,6 +196,7 @@ def test_resume_is_bitwise_equal(tmp_path):
     _assert_close(_final_params(tmp_path / "full"), _final_params(tmp_path / "cut"), atol=0.0)
 
 
+@pytest.mark.slow  # loader worker processes
 def test_resume_with_loader_workers_is_bitwise_equal(tmp_path):
     cfg = replace(BASE, steps=6, num_workers=1, checkpoint_every=2)
     full = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "a")))
@@ -410,3 +420,37 @@ def test_a_small_dataset_held_in_memory_serves_the_batches_drawn_one_by_one(mode
             assert a.dtype == b.dtype and torch.equal(a, b)
     monkeypatch.setattr(data, "IN_MEMORY_LIMIT_BYTES", data.source_bytes(held.source) - 1)
     assert data.make_dataset(cfg, 300, 5).held is None  # over the limit: drawn batch by batch
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("kind", ["fp16", "powersgd"])
+def test_a_compressed_ddp_run_preempted_and_resumed_matches_the_uninterrupted_one(tmp_path, kind):
+    from labkit.torch.launch import run_local
+
+    # PowerSGD starts compressing at its third step: a cut at step 3 resumes mid-compression,
+    # where the error feedback each rank keeps decides the next gradients.
+    cfg = replace(BASE, steps=6, checkpoint_every=3, grad_compression=kind)
+    full = run_local(replace(cfg, checkpoint_dir=str(tmp_path / "full")), 2)
+    with pytest.raises(Preempted):
+        run_local(replace(cfg, checkpoint_dir=str(tmp_path / "cut"), preempt_at=3), 2)
+    files = checkpoint.load(str(tmp_path / "cut")).files.keys()
+    assert ({"comm-rank0.pt", "comm-rank1.pt"} <= files) == (kind == "powersgd")
+    rest = run_local(replace(cfg, checkpoint_dir=str(tmp_path / "cut")), 2)
+    assert rest.losses == full.losses[4:]
+
+
+def test_a_resume_under_another_gradient_compression_is_refused_unless_allowed():
+    from labkit.core.config import ParameterError
+    from labkit.core.fingerprint import Resume, run_fingerprint
+
+    saved = run_fingerprint(replace(BASE, grad_compression="powersgd"), world_size=2, data="d")
+    plain = run_fingerprint(BASE, world_size=2, data="d")
+    assert plain["grad_compression"] is None  # as in checkpoints written before the field existed
+    assert saved["grad_compression"] == {"kind": "powersgd", "rank": BASE.powersgd_rank}
+    with pytest.raises(ParameterError, match="grad_compression"):
+        Resume(plain).check({"fingerprint": saved}, "ckpt")
+    Resume(plain, frozenset({"grad_compression"})).check({"fingerprint": saved}, "ckpt")
+    rank8 = run_fingerprint(replace(BASE, grad_compression="powersgd", powersgd_rank=8), world_size=2, data="d")
+    with pytest.raises(ParameterError, match="grad_compression.rank"):
+        Resume(rank8).check({"fingerprint": saved}, "ckpt")

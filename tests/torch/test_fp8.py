@@ -7,15 +7,22 @@ from __future__ import annotations
 import copy
 
 import pytest
-import torch
-import torch.nn.functional as F
-from torch import nn
 
 from labkit.core.config import ParameterError
 from labkit.core.models import GPTConfig
 from labkit.core.train_config import TrainConfig
-from labkit.torch import fp8
-from labkit.torch.models import GPT
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    """torch, imported when this module's first test runs rather than at collection."""
+    global torch, F, nn, fp8, GPT
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from labkit.torch import fp8
+    from labkit.torch.models import GPT
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:

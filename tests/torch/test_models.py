@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
-
-from labkit.core.models import (  # noqa: E402
+from labkit.core.models import (
     CNNConfig,
     GPTConfig,
     ResNetConfig,
     flops_per_sample,
     forward_macs,
 )
-from labkit.torch.models import build_model, count_parameters  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    """torch, imported when this module's first test runs rather than at collection."""
+    global torch, build_model, count_parameters
+    torch = pytest.importorskip("torch")
+    from labkit.torch.models import build_model, count_parameters
 
 
 def test_resnet50_matches_torchvision_parameter_count():

@@ -11,13 +11,20 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import torch
 
 from labkit.core.config import ParameterError
 from labkit.core.train_config import TrainConfig
-from labkit.torch import engine, state
-from labkit.torch.data import DataPosition
-from labkit.torch.distributed import DistInfo
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    """torch, imported when this module's first test runs rather than at collection."""
+    global torch, engine, state, DataPosition, DistInfo
+    import torch
+
+    from labkit.torch import engine, state
+    from labkit.torch.data import DataPosition
+    from labkit.torch.distributed import DistInfo
 
 
 def test_fp16_is_refused_by_the_config():

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from labkit.core.train_config import TrainConfig
+from labkit.course import precision
+from labkit.course.precision import loss_scaling
 
-from labkit.core.train_config import TrainConfig  # noqa: E402
-from labkit.course import memory as course_memory  # noqa: E402
-from labkit.course import precision  # noqa: E402
-from labkit.course.precision import loss_scaling  # noqa: E402
-from labkit.torch import distributed, memory  # noqa: E402
-from labkit.torch.precision import PrecisionPolicy  # noqa: E402
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch():
+    """torch, imported when this module's first test runs rather than at collection."""
+    global torch, course_memory, distributed, memory, PrecisionPolicy
+    torch = pytest.importorskip("torch")
+    from labkit.course import memory as course_memory
+    from labkit.torch import distributed, memory
+    from labkit.torch.precision import PrecisionPolicy
 
 
 def test_precision_policies():
@@ -77,6 +82,7 @@ def test_powersgd_on_cpu_gradients_in_a_process_that_sees_a_gpu_fails_in_one_lin
     assert compression.hook("bf16", 1, "cpu")[0].__name__ == "bf16_compress_hook"
 
 
+@pytest.mark.slow  # a process that imports torch
 def test_a_replica_leaves_with_its_code_and_output_but_without_finalizing():
     """A process that was a DDP replica ends through `exit_if_replica` (the gloo threads torch
     keeps can abort a finalizing interpreter); any other process is left alone."""

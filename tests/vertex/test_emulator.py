@@ -125,6 +125,7 @@ def test_sigabrt_and_sigsegv_exits_restart_the_job_up_to_three_times(tmp_path, c
     assert len([r for r in bad.runs if r.pool == 1]) == 4 and f"exited {code}" in bad.error
 
 
+@pytest.mark.slow  # three rounds of replica processes
 def test_a_non_permanent_failure_restarts_the_worker_alone(tmp_path):
     """An injected SIGKILL stands for the machine's side (a VM failing): the worker restarts on
     its own, up to five times."""

@@ -11,16 +11,21 @@ import sys
 from pathlib import Path
 
 import pytest
+from google.api_core import exceptions
 
-pytest.importorskip("google.cloud.aiplatform")
+from labkit import vertex
+from labkit.core.train_config import TrainConfig
+from labkit.vertex.fake_service import FakeVertex
+from labkit.vertex.submit import job_service_client
 
-from google.api_core import exceptions  # noqa: E402
-from google.cloud import aiplatform_v1  # noqa: E402
 
-from labkit import vertex  # noqa: E402
-from labkit.core.train_config import TrainConfig  # noqa: E402
-from labkit.vertex.fake_service import FakeVertex  # noqa: E402
-from labkit.vertex.submit import job_service_client  # noqa: E402
+@pytest.fixture(scope="module", autouse=True)
+def _aiplatform():
+    """The Vertex AI client, imported when this module's first test runs rather than at collection."""
+    global aiplatform_v1
+    pytest.importorskip("google.cloud.aiplatform")
+    from google.cloud import aiplatform_v1
+
 
 REPO = Path(__file__).resolve().parents[2]
 PARENT = "projects/p/locations/us-central1"

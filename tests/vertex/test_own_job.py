@@ -202,6 +202,7 @@ def test_stopping_a_job_from_outside_stops_every_replica(tmp_path):
     assert job.state == CANCELLED and job.seconds < 30
 
 
+@pytest.mark.slow  # three emulated jobs
 def test_without_namespaces_a_job_that_could_write_the_hosts_gcs_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(emulator, "container_support", lambda scratch: "unshare: Operation not permitted")
     monkeypatch.setattr(emulator, "_host_gcs_writable", lambda: True)

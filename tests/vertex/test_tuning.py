@@ -12,6 +12,7 @@ import pytest
 from labkit import vertex
 from labkit.core.config import ParameterError
 from labkit.core.train_config import TrainConfig, from_argv
+from labkit.vertex import specs
 from labkit.vertex.tuning import StudyCost, TrialRecord, trial_spec
 
 OUT = "gs://bkt/study"
@@ -100,16 +101,27 @@ def test_study_summary_picks_the_best_finished_trial():
     assert "best: trial 2" in summary.text() and "4 trials" in summary.text()
 
 
+def _row(machine_type, accelerator_type="", count=0):
+    from labkit.hardware.catalog import load_machine_prices, machine_price
+
+    return machine_price(load_machine_prices(), machine_type, accelerator_type, count)
+
+
 def test_study_cost_bills_every_trial_at_the_spot_rate():
     spec = job(machine_type="g2-standard-8", accelerator_type="NVIDIA_L4", accelerator_count=1)
-    rate = vertex.pricing.accelerator_prices()["NVIDIA_L4"].spot
+    rate = _row("g2-standard-8", "NVIDIA_L4", 1).hourly(spot=True)
     cost = vertex.study_cost(_records(), spec, spot=True)
     assert isinstance(cost, StudyCost) and cost.usd_per_hour == pytest.approx(rate)
     assert cost.trial_hours == pytest.approx(70 / 3600)
     assert cost.total_usd == pytest.approx(70 / 3600 * rate) and cost.per_trial_usd["3"] == pytest.approx(6 / 3600 * rate)
     assert vertex.study_cost(_records(), spec, seconds_scale=0.5).total_usd == pytest.approx(cost.total_usd / 2)
-    with pytest.raises(ValueError, match="no price"):
-        vertex.study_cost(_records(), job())  # a CPU-only trial job has no accelerator price
+    cpu = vertex.study_cost(_records(), job(), spot=True)  # a CPU-only trial job: its machine's row
+    assert cpu.usd_per_hour == pytest.approx(_row(specs.DEFAULT_MACHINE_TYPE).hourly(spot=True))
+    with pytest.raises(ValueError, match="no price for NVIDIA_B200 x 8 on a4-highgpu-8g"):
+        vertex.study_cost(_records(), job(machine_type="a4-highgpu-8g", accelerator_type="NVIDIA_B200",
+                                          accelerator_count=8))
+    with pytest.raises(ValueError, match="no Spot price for n1-standard-4"):  # Vertex AI's rate: no Spot
+        vertex.study_cost(_records(), job(machine_type="n1-standard-4"), spot=True)
 
 
 # A trial program that reports 10 x its trial id at steps 1..4: with one trial at a time, the
@@ -216,6 +228,7 @@ def _study(parameters, algorithm=None, trials=4):
             "trial_job_spec": trial_job}
 
 
+@pytest.mark.slow  # a process per trial; the battery's grid row stays in make check
 def test_a_grid_search_runs_the_grid_once_and_keeps_every_record(tmp_path):
     pytest.importorskip("optuna")
     grid = [{"parameter_id": "x", "discrete_value_spec": {"values": [16.0, 32.0]}}]

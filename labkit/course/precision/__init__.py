@@ -220,7 +220,8 @@ def reference_ladder() -> tuple[list[dict[str, Any]], str]:
     from the newest full-size course run on a GPU in the repository's results when there is one
     (`benchmarks/course_gpu.py`), else labkit's benchmark ladder on one H100 (batch 256, AdamW,
     synthetic 224² images, one run per rung; its last row adds CUDA graphs). Returns (rows with
-    `rung`, `samples_per_s` and `speedup`, the source's provenance)."""
+    `rung`, `samples_per_s`, `range` (of the repeated runs the file records, or "one run") and
+    `speedup`, the source's provenance)."""
     from labkit.hardware import results
 
     course = results.course_run("04")
@@ -229,13 +230,13 @@ def reference_ladder() -> tuple[list[dict[str, Any]], str]:
     if measured:
         base = measured[0].value
         rows = [{"key": labels[f.label].key, "rung": labels[f.label].label, "samples_per_s": f.value,
-                 "speedup": f.value / base} for f in measured]
+                 "range": f.range or "-", "speedup": f.value / base} for f in measured]
         return rows, course.provenance()
     ladder = results.resnet_ladder()
     base = ladder[0].value
     by_key = {r.key: r.label for r in RUNGS["torch"]}  # the ladder's labels, where it has the rung
     rows = [{"key": r.key, "rung": by_key.get(r.key, r.label), "samples_per_s": r.value,
-             "speedup": r.value / base} for r in ladder]
+             "range": "one run", "speedup": r.value / base} for r in ladder]
     return rows, ladder[0].source.provenance()
 
 

@@ -4,9 +4,15 @@
 one model of preemption overhead: lost work and restarts stretch the wall time, checkpoint
 writes add their own), so the cheapest interval and the Spot saving are numbers, not advice.
 `sensitivity` shows how that saving moves with the assumed preemption rate and the interval.
-`time_checkpoint_write` measures what writing a checkpoint costs here (at a size that measures
-bandwidth, not latency). `capacity_options`
-compares on-demand, Spot and DWS flex-start for one job, each price and rule with its source.
+`time_checkpoint_write` measures what writing a checkpoint costs (at a size that measures
+bandwidth, not latency), to this machine's disk or to a ``gs://`` folder. A Spot job checkpoints
+to Cloud Storage, so the interval comes from Cloud Storage's write rate (`WriteRate`):
+`cloud_write_rate` measures it through ``gs://`` when this environment has credentials and a
+bucket, and otherwise takes Cloud Storage FUSE's published write benchmark
+(`published_cloud_rate`); `checkpoint_interval` turns a rate into the write time, the Young/Daly
+interval and the cheapest interval of a table, and `interval_rows` / `interval_headline` set the
+Cloud Storage figure beside the local disk's. `capacity_options` compares on-demand, Spot and
+DWS flex-start for one job, each price and rule with its source.
 """
 
 from __future__ import annotations
@@ -15,15 +21,26 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from labkit.core import stats
-from labkit.core.config import check_float
+from labkit.core import gcp, gcs, stats
+from labkit.core.config import ParameterError, check_float
 from labkit.course.plots import finish, new_figure
 from labkit.hardware import facts
-from labkit.hardware.spot import SpotModel
+from labkit.hardware.spot import SpotModel, young_daly_interval
+
+# Cloud Storage FUSE's published sequential-write benchmark: the path a Vertex job's checkpoint
+# takes to its bucket through /gcs/. Files of 1 GiB (the size of a model's full state), 10 fio
+# jobs writing at once: 4,624.59 MB/s in all, so 462 MB/s per writer. A best case: a
+# c4-standard-192 with 200 Gbps networking and the bucket in its region.
+GCSFUSE_WRITE_MB_S = 4624.59
+GCSFUSE_WRITE_WRITERS = 10
+GCSFUSE_WRITE_SOURCE = ("https://github.com/GoogleCloudPlatform/gcsfuse/blob/master/docs/benchmarks.md, "
+                        "Sequential Writes, 1 GiB files, 10 jobs: 4,624.59 MB/s (gcsfuse v3.4.3 on a "
+                        "c4-standard-192 with 200 Gbps networking, bucket in the VM's region; read 2026-11-29)")
+ROUND_INTERVALS_S = (60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0)
 
 
 @dataclass
@@ -137,12 +154,14 @@ class CheckpointWrite:
         return self.nbytes / self.seconds.median
 
 
-def time_checkpoint_write(checkpoint_dir: str, *, min_bytes: int = 64 * 2**20,
+def time_checkpoint_write(checkpoint_dir: str, *, to: str | None = None, min_bytes: int = 64 * 2**20,
                           repeats: int = 3) -> CheckpointWrite:
-    """Write the newest committed checkpoint of `checkpoint_dir` again, `repeats` times, to a
-    temporary folder with its commit marker. A small checkpoint is written with its bytes
+    """Write the newest committed checkpoint of `checkpoint_dir` again, `repeats` times, with its
+    commit marker: each time to a fresh folder under `to` (a local folder or a ``gs://`` address,
+    written through fsspec as the engines write checkpoints), or to a temporary local folder when
+    `to` is None; each folder is removed once timed. A small checkpoint is written with its bytes
     repeated into one more file up to `min_bytes`: a write of a few hundred KB times the
-    file system's latency, not the bandwidth a GB-sized checkpoint gets."""
+    storage's latency, not the bandwidth a GB-sized checkpoint gets."""
     from labkit.core import checkpoint
 
     ckpt = checkpoint.load(checkpoint_dir)
@@ -154,12 +173,158 @@ def time_checkpoint_write(checkpoint_dir: str, *, min_bytes: int = 64 * 2**20,
         own = b"".join(files.values())
         files["ballast.bin"] = (own * -(-(min_bytes - size) // len(own)))[:min_bytes - size]
     times = []
-    for _ in range(repeats):
-        with tempfile.TemporaryDirectory(prefix="labkit-ckpt-") as tmp:
-            start = time.perf_counter()
-            checkpoint.save(tmp, ckpt.step, files, ckpt.meta)
-            times.append(time.perf_counter() - start)
+    for i in range(repeats):
+        if to is None:
+            with tempfile.TemporaryDirectory(prefix="labkit-ckpt-") as tmp:
+                times.append(_timed_save(tmp, ckpt, files))
+        else:
+            folder = f"{to.rstrip('/')}/write-{i}"
+            try:
+                times.append(_timed_save(folder, ckpt, files))
+            finally:
+                _remove(folder)
     return CheckpointWrite(stats.Spread(tuple(times)), sum(len(b) for b in files.values()))
+
+
+def _timed_save(folder: str, ckpt, files: dict[str, bytes]) -> float:
+    from labkit.core import checkpoint
+
+    start = time.perf_counter()
+    checkpoint.save(folder, ckpt.step, files, ckpt.meta)
+    return time.perf_counter() - start
+
+
+def _remove(folder: str) -> None:
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(folder)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
+@dataclass(frozen=True)
+class WriteRate:
+    """How fast a checkpoint reaches `place` ("Cloud Storage", "local disk"), in bytes per
+    second, and how that is known (`how`: what was measured, or the page it comes from)."""
+
+    place: str
+    bytes_per_s: float
+    how: str
+    measured: bool
+
+    def __post_init__(self) -> None:
+        if check_float("bytes_per_s", self.bytes_per_s) <= 0:
+            raise ParameterError("bytes_per_s", self.bytes_per_s, "a write rate must be above 0")
+
+    @property
+    def label(self) -> str:
+        """E.g. "Cloud Storage (published)", "local disk (measured)"."""
+        return f"{self.place} ({'measured' if self.measured else 'published'})"
+
+    def seconds(self, nbytes: float) -> float:
+        """How long `nbytes` take to write at this rate."""
+        return nbytes / self.bytes_per_s
+
+    def text(self, nbytes: float) -> str:
+        return (f"{self.label}: {self.bytes_per_s / 1e6:,.0f} MB/s, so a {nbytes / 1e9:g} GB checkpoint takes "
+                f"{self.seconds(nbytes):.1f} s; {self.how}")
+
+
+def measured_rate(place: str, write: CheckpointWrite, where: str) -> WriteRate:
+    """A `WriteRate` from timed writes (the median)."""
+    return WriteRate(place, write.bandwidth, f"measured: {write.nbytes / 1e6:.0f} MB {where}, "
+                     f"{write.seconds.text()} s per write", True)
+
+
+def published_cloud_rate(why_not_measured: str = "") -> WriteRate:
+    """Cloud Storage's write rate per writer from Cloud Storage FUSE's published benchmark."""
+    per_writer = GCSFUSE_WRITE_MB_S / GCSFUSE_WRITE_WRITERS
+    how = (f"published: {GCSFUSE_WRITE_MB_S:,.2f} MB/s over {GCSFUSE_WRITE_WRITERS} writers = "
+           f"{per_writer:,.0f} MB/s per writer, a best case; {GCSFUSE_WRITE_SOURCE}")
+    return WriteRate("Cloud Storage", per_writer * 1e6,
+                     how + (f"; not measured here: {why_not_measured}" if why_not_measured else ""), False)
+
+
+def cloud_unmeasurable(cloud: gcp.CloudContext, env: Mapping[str, str] | None = None) -> str | None:
+    """Why Cloud Storage's write rate cannot be measured from here (None: it can): no bucket or
+    no credentials (`labkit.core.gcp`), ``gs://`` pointed at a stand-in, or no connection."""
+    env = os.environ if env is None else env
+    if not cloud.bucket:
+        return "no bucket here (set LABKIT_BUCKET to a gs://bucket you can write)"
+    if not cloud.credentials:
+        return "no Google Cloud credentials here (`gcloud auth application-default login`)"
+    if env.get(gcs.LOCAL_GCS_ENV) or env.get("STORAGE_EMULATOR_HOST"):
+        return "gs:// reaches a local stand-in for Cloud Storage here, not Cloud Storage"
+    return gcs.unreachable(cloud.bucket, env)
+
+
+def cloud_write_rate(checkpoint_dir: str, cloud: gcp.CloudContext, *, env: Mapping[str, str] | None = None,
+                     repeats: int = 3, min_bytes: int = 64 * 2**20) -> WriteRate:
+    """Cloud Storage's write rate for the checkpoint in `checkpoint_dir`: measured through
+    ``gs://`` under a new ``labkit-07-write-TIME-PID`` folder of `cloud.bucket` (removed after)
+    when `cloud_unmeasurable` finds nothing missing, else `published_cloud_rate`, saying why."""
+    why = cloud_unmeasurable(cloud, env)
+    if why is None:
+        probe = f"{cloud.bucket.rstrip('/')}/labkit-07-write-{int(time.time())}-{os.getpid()}"
+        try:
+            write = time_checkpoint_write(checkpoint_dir, to=probe, min_bytes=min_bytes, repeats=repeats)
+        except Exception as e:  # noqa: BLE001 - any failure (auth, permission, network) means: not measured
+            why = f"writing to {probe} failed ({type(e).__name__}: {str(e).strip()[:160]})"
+        else:
+            return measured_rate("Cloud Storage", write, f"to {probe} through gcsfs")
+    return published_cloud_rate(why)
+
+
+@dataclass(frozen=True)
+class IntervalChoice:
+    """The checkpoint interval for hard kills when a `checkpoint_bytes` checkpoint is written at
+    `rate`: `scenario` carries that write time, `young_daly_s` is √(2·C·M), `rows` price the
+    round intervals and the Young/Daly one."""
+
+    rate: WriteRate
+    checkpoint_bytes: float
+    scenario: SpotScenario
+    young_daly_s: float
+    rows: list[TradeoffRow]
+
+    @property
+    def write_s(self) -> float:
+        return self.scenario.spot.checkpoint_write_s
+
+    @property
+    def cheapest(self) -> TradeoffRow:
+        return min(self.rows, key=lambda r: r.spot_cost)
+
+
+def checkpoint_interval(s: SpotScenario, checkpoint_bytes: float, rate: WriteRate,
+                        intervals_s: Sequence[float] = ROUND_INTERVALS_S) -> IntervalChoice:
+    """Write `checkpoint_bytes` at `rate`, without a SIGTERM checkpoint (hard kills): the
+    Young/Daly interval and the trade-off at `intervals_s` and at that interval."""
+    check_float("checkpoint_bytes", checkpoint_bytes, minimum=0.0)
+    write_s = rate.seconds(checkpoint_bytes)
+    hard = replace(s, spot=replace(s.spot, checkpoint_write_s=write_s, checkpoint_on_sigterm=False))
+    best = young_daly_interval(write_s, s.spot.preemptions_per_hour)
+    candidates = set(intervals_s) | ({float(round(best))} if math.isfinite(best) and best >= 1 else set())
+    return IntervalChoice(rate, checkpoint_bytes, hard, best, tradeoff(hard, sorted(candidates)))
+
+
+def interval_rows(choices: Sequence[IntervalChoice]) -> list[dict[str, Any]]:
+    """One row per write rate: the rate, the write time, Young/Daly and the cheapest interval."""
+    return [{"checkpoint written to": c.rate.label, "MB/s": c.rate.bytes_per_s / 1e6,
+             f"{c.checkpoint_bytes / 1e9:g} GB write (s)": c.write_s,
+             "Young/Daly (min)": c.young_daly_s / 60, "cheapest interval (min)": c.cheapest.interval_s / 60,
+             "Spot $ at it": c.cheapest.spot_cost} for c in choices]
+
+
+def interval_headline(choices: Sequence[IntervalChoice]) -> tuple[str, float, str, str]:
+    """(name, minutes, unit, note) for `key_figure`: the first choice's cheapest interval, its
+    rate named, the others beside it in the note."""
+    used, *others = choices
+    note = "; ".join([f"Young/Daly sqrt(2CM) = {used.young_daly_s / 60:.1f} min, C = {used.write_s:.1f} s",
+                      *(f"at the {o.rate.label} rate, {o.rate.bytes_per_s / 1e6:,.0f} MB/s: "
+                        f"{o.cheapest.interval_s / 60:.1f} min" for o in others)])
+    return (f"cheapest checkpoint interval (hard kills), writes at the {used.rate.label} rate of "
+            f"{used.rate.bytes_per_s / 1e6:,.0f} MB/s", used.cheapest.interval_s / 60, "min", note)
 
 
 def plot_tradeoff(rows: list[TradeoffRow], path: str | os.PathLike | None = None):
