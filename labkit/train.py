@@ -152,8 +152,9 @@ def check_fresh_metrics(config: TrainConfig, overwrite: bool = False) -> None:
     """A run that starts afresh (no committed checkpoint to resume) would replace the metrics
     file at `metrics_out`: refused, naming the run it holds, unless `overwrite`."""
     path = config.metrics_out
-    if overwrite or not path or (config.checkpoint_dir and checkpoint.committed_steps(config.checkpoint_dir)):
-        return
+    if overwrite or not path or (config.checkpoint_dir and os.path.isdir(config.checkpoint_dir)
+                                 and os.listdir(config.checkpoint_dir)):
+        return  # a folder with state to resume from (either engine's): the run continues its file
     earlier = earlier_metrics(path)
     if earlier is None:
         return

@@ -184,13 +184,8 @@ def build(config: TrainConfig, info: distributed.DistInfo, device: torch.device,
     agreement = None
     state_ = None
     if info.distributed:
-        # PowerSGD keeps its error feedback per bucket index; DDP re-buckets after a process's
-        # first step unless find_unused_parameters (reducer.hpp, should_rebuild_buckets), so a
-        # resumed process would apply the saved feedback to other gradients. Fixed buckets keep
-        # a resume exact, for one extra graph traversal per step.
         forward_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-                            gradient_as_bucket_view=True,
-                            find_unused_parameters=config.grad_compression == "powersgd")
+                            gradient_as_bucket_view=True)
         agreement = StepAgreement()
         if config.grad_compression == "none":
             forward_model.register_comm_hook(None, agreement.hook)

@@ -13,6 +13,11 @@ from labkit.core.cluster import free_ports
 @pytest.fixture(scope="module", autouse=True)
 def _torch():
     """torch, imported when this module's first test runs rather than at collection."""
+    _import_frameworks()
+
+
+def _import_frameworks():
+    """Also called in each spawned worker: a fresh process runs no fixture."""
     global torch, dist, mp, nn, DDP, StepAgreement
     torch = pytest.importorskip("torch")
     import torch.distributed as dist
@@ -34,6 +39,7 @@ def _model():
 
 
 def _worker(rank: int, port: int, results) -> None:
+    _import_frameworks()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:
