@@ -15,6 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from labkit.notebooks.markdown import literal
+
 MISSING = "–"
 
 
@@ -44,8 +46,9 @@ def _as_dicts(rows: Iterable[Any] | Mapping[str, Any], columns: Sequence[str] | 
 
 
 def _markdown_cell(text: str) -> str:
-    """A cell that cannot break the table: pipes escaped, line breaks as spaces."""
-    return " ".join(text.replace("|", "\\|").split("\n"))
+    """A cell that cannot break the table: pipes and dollar signs (math) escaped, line breaks
+    as spaces."""
+    return literal(" ".join(text.replace("|", "\\|").split("\n")))
 
 
 def _numeric(values: list[Any]) -> bool:
@@ -65,7 +68,7 @@ def table(rows: Iterable[Any] | Mapping[str, Any], columns: Sequence[str] | None
     cells = [[cell(r.get(c)) for c in columns] for r in dicts]
     head = [title] if title else []
     if markdown:
-        lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        lines = ["| " + " | ".join(_markdown_cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
         lines += ["| " + " | ".join(_markdown_cell(v) for v in row) + " |" for row in cells]
         return "\n".join(head + ([""] if head else []) + lines)
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]

@@ -8,6 +8,7 @@
                  found in an executed notebook
     artifacts    where a notebook writes the files it makes
     figures      key figures: a measured result a notebook states and a runner reads back
+    markdown     text a Markdown output shows as written (no dollar-sign math)
 
 Importing this package has no side effect: file descriptor 2 changes only when a notebook calls
 `route_kernel_stderr()`.

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from labkit.notebooks.markdown import literal
+
 FIGURE_MIME = "application/vnd.labkit.figure+json"
 
 
@@ -46,7 +48,7 @@ def key_figure(name: str, value: float | int | str, unit: str = "", note: str = 
     """Show a measured figure in the notebook and record it for the course report. Returns None
     so a cell ending in `key_figure(...)` does not echo it twice."""
     fig = KeyFigure(name, value, unit, note)
-    bundle = {"text/plain": fig.text(), "text/markdown": f"**{fig.text()}**",
+    bundle = {"text/plain": fig.text(), "text/markdown": f"**{literal(fig.text())}**",
               FIGURE_MIME: {"name": name, "value": value, "unit": unit, "note": note}}
     shell = _ipython_shell()
     if shell is None:  # plain Python (a script, a test): just print it

@@ -4,6 +4,7 @@ results (drawn from hand-built data: the measurements themselves are tested with
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 
 import pytest
@@ -30,6 +31,20 @@ def test_markdown_table_marks_missing_values_and_keeps_its_shape():
     text = table([{"a": 1234.5, "b": 0.012345, "c": None}, {"a": 2, "b": "x|y\nz"}], markdown=True)
     assert text.splitlines() == ["| a | b | c |", "|---|---|---|", "| 1,234 | 0.0123 | – |", "| 2 | x\\|y z | – |"]
     assert table([]) == "(no rows)"
+
+
+def test_dollars_in_a_markdown_table_are_not_math():
+    # JupyterLab typesets "$/epoch | Spot $/epoch" as one formula: the header lost a column and
+    # the table was not drawn.
+    text = table([{"$/epoch": 4.36, "Spot $/epoch": 2.53, "price": "$11.06/h"}], markdown=True)
+    assert re.search(r"(?<!\\)\$", text) is None, text
+    assert text.splitlines()[0] == "| \\$/epoch | Spot \\$/epoch | price |"
+
+
+def test_literal_markdown_escapes_every_dollar():
+    from labkit.notebooks.markdown import literal
+
+    assert literal("cost: $4.36 on-demand, $2.53 Spot") == "cost: \\$4.36 on-demand, \\$2.53 Spot"
 
 
 def test_rows_may_be_dataclasses_or_one_mapping():
