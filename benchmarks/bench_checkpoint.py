@@ -4,7 +4,7 @@
 
 The target: saving does not stall training by more than the write time of the state. The torch engine's single-process `Saver` copies the state to host memory (the part
 training must wait for), then serialises, writes and commits it from a background thread.
-Measured on one GPT-style model trained by `labkit.torch.engine.train_step` (CPU unless
+Measured on one GPT-style model trained by `labkit.torch.trainer.train_step` (CPU unless
 --device cuda):
 
 - step: the median plain training step, measured again before every save (the machine drifts);
@@ -38,7 +38,7 @@ import torch  # noqa: E402
 
 from labkit.core.models import GPTConfig  # noqa: E402
 from labkit.core.train_config import TrainConfig  # noqa: E402
-from labkit.torch import engine, state  # noqa: E402
+from labkit.torch import engine, state, trainer  # noqa: E402
 from labkit.torch.data import DataPosition  # noqa: E402
 from labkit.torch.distributed import DistInfo  # noqa: E402
 
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     batch = engine.to_device((tokens[:, :-1], tokens[:, 1:]), c, False)
 
     def step() -> None:
-        engine.train_step(c, [batch], None)
+        trainer.train_step(c, [batch], None)
         sync()
 
     for _ in range(3):

@@ -13,7 +13,7 @@ serialisation, CRC-32C, the writes and the commit marker in a background thread 
 blob the machine lost is caught by its CRC-32C at load, and the previous step is taken). The peer
 also runs with `FileSystemWriter(sync_files=False)`, its setting without fsync.
 
-Both save the same state of one GPT-style model trained by `labkit.torch.engine.train_step`:
+Both save the same state of one GPT-style model trained by `labkit.torch.trainer.train_step`:
 weights, AdamW moments and step counts, LR schedule, loss scaler, next step and data position
 (labkit adds its RNG states, a few KB). Sizes: `large` is bench_checkpoint.py's default (6
 layers, width 512, vocab 8192: 23.1M parameters, a 278 MB state); `small` is 2 layers of width
@@ -58,7 +58,7 @@ from torch.utils._pytree import tree_flatten, tree_map  # noqa: E402
 from labkit.core import checkpoint, devices  # noqa: E402
 from labkit.core.models import GPTConfig  # noqa: E402
 from labkit.core.train_config import TrainConfig  # noqa: E402
-from labkit.torch import engine, state  # noqa: E402
+from labkit.torch import engine, state, trainer  # noqa: E402
 from labkit.torch.data import DataPosition  # noqa: E402
 from labkit.torch.distributed import DistInfo  # noqa: E402
 
@@ -199,7 +199,7 @@ def bench_size(size: str, root: str, a: argparse.Namespace) -> dict:
     batch = engine.to_device((tokens[:, :-1], tokens[:, 1:]), c, False)
 
     def step_fn() -> None:
-        engine.train_step(c, [batch], None)
+        trainer.train_step(c, [batch], None)
 
     for _ in range(3):
         step_fn()  # warm-up; the optimizer state exists from here on

@@ -7,8 +7,8 @@ Each configuration runs as real processes started by `labkit.torch.launch.run_lo
 time is the median over the steps after the first. A control runs two independent single
 processes at once: DDP / control isolates communication from contention for the machine. The
 ratio includes everything DDP adds: the gradient all-reduce (bucketed, overlapped with
-backward), which also carries the replicas' loss and stop flag (`labkit.torch.agreement`: no
-collective of its own per step).
+backward) and the one small all-reduce after each step in which the replicas agree on the loss
+and on stopping (`labkit.torch.trainer.agree`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ The plain loop is the one a PyTorch tutorial writes, with the batch already in m
     optimizer.step(); losses.append(loss.item())
 
 on the same model (labkit's, same seed), the same AdamW (labkit train's groups, betas and
-multi-tensor kernel) and the same clipping. The engine is `labkit.torch.engine.fit` with
+multi-tensor kernel) and the same clipping. The engine is `labkit.torch.trainer.fit` with
 `labkit train`'s defaults for that model (batch 32, clipping at 1.0, no progress bar, no
 checkpoints), its input from `ResumableLoader`. The plain loop's step is timed around the lines
 above. Both run at smoke size on the CPU with one torch thread (`--threads`).
@@ -84,7 +84,7 @@ def one_round(model_name: str, steps: int, batch_size: int) -> dict[str, list[fl
     of one callback to the start of the next. Wall-clock and CPU seconds of each, and the
     engine's input time (`data_time_s` of its metrics)."""
     from labkit.core.train_config import TrainConfig
-    from labkit.torch import engine
+    from labkit.torch import trainer
 
     plain = PlainLoop(model_name, batch_size)
     out: dict[str, list[float]] = {k: [] for k in ("engine", "plain", "engine_cpu", "plain_cpu", "engine_input")}
@@ -103,7 +103,7 @@ def one_round(model_name: str, steps: int, batch_size: int) -> dict[str, list[fl
 
     config = TrainConfig(model=model_name, steps=steps + 1, batch_size=batch_size, device="cpu",
                          progress=False)
-    engine.fit(config, on_step=on_step)
+    trainer.fit(config, on_step=on_step)
     return out
 
 

@@ -39,7 +39,7 @@ from bench_torch import _time_per_step, peer_gpt_step  # noqa: E402
 
 from labkit.core.models import GPTConfig, flops_per_sample  # noqa: E402
 from labkit.core.train_config import TrainConfig  # noqa: E402
-from labkit.torch import engine, fp8, peak  # noqa: E402
+from labkit.torch import engine, fp8, peak, trainer  # noqa: E402
 from labkit.torch.distributed import DistInfo  # noqa: E402
 
 # lever -> TrainConfig settings on top of bf16 + compile; fp8-all switches every Linear instead.
@@ -109,7 +109,7 @@ def run_lever(lever: str, cfg: GPTConfig, batch: int, device, warmup: int, iters
     sync = [False]
 
     def step():
-        loss, _ = engine.train_step(c, [(x, y)], None)
+        loss, _ = trainer.train_step(c, [(x, y)], None)
         if sync[0]:
             loss.item()
         elif last[0] is not None:  # fit's late read: the previous loss, once this step is queued

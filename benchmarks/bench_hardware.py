@@ -4,7 +4,8 @@
     python benchmarks/bench_hardware.py --size 8192 --copy-mb 1024 --json out.json
 
 Prints a Markdown table for benchmarks/RESULTS.md with the device, software versions, date and
-the command, and, on a GPU the catalog knows, the ratio to its datasheet rate.
+the command, and, on a GPU the GPU table knows (`labkit.hardware.gpus`), the ratio to its
+datasheet rate in each format.
 """
 
 from __future__ import annotations
@@ -18,21 +19,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from labkit.hardware import BenchConfig, load_catalog, measure_ceilings  # noqa: E402
-
-
-def _datasheet(device_name: str):
-    """The catalog row whose accelerator this device is, if any (e.g. 'NVIDIA H100 80GB HBM3')."""
-    for e in load_catalog():
-        key = e.name.split()[0]
-        if not e.is_tpu and key in device_name and (len(e.name.split()) == 1 or e.name.split()[1][:2] in device_name):
-            return e
-    return None
+from labkit.core.devices import detect  # noqa: E402
+from labkit.core.placement import DEVICES, place_here  # noqa: E402
+from labkit.hardware import BenchConfig, measure_ceilings  # noqa: E402
+from labkit.hardware.gpus import for_gpu  # noqa: E402
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--device", choices=DEVICES, default="auto")
     p.add_argument("--size", type=int, default=0, help="matmul n (default 8192 on GPU, 1024 on CPU)")
     p.add_argument("--copy-mb", type=int, default=0, help="copy buffer MiB (default 1024 GPU, 256 CPU)")
     p.add_argument("--repeats", type=int, default=10)
@@ -41,21 +36,19 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import torch
 
-    gpu = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    gpu = place_here(device=args.device).on_gpu
     cfg = BenchConfig(device=args.device, matmul_size=args.size or (8192 if gpu else 1024),
                       copy_mb=args.copy_mb or (1024 if gpu else 256), repeats=args.repeats, warmup=3,
                       threads=args.threads)
     c = measure_ceilings(cfg)
-    sheet = _datasheet(c.device_name) if c.device == "cuda" else None
+    sheet = for_gpu(detect().gpus[0]) if c.device == "cuda" else None  # a GPU the table lacks: no rates
     print(f"### Ceilings: {c.device_name}\n")
     print(f"{dt.date.today().isoformat()}, torch {torch.__version__}, Python {platform.python_version()}, "
           f"{torch.get_num_threads()} torch thread(s); command: `python benchmarks/bench_hardware.py "
           f"{' '.join(argv if argv is not None else sys.argv[1:])}`\n")
     print("| ceiling | measured | datasheet | ratio |\n|---|---|---|---|")
     for d, v in c.matmul_tflops.items():
-        ref = None
-        if sheet is not None:
-            ref = sheet.peak_bf16_tflops if d in ("bf16", "fp16") else sheet.peak_fp32_tflops if d == "fp32" else None
+        ref = sheet.peak(d) if sheet is not None else None
         ratio = f"{v / ref:.0%}" if ref else ""
         print(f"| matmul {d} {cfg.matmul_size}³ | {v:,.3g} TFLOP/s | {f'{ref:,.0f}' if ref else ''} | {ratio} |")
     ref_bw = sheet.memory_bw_gbs if sheet is not None else None

@@ -8,7 +8,7 @@ Measured in the same process on the same device: the bf16 GEMM peak (8192³, the
 GPT-2 small (124M, block 1024, no bias, no dropout, bf16 autocast, fused AdamW, random tokens)
 with the peer trainer (the minimal-GPT layout and loop of the well-known benchmark script: eager
 and torch.compile, `loss.item()` every step) and labkit's engine step
-(`labkit.torch.engine.train_step` on the model `labkit train --model gpt --scale full` builds,
+(`labkit.torch.trainer.train_step` on the model `labkit train --model gpt --scale full` builds,
 compiled, loss read one step late as `fit` does), also with `fp8_head` on an fp8 GPU and with the
 whole step replayed as one CUDA graph (`cuda_graph_step`) on any GPU; ResNet-50
 (224², batch 256) through labkit's ladder settings, with torchvision's ResNet-50 at the best
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from labkit.core.models import GPTConfig, ResNetConfig, flops_per_sample  # noqa: E402
 from labkit.core.train_config import TrainConfig  # noqa: E402
-from labkit.torch import engine, fp8, peak  # noqa: E402
+from labkit.torch import engine, fp8, peak, trainer  # noqa: E402
 from labkit.torch.distributed import DistInfo  # noqa: E402
 
 
@@ -125,7 +125,7 @@ def peer_resnet_step(batch: int, image: int, device):
 
 
 def labkit_step(config: TrainConfig, model_cfg, device):
-    """One step of labkit's engine (`engine.train_step` on what `engine.build` makes) on a
+    """One step of labkit's engine (`trainer.train_step` on what `engine.build` makes) on a
     device-resident batch (synthetic data costs nothing on the GPU; the input pipeline is
     benchmarked separately). The loss is read one step late, as `fit` does on one GPU."""
     c = engine.build(config, DistInfo(), device, model_cfg)
@@ -140,7 +140,7 @@ def labkit_step(config: TrainConfig, model_cfg, device):
     previous = [None]
 
     def step():
-        loss, _ = engine.train_step(c, [batch], config.grad_clip)
+        loss, _ = trainer.train_step(c, [batch], config.grad_clip)
         if previous[0] is not None:
             previous[0].item()
         previous[0] = loss

@@ -43,7 +43,7 @@ def run_training(config: TrainConfig) -> MetricsLog:
     here = from_env()  # a replica of a multi-process run learns its place from the environment
     check_before_start(config, here.global_world_size, main=here.global_rank in (0, None))
     if config.framework == "torch":
-        from labkit.torch.engine import fit
+        from labkit.torch.trainer import fit
     else:
         from labkit.tf.engine import fit
     return fit(config)

@@ -204,23 +204,6 @@ if ("torch", processes) in comp.runs:
                note=f"tolerance {ddp_cmp.tolerance:.0e}")
 
 # %% [markdown]
-# ### What the engine does that the recipe does not
-# Every replica must log the same loss, and all must stop at the same step when one of them is
-# preempted, so the replicas exchange two numbers every step. The recipe averages its loss with
-# an all-reduce of its own after the step; labkit's engine adds the loss and a stop flag to the
-# last gradient bucket, which DDP all-reduces anyway (a communication hook,
-# `labkit.torch.agreement`). Before running: how much of a step do you expect one extra
-# all-reduce of two numbers to cost on this machine?
-
-# %%
-if ddp_cmp is not None and processes > 1:
-    latency_ms = dist.allreduce_latency_ms(processes)
-    print("\n".join(dist.agreement_conclusions(latency_ms, ddp_cmp.recipe.median_step_s(),
-                                               dist.agreement_ab())))
-    key_figure("recipe ddp: its extra all-reduce per step", latency_ms, "ms",
-               note=f"{latency_ms / (1e3 * ddp_cmp.recipe.median_step_s()):.1%} of its median step here")
-
-# %% [markdown]
 # ### One machine, several devices: MirroredStrategy + fit
 # The first step of the Keras distributed-training guide needs no cluster: one process,
 # `tf.distribute.MirroredStrategy()`, the model built and compiled in `strategy.scope()`, then

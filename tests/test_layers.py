@@ -66,12 +66,18 @@ def tree_of(module: str) -> ast.Module:
     return ast.parse(MODULES[module].read_text(encoding="utf-8"))
 
 
-def imports(module: str) -> list[tuple[str, int, list[str]]]:
+@functools.cache
+def nodes_of(module: str) -> tuple[ast.AST, ...]:
+    """Every node of `module`'s tree, in `ast.walk` order, walked once for all the tests here."""
+    return tuple(ast.walk(tree_of(module)))
+
+
+@functools.cache
+def imports(module: str) -> tuple[tuple[str, int, list[str]], ...]:
     """(imported labkit module, line, names imported from it) for every import in `module`."""
     path = MODULES[module]
-    tree = tree_of(module)
     out = []
-    for node in ast.walk(tree):
+    for node in nodes_of(module):
         if isinstance(node, ast.ImportFrom):
             target = _resolve(module, node, path.name == "__init__.py")
             if not target.startswith("labkit"):
@@ -82,7 +88,7 @@ def imports(module: str) -> list[tuple[str, int, list[str]]]:
             out += [(m, node.lineno, []) for m in submodules]
         elif isinstance(node, ast.Import):
             out += [(a.name, node.lineno, []) for a in node.names if a.name.startswith("labkit")]
-    return out
+    return tuple(out)
 
 
 def test_the_layer_table_covers_every_module():
@@ -110,9 +116,8 @@ def test_labkit_code_does_not_import_the_public_aliases():
 def test_no_private_names_of_other_modules():
     found = []
     for module in MODULES:
-        tree = tree_of(module)
         aliases = {}
-        for node in ast.walk(tree):
+        for node in nodes_of(module):
             if isinstance(node, ast.Import):
                 for a in node.names:
                     if a.name.startswith("labkit"):
@@ -122,13 +127,13 @@ def test_no_private_names_of_other_modules():
                 continue
             found += [f"{module}:{line} imports {target}.{n}" for n in names
                       if n.startswith("_") and not n.startswith("__")]
-        for node in ast.walk(tree):
+        for node in nodes_of(module):
             if isinstance(node, ast.ImportFrom):
                 target = _resolve(module, node, MODULES[module].name == "__init__.py")
                 for a in node.names:
                     if f"{target}.{a.name}" in MODULES:
                         aliases[a.asname or a.name] = f"{target}.{a.name}"
-        for node in ast.walk(tree):
+        for node in nodes_of(module):
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                     and node.value.id in aliases and node.attr.startswith("_")
                     and not node.attr.startswith("__") and aliases[node.value.id] != module):

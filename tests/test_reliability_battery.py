@@ -386,11 +386,11 @@ def probe_tensorboard_dir_is_a_file(tmp_path):
                             tmp_path / "m.json")
 
 
-@probe("labkit.torch.engine.fit(TrainConfig(checkpoint_dir=A_FILE))",
+@probe("labkit.torch.trainer.fit(TrainConfig(checkpoint_dir=A_FILE))",
        "ValueError/OSError naming the path, before the first step")
 def probe_library_checkpoint_dir_is_a_file(tmp_path):
     from labkit.core.train_config import TrainConfig
-    from labkit.torch.engine import fit
+    from labkit.torch.trainer import fit
 
     (tmp_path / "ck").write_text("x")
     config = TrainConfig(model="cnn", steps=2, batch_size=8, num_samples=64, device="cpu",
@@ -475,11 +475,11 @@ class _Recording:
 
 def _fit_recording(monkeypatch, seen: list[int], **settings):
     from labkit.core.train_config import TrainConfig
-    from labkit.torch import data, engine
+    from labkit.torch import data, trainer
 
-    monkeypatch.setattr(engine, "make_dataset", lambda *a, **k: _Recording(data.make_dataset(*a, **k), seen))
+    monkeypatch.setattr(trainer, "make_dataset", lambda *a, **k: _Recording(data.make_dataset(*a, **k), seen))
     base = dict(model="cnn", batch_size=8, num_samples=64, device="cpu", progress=False)
-    return engine.fit(TrainConfig(**(base | settings)))
+    return trainer.fit(TrainConfig(**(base | settings)))
 
 
 @probe("resume batch 8 -> 16 with --allow-resume-change batch_size",

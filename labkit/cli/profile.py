@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 from labkit.core.config import ParameterError
+from labkit.core.placement import DEVICES
 
 
 def add_profile_command(subparsers) -> None:
@@ -38,7 +39,7 @@ def add_profile_command(subparsers) -> None:
     p.add_argument("--prefetch-factor", type=int, default=2)
     p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=False)
     p.add_argument("--input-latency-ms", type=float, default=0.0)
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--device", choices=DEVICES, default="auto")
     p.add_argument("--cpu-threads", type=int, default=1,
                    help="torch CPU threads (default 1 keeps CPU timings steady; 0 = torch's default)")
     p.add_argument("--wait", type=int, default=1)

@@ -179,3 +179,13 @@ def cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def torch_gpu_count() -> int:
+    """How many CUDA GPUs torch can use here (0 without torch or without a usable GPU): the GPU
+    count `labkit.core.placement.place_here` places torch processes on."""
+    if not cuda_available():
+        return 0
+    import torch
+
+    return torch.cuda.device_count()

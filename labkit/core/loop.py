@@ -1,42 +1,34 @@
-"""The training loop both engines run, without torch or TensorFlow.
+"""What every training loop decides the same way, without torch or TensorFlow.
 
-`run(config, engine, log, start=..., role=..., throughput=...)` drives optimizer steps `start` …
-`config.steps - 1` and owns everything about them that is not framework maths:
+The loops themselves are written out where a reader looks for them: `labkit.torch.trainer`
+(`Trainer.train`) and `labkit.tf.trainer` (the TF custom loop) read the same top to bottom, and
+the TF parameter-server loop (steps in windows: `labkit.tf.ps`) and the Keras `model.fit` loop
+(callbacks: `labkit.tf.keras_fit`) call the same parts. Each decision has one owner here:
 
-- cadence: fetch the step's input (timed: the step's data time), dispatch the step, read its
-  loss, at once or, with `read_loss_late`, once the next step is dispatched (the host never
-  waits for the device between steps);
-- the preemption drill: at `config.preempt_at` the process sends itself SIGTERM mid-step;
-- the one SIGTERM guard (`labkit.core.preemption.PreemptionGuard`): a requested stop goes into
-  the step, the engine reports the stop its processes agreed on, and every process checkpoints
-  and raises `Preempted` at that step;
-- checkpoint cadence (`CheckpointPolicy`): every `checkpoint_every` steps, after the last step
-  and on a stop; periodic saves may finish in the background, the last one and a preemption's
-  are waited for;
-- metrics (`Reporter`): loss, step and data time, samples/s, tokens/s, MFU, peak memory, LR,
-  skipped steps into the `MetricsLog`, the `on_step` callback, TensorBoard scalars and a progress
-  bar (main process; `labkit.core.progress`: a widget in JupyterLab, text when headless); a
-  loss that is NaN or infinite raises FloatingPointError naming the step. In a Vertex AI job
-  (`labkit.core.joblog`) the bar gives way to one JSON log line per step with the step's
-  figures as fields, and warnings and a failure become WARNING and ERROR lines. A `system`
-  sampler (the engine's: GPU utilisation and memory, `labkit.torch.gpu_samples`) adds
+- `CheckpointPolicy`: when a run checkpoints (every `checkpoint_every` steps, after the last step
+  and on a stop) and which saves must be finished before going on;
+- `Reporter`: what a finished step reports: loss, step and data time, samples/s, tokens/s, MFU,
+  peak memory, LR, skipped steps into the `MetricsLog`, the `on_step` callback, TensorBoard
+  scalars and a progress bar (main process; `labkit.core.progress`: a widget in JupyterLab, text
+  when headless); a loss that is NaN or infinite raises FloatingPointError naming the step. In a
+  Vertex AI job (`labkit.core.joblog`) the bar gives way to one JSON log line per step with the
+  step's figures as fields, and warnings and a failure become WARNING and ERROR lines. A
+  `system` sampler (GPU utilisation and memory, `labkit.torch.gpu_samples`) adds
   `system/<figure>` scalars and fields; W&B gets the same scalars when `wandb_project` is set
   (`labkit.core.wandb_scalars`);
-- the metrics file, written by this process when `role.metrics_path` is set: at each
-  checkpoint, on a stop and at the end. A resumed run keeps the earlier attempt's steps before
-  the resumed one from that file (`MetricsLog.continue_from`), so after a preemption and a
-  rerun of the same command the file holds every step once. A run resumed from the checkpoint
+- `Throughput`: samples/s, tokens/s and MFU of a step time; `StepClock` and `timed`: a step's
+  time and its data time;
+- `begin`, `write_metrics`, `already_complete`: the metrics file, written by the main process at
+  each checkpoint, on a stop and at the end. A resumed run keeps the earlier attempt's steps
+  before the resumed one from that file (`MetricsLog.continue_from`), so after a preemption and
+  a rerun of the same command the file holds every step once. A run resumed from the checkpoint
   of its last step has nothing to train: it leaves the metrics file of the run that trained
-  those steps as it is and returns that log, marked `already_complete` (with
-  `checkpointed_steps`, which may exceed this run's `steps`).
-
-An engine supplies only what is framework-specific, as an `Engine` of plain callables. It
-restores its state before calling `run` (it needs the resume step to position its input) and
-passes the step to continue from as `start`.
-
-The parts are public for loops that cannot hand their steps over one at a time: the TF
-parameter-server loop (steps run in windows) and the Keras `model.fit` loop (callbacks) use
-`PreemptionGuard`, `CheckpointPolicy`, `Reporter` and `write_metrics` directly.
+  those steps as it is and returns that log, marked `already_complete`;
+- `save_checkpoint` and `stopped`: a stop (SIGTERM through `labkit.core.preemption.PreemptionGuard`,
+  or the `preempt_at` drill) is checkpointed, then `Preempted` is raised; a stop whose save
+  failed says it has no checkpoint;
+- `evaluates_at_checkpoints`, `keep_heldout`: held-out loss after the last step, and at each
+  checkpoint inside a tuning trial that optimises it.
 """
 
 from __future__ import annotations
@@ -45,6 +37,7 @@ import contextlib
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -60,67 +53,6 @@ StepCallback = Callable[[int, dict[str, Any]], None]
 # sample is due (the sampler keeps its own pace; see `Reporter`).
 SystemSampler = Callable[[], Mapping[str, float] | None]
 SCALARS = ("loss", "step_time_s", "data_time_s", "samples_per_s", "tokens_per_s", "mfu", "lr")
-
-
-@dataclass(frozen=True)
-class StepOutcome:
-    """What a finished step reports: its loss (the mean over replicas), whether the processes
-    agreed to stop after it, and whether fp16 overflow skipped its update."""
-
-    loss: float
-    stop: bool = False
-    skipped: bool = False
-
-
-def _nothing() -> None:
-    return None
-
-
-def _no_entries() -> dict[str, Any]:
-    return {}
-
-
-@dataclass(frozen=True)
-class Engine:
-    """What an engine supplies to `run`; each is called on every process.
-
-    - `next_batch()`: the input of the next step (placed where the step reads it);
-    - `run_step(batch, stop_requested)`: dispatch one optimizer step and return a handle to its
-      results without waiting for them; `stop_requested` is this process's SIGTERM flag, for
-      engines that agree on it across processes inside the step;
-    - `read_step(handle)`: the step's `StepOutcome` (may wait for the device); with several
-      processes `stop` must be the agreed flag, the same on every process;
-    - `lr(step)`: the learning rate step `step` uses (read before it is dispatched);
-    - `save(step, wait)`: checkpoint the state after `step` (None: this run keeps none); with
-      `wait=False` it may return before the write finishes;
-    - `wait_for_saves()`: join a save still in flight, re-raising its error;
-    - `peak_memory()`: peak bytes of the device (or process) so far, None if unknown;
-    - `final_run_info()`: entries for the metrics `run` section, added before its last write;
-    - `evaluate()`: after the last step (not after a stop or a divergence), and after each
-      checkpoint in a tuning trial whose metric is `heldout_loss`: entries for the `run` section
-      measured on held-out data (`{"heldout": {"loss": ...}}`).
-    """
-
-    next_batch: Callable[[], Any]
-    run_step: Callable[[Any, bool], Any]
-    read_step: Callable[[Any], StepOutcome]
-    lr: Callable[[int], float]
-    save: Callable[[int, bool], None] | None = None
-    wait_for_saves: Callable[[], None] = _nothing
-    peak_memory: Callable[[], int | None] = _nothing
-    final_run_info: Callable[[], dict[str, Any]] = _no_entries
-    evaluate: Callable[[], dict[str, Any]] = _no_entries
-
-
-@dataclass(frozen=True)
-class ProcessRole:
-    """Where this process sits. `is_main` (rank 0, the TF chief) shows progress and writes
-    TensorBoard; `processes > 1` means stop flags count only as the engine agreed them;
-    `metrics_path` is the file this process writes (None: none)."""
-
-    is_main: bool = True
-    processes: int = 1
-    metrics_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -320,133 +252,92 @@ def already_complete(log: MetricsLog, path: str | None, checkpointed: int | None
     return log
 
 
-@dataclass
-class _Dispatched:
-    """A step whose results have not been read yet."""
-
-    step: int
-    handle: Any
-    data_time: float
-    lr: float
-
-
-class _Driver:
-    """The state of one `run`: the step awaiting its read (with `read_loss_late`) and the clock."""
-
-    def __init__(self, config: TrainConfig, engine: Engine, reporter: Reporter,
-                 guard: PreemptionGuard, role: ProcessRole, read_loss_late: bool):
-        self.config, self.engine, self.reporter = config, engine, reporter
-        self.guard, self.role, self.late = guard, role, read_loss_late
-        self.save = engine.save
-        self.policy = CheckpointPolicy.of(config, enabled=self.save is not None)
-        self.waiting: _Dispatched | None = None
-        self.clock = time.perf_counter()
-        # Held-out loss is measured after the last step; at checkpoints too inside a tuning
-        # trial that optimises it (the median stopping rule compares trials at each report).
-        self.evaluates_at_checkpoints = hypertune.tuning_metric() == "heldout_loss"
-
-    def step(self, step: int) -> None:
-        """Run optimizer step `step`; raises `Preempted` once it is checkpointed after a stop."""
-        if step == self.config.preempt_at:
-            self.guard.trigger()  # the drill: SIGTERM to ourselves, mid-step
-        t = time.perf_counter()
-        batch = self.engine.next_batch()
-        data_time = time.perf_counter() - t
-        lr = self.engine.lr(step)
-        dispatched = _Dispatched(step, self.engine.run_step(batch, self.guard.requested), data_time, lr)
-        if self.late:
-            self.drain()  # the previous step: its loss is ready or nearly so
-            self.waiting = dispatched
-            stop = self.guard.requested  # one process: nothing to agree on
-        else:
-            stop = self.finish(dispatched)
-        save = self.policy.saves_after(step, stop)
-        if save or stop or step + 1 == self.config.steps:
-            self.drain()
-        if save and self.save is not None:
-            try:
-                self.save(step, self.policy.waits_after(step, stop))
-            except OSError as e:
-                if not stop:
-                    raise
-                # The process is about to exit: say that this stop has no checkpoint, and keep
-                # the metrics of the steps that ran (a rerun resumes from the previous one).
-                with contextlib.suppress(OSError):
-                    self.write_metrics(final=True)
-                raise type(e)(f"stopped by {self.guard.reason} during step {step}, but its "
-                              f"checkpoint failed: {e}") from e
-        if stop:
-            self.write_metrics(final=True)
-            self.guard.chain()
-            raise Preempted(step, self.guard.reason, saved=self.save is not None)
-        if save:
-            if step + 1 < self.config.steps and self.evaluates_at_checkpoints:
-                self.evaluate()  # the trial reports held-out loss at every checkpoint
-            self.write_metrics()
-
-    def evaluate(self) -> None:
-        """The engine's held-out evaluation after the step just read: kept in the `run` section
-        and on that step's row (`heldout_loss`); its time is left out of the next step's."""
-        t = time.perf_counter()
-        found = self.engine.evaluate()
-        if found:
-            log = self.reporter.log
-            log.run.update(found)
-            if log.steps:
-                log.steps[-1]["heldout_loss"] = found["heldout"]["loss"]
-        self.clock += time.perf_counter() - t
-
-    def finish(self, d: _Dispatched) -> bool:
-        """Read a dispatched step, report it; returns whether to stop after it."""
-        outcome = self.engine.read_step(d.handle)
-        now = time.perf_counter()
-        step_time, self.clock = now - self.clock, now
-        self.reporter.record(d.step, outcome.loss, step_time, data_time=d.data_time, lr=d.lr,
-                             skipped=outcome.skipped, peak_memory=self.engine.peak_memory())
-        # Several processes must stop at the same step: only the agreed flag counts. A lone
-        # process also acts on a SIGTERM that arrived during the step.
-        return outcome.stop or (self.role.processes == 1 and self.guard.requested)
-
-    def drain(self) -> None:
-        if self.waiting is not None:
-            waiting, self.waiting = self.waiting, None
-            self.finish(waiting)
-
-    def write_metrics(self, final: bool = False) -> None:
-        write_metrics(self.reporter.log, self.role.metrics_path,
-                      self.engine.final_run_info() if final else None)
-
-
-def run(config: TrainConfig, engine: Engine, log: MetricsLog, *, start: int = 0,
-        role: ProcessRole | None = None, throughput: Throughput | None = None,
-        on_step: StepCallback | None = None, read_loss_late: bool = False,
-        system: SystemSampler | None = None) -> MetricsLog:
-    """Train steps `start` … `config.steps - 1` with `engine`; returns `log` (also written to
-    `role.metrics_path`). Raises `Preempted` after checkpointing when SIGTERM arrives (or at
-    `config.preempt_at`), FloatingPointError when a loss is NaN or infinite. `read_loss_late`
-    (one process only) reads each step's results once the next step is dispatched, so
-    `on_step` sees a step one step later. `system`: the machine's sampler (`Reporter`)."""
-    if read_loss_late and role is not None and role.processes > 1:
-        raise ValueError("read_loss_late needs a single process: replicas agree on each step's "
-                         "stop flag before the next step")
-    role = role or ProcessRole()
-    if start >= config.steps:
-        return already_complete(log, role.metrics_path, start)
+def begin(log: MetricsLog, metrics_path: str | None, start: int) -> None:
+    """A run about to train steps `start` …: record where it resumed, and keep the earlier
+    attempt's steps before `start` from its metrics file (`MetricsLog.continue_from`)."""
     log.run["resumed_from_step"] = start - 1 if start else None
-    log.continue_from(role.metrics_path, start)
-    throughput = throughput or Throughput(config.batch_size)
+    log.continue_from(metrics_path, start)
+
+
+class StepClock:
+    """Wall time from one step's report to the next: each step's time includes the host work
+    around it (fetching its batch, reading its loss); `paused()` leaves out work that is no
+    step's (a held-out evaluation)."""
+
+    def __init__(self) -> None:
+        self._last = time.perf_counter()
+
+    def lap(self) -> float:
+        now = time.perf_counter()
+        seconds, self._last = now - self._last, now
+        return seconds
+
+    @contextlib.contextmanager
+    def paused(self):
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._last += time.perf_counter() - t
+
+
+def timed(fetch: Callable[[], Any]) -> tuple[Any, float]:
+    """`fetch()`'s result and the seconds it took (a step's data time)."""
+    t = time.perf_counter()
+    value = fetch()
+    return value, time.perf_counter() - t
+
+
+def save_checkpoint(save: Callable[[int, bool], None], step: int, *, wait: bool, stop: bool,
+                    guard: PreemptionGuard, on_failed_stop: Callable[[], None]) -> None:
+    """`save(step, wait)`. When the save of a stop fails the process is about to exit:
+    `on_failed_stop()` keeps what can be kept (the metrics of the steps that ran) and the
+    error says that this stop has no checkpoint (a rerun resumes from the previous one)."""
     try:
-        with PreemptionGuard() as guard, Reporter(config, throughput, log, is_main=role.is_main, start=start,
-                                                  on_step=on_step, system=system) as reporter:
-            driver = _Driver(config, engine, reporter, guard, role, read_loss_late)
+        save(step, wait)
+    except OSError as e:
+        if not stop:
+            raise
+        with contextlib.suppress(OSError):
+            on_failed_stop()
+        raise type(e)(f"stopped by {guard.reason} during step {step}, but its checkpoint "
+                      f"failed: {e}") from e
+
+
+def stopped(guard: PreemptionGuard, step: int, saved: bool) -> Preempted:
+    """The `Preempted` to raise after the checkpoint of a stop at `step`; the signal's earlier
+    handler (a notebook kernel's Ctrl-C) runs first."""
+    guard.chain()
+    return Preempted(step, guard.reason, saved=saved)
+
+
+@contextlib.contextmanager
+def saves_joined(saver: Any):
+    """Around a run's steps: the save still in flight (`saver.wait()`) is joined when they end.
+    A run that is already ending with an error (a stop, a diverged loss) keeps that error; the
+    save's own failure is then a warning. `saver` None: nothing to join."""
+    try:
+        yield
+    except BaseException:
+        if saver is not None:
             try:
-                for step in range(start, config.steps):
-                    driver.step(step)
-            except FloatingPointError:
-                driver.write_metrics(final=True)  # the file shows the step that diverged
-                raise
-    finally:
-        engine.wait_for_saves()
-    driver.evaluate()
-    driver.write_metrics(final=True)
-    return log
+                saver.wait()
+            except Exception as e:  # noqa: BLE001 - reported, the run's own error goes on
+                warnings.warn(f"the checkpoint written in the background failed too: {e}", stacklevel=3)
+        raise
+    if saver is not None:
+        saver.wait()
+
+
+def evaluates_at_checkpoints() -> bool:
+    """Held-out loss is measured after the last step; at checkpoints too inside a tuning trial
+    that optimises it (the median stopping rule compares trials at each report)."""
+    return hypertune.tuning_metric() == "heldout_loss"
+
+
+def keep_heldout(log: MetricsLog, found: dict[str, Any]) -> None:
+    """A held-out evaluation's entries in the `run` section and on the last step's row."""
+    if found:
+        log.run.update(found)
+        if log.steps:
+            log.steps[-1]["heldout_loss"] = found["heldout"]["loss"]

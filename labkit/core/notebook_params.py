@@ -4,7 +4,7 @@ notebook makes before anything starts (`labkit run`, `labkit course`, a Vertex n
 `check_parameters` refuses a name the notebook does not declare, a value whose type contradicts
 the default, and a value outside the domain of a parameter every course notebook shares and
 validates the same way when it runs (`scale` is one of `labkit.core.config.SCALES`, `device` one
-of `labkit.core.train_config.DEVICES`), so `-p scale huge` fails before a kernel starts, or a
+of `labkit.core.placement.DEVICES`), so `-p scale huge` fails before a kernel starts, or a
 job is submitted, rather than in the notebook's first cell.
 
 A value's kind comes from the parameter's default. For a default of None it comes from the
@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core.config import SCALES, ParameterError
+from labkit.core.placement import DEVICES
 
 # Parameters whose meaning is the same in every notebook that declares them: name -> allowed values.
-SHARED_DOMAINS: dict[str, tuple[Any, ...]] = {"scale": SCALES, "device": ("auto", "cpu", "cuda")}
+SHARED_DOMAINS: dict[str, tuple[Any, ...]] = {"scale": SCALES, "device": DEVICES}
 _ANNOTATED = {"int": 0, "float": 0.0, "str": "", "bool": False}  # papermill's type name -> an example
 
 

@@ -14,6 +14,12 @@ fails with "invalid device ordinal". So:
     p = place(processes=2, gpus=1)          # Placement(device='cpu', backend='gloo', ...)
     p.device_for(local_rank=1)              # 'cpu'
     print(p.reason)
+    place_here(device="auto").device        # 'cuda' or 'cpu': one torch process on this machine
+
+`DEVICES` are the choices of every `device` parameter and `--device` flag; `place_here` applies
+the rule to the GPUs torch can use on this machine, for code that runs torch itself (a benchmark,
+a profiled workload, a demo step); TensorFlow's set-up (`labkit.tf.runtime.configure`) applies it
+to the GPUs TensorFlow sees.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from labkit.core.config import ParameterError, check_choice, check_int
+from labkit.core.devices import torch_gpu_count
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -89,3 +96,8 @@ def place(processes: int, gpus: int, *, device: str = "auto") -> Placement:
                          f"ranks on one GPU, so the processes run on the CPU with gloo")
     return Placement("cuda", backend_gpu, processes, gpus,
                      "one GPU" if processes == 1 else f"one process per GPU ({processes} of {gpus}) with NCCL")
+
+
+def place_here(processes: int = 1, *, device: str = "auto") -> Placement:
+    """`place` for `processes` torch processes of this machine, on the GPUs torch can use here."""
+    return place(processes, torch_gpu_count(), device=device)

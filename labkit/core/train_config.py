@@ -1,6 +1,6 @@
 """`TrainConfig`: everything one training run needs, and its one command-line form.
 
-Both engines (`labkit.torch.engine.fit`, `labkit.tf.engine.fit`) take this config and write the
+Both engines (`labkit.torch.trainer.fit`, `labkit.tf.engine.fit`) take this config and write the
 same metrics schema (`labkit.core.metrics`), so a notebook compares frameworks through one API.
 
 Each field carries its help text (and its choices, where it has them) beside its default, so the
@@ -36,10 +36,10 @@ from labkit.core.fingerprint import CHANGEABLE, parse_allowed
 from labkit.core.gcs import aip_mount_paths
 from labkit.core.models import MODEL_NAMES
 from labkit.core.parallelism import Layout, check_config
+from labkit.core.placement import DEVICES
+from labkit.core.precisions import PRECISIONS, help_text, why_not_trains
 
 FRAMEWORKS = ("torch", "tf")
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
-DEVICES = ("auto", "cpu", "cuda")
 # torch.compile's modes, and "tuned": CUDA graphs plus coordinate-descent tuning of the generated
 # Triton kernels, without max-autotune's matmul search (which takes minutes and rarely beats cuBLAS).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune", "tuned")
@@ -127,8 +127,7 @@ class TrainConfig:
     warmup_steps: int = _opt(0, "linear LR warm-up steps")
     scale_lr_with_world_size: bool = _opt(False, "multiply the LR by the number of replicas "
                                           "(linear scaling rule)")
-    precision: str = _opt("fp32", "fp32, tf32 (fp32 maths on TF32 tensor cores), bf16 autocast, "
-                          "fp16 autocast + GradScaler", PRECISIONS)
+    precision: str = _opt("fp32", help_text(), PRECISIONS)
     channels_last: bool = _opt(False, "NHWC memory format for conv nets (tensor-core friendly)")
     compile: bool = _opt(False, "torch.compile the model (TensorFlow: XLA jit_compile)")
     compile_mode: str = _opt("default", "torch.compile mode with --compile (torch): default, "
@@ -221,6 +220,8 @@ class TrainConfig:
         check_int("warmup_steps", self.warmup_steps, minimum=0)
         check_bool("scale_lr_with_world_size", self.scale_lr_with_world_size)
         check_choice("precision", self.precision, PRECISIONS)
+        if problem := why_not_trains(self.precision, self.framework, self.model):
+            raise ParameterError("precision", self.precision, problem)
         check_bool("channels_last", self.channels_last)
         check_bool("compile", self.compile)
         check_choice("compile_mode", self.compile_mode, COMPILE_MODES)

@@ -18,7 +18,7 @@ Shared by every notebook:
 By notebook:
     00  tour
     01  hardware_choice (MLP throughput and MFU, roofline, time against cost)
-    02  distribution (DDP vs tf.distribute; the engine's DDP agreement), parameter_server (async PS training against sync)
+    02  distribution (DDP vs tf.distribute), parameter_server (async PS training against sync)
     03  input_pipeline: ladder, read_rates, step_probe, conclusions; own_data (your JPEGs as shards);
         cloud_reads (your shards from Cloud Storage: mount, gcsfs or staged)
     04  precision (the ladder and its conclusions): loss_scaling, tensor_cores, cuda_graphs

@@ -51,6 +51,7 @@ from labkit.core.config import (
     resolve_scale,
 )
 from labkit.core.models import MODEL_NAMES
+from labkit.core.placement import DEVICES, place_here
 from labkit.core.progress import track
 from labkit.core.train_config import TrainConfig
 from labkit.course import ladder
@@ -102,7 +103,7 @@ class CapstoneConfig:
         check_int("batch_size", self.batch_size, minimum=1, allow_none=True)
         if self.include_compile is not None:
             check_bool("include_compile", self.include_compile)
-        check_choice("device", self.device, ("auto", "cpu", "cuda"))
+        check_choice("device", self.device, DEVICES)
         check_float("min_gain", self.min_gain, minimum=0.0, maximum=1.0)
         check_int("repeats", self.repeats, minimum=stats.MIN_REPEATS, allow_none=True)
         check_float("input_latency_ms", self.input_latency_ms, minimum=0.0, allow_none=True)
@@ -163,7 +164,10 @@ class Hardware:
         from labkit.hardware.gpus import for_gpu
 
         info = devices.detect()
-        gpu = info.gpus[0] if info.gpus and device != "cpu" and devices.cuda_available() else None
+        # The placement rule for one torch process; "cuda" is held to it by the engine that runs
+        # (TensorFlow may see a GPU torch does not), so here it asks only for what torch can use.
+        on_gpu = place_here(device="auto" if device == "cuda" else device).on_gpu
+        gpu = info.gpus[0] if on_gpu and info.gpus else None
         facts = for_gpu(gpu) if gpu else None
         return cls("cuda" if gpu else "cpu", bool(facts and facts.supports("fp8")), devices.usable_cpu_count(),
                    facts is None or facts.supports("bf16"))

@@ -4,17 +4,11 @@ Framework-free at import. Each run is real: `labkit.torch.launch.run_local` star
 processes (gloo on CPU), `labkit.tf.launch.run_local` starts MultiWorkerMirrored workers with a
 TF_CONFIG each; both engines read the same synthetic samples, use `batch_size` as the GLOBAL
 batch, and write the same metrics schema, so the comparison code below is shared.
-
-At the end, what the engine's DDP does beyond the recipe: the loss and stop agreement of the
-replicas rides with the gradient all-reduce (`labkit.torch.agreement`), where the ddp recipe
-averages its loss with an all-reduce of its own; `allreduce_latency_ms` measures what that extra
-call costs here, `agreement_ab` reads the A/B of the two engine versions from its results file.
 """
 
 from __future__ import annotations
 
 import math
-import re
 import statistics
 import time
 from dataclasses import dataclass, field, replace
@@ -25,7 +19,6 @@ from labkit.core import frameworks, stats
 from labkit.core.metrics import MetricsLog
 from labkit.core.progress import track
 from labkit.core.train_config import TrainConfig
-from labkit.course import references
 from labkit.course.plots import finish, new_figure
 
 FRAMEWORK_MODULES = {"torch": "torch", "tf": "tensorflow"}
@@ -230,7 +223,7 @@ def accumulation_loss_gap(config: TrainConfig, grad_accum: int) -> dict[str, flo
             continue
         base = replace(config, framework=fw, metrics_out=None, progress=False, device="cpu")
         if fw == "torch":
-            from labkit.torch.engine import fit
+            from labkit.torch.trainer import fit
         else:
             from labkit.tf.engine import fit
         plain = fit(replace(base, grad_accum=1))
@@ -250,56 +243,3 @@ def plot_losses(comp: Comparison, path: str | Path | None = None):
     ax.set_title("Same model, data and global batch: DDP vs tf.distribute")
     ax.legend()
     return finish(fig, path)
-
-
-# ---------------------------------------------------------------- DDP: one collective per step
-
-AGREEMENT_AB = "2026-11-22-cpu-ddp-overhead-agreement-ab.txt"
-
-
-def allreduce_latency_ms(world_size: int = 2) -> float:
-    """Median time of one 8-byte all-reduce (two float32 numbers, the engine's loss and stop flag)
-    between `world_size` local processes: what a collective of its own costs per step."""
-    from labkit.hardware.allreduce import AllReduceConfig, allreduce_benchmark
-
-    report = allreduce_benchmark(AllReduceConfig(sizes=[8], world_size=world_size, min_iters=50,
-                                                 max_iters=200, target_s=0.3, warmup=10))
-    return report.results[0].time_s * 1e3
-
-
-def agreement_ab() -> dict[str, Any] | None:
-    """The DDP step times (ms) of the engine before (its own all-reduce for loss and stop) and
-    after (riding with the last gradient bucket), per model, from the A/B results file."""
-    path = references.results_path(AGREEMENT_AB)
-    if path is None:
-        return None
-    runs: dict[str, dict[str, list[float]]] = {"old": {}, "new": {}}
-    version = None
-    for line in path.read_text().splitlines():
-        if m := re.match(r"== (old|new) \d+", line):
-            version = m.group(1)
-        elif version and (m := re.match(r"(\w+): .*2-process DDP ([\d.]+)", line)):
-            runs[version].setdefault(m.group(1), []).append(float(m.group(2)))
-    models = sorted(set(runs["old"]) & set(runs["new"]))
-    return {"source": references.source(path), "models": {
-        model: {"before_ms": runs["old"][model], "after_ms": runs["new"][model]} for model in models}}
-
-
-def agreement_conclusions(latency_ms: float, recipe_step_s: float, ab: dict[str, Any] | None) -> list[str]:
-    """What the engine's agreement saves, from this run's latency and step time and the A/B file."""
-    step_ms = recipe_step_s * 1e3
-    out = [f"The recipe averages its loss over the processes with an all-reduce of its own after "
-           f"every step: one more collective call per step. Here one 8-byte all-reduce between 2 "
-           f"processes took {latency_ms:.2f} ms (median), {latency_ms / step_ms:.1%} of the recipe's "
-           f"median step ({step_ms:.1f} ms). labkit's engine puts the loss and its stop flag in the "
-           f"last gradient bucket (a DDP communication hook, labkit.torch.agreement), so a step "
-           f"makes one collective call, not two; the stop flag is what lets every replica leave "
-           f"at the same step when one of them gets SIGTERM (notebook 07)."]
-    if ab is None:
-        out.append(references.NO_RESULTS + ".")
-        return out
-    for model, r in ab["models"].items():
-        comp = stats.compare(r["before_ms"], r["after_ms"], higher_is_better=False)
-        out.append(f"A/B of the two engine versions, {model}, 2-process DDP step on a 2-core CPU "
-                   f"({ab['source']}): " + comp.sentence("own all-reduce", "agreement in the bucket", "ms"))
-    return out

@@ -4,7 +4,9 @@ that teaches it and the plain framework code that shows it (a recipe, or the lin
 
 Rungs are notebook 04's precision ladder (`labkit.course.precision`), climbed in order; levers
 are notebook 09's capstone switches (`labkit.course.capstone`), tried one at a time. A lever
-that is also a rung (bf16) takes the rung's label. A new rung or lever is one row here.
+that is also a rung (bf16, fp16) takes the rung's label. The plain precision rungs are the
+training precisions of `labkit.core.precisions` (with their labels there), so a new precision
+gets its rung from that registry; a rung that adds a switch on top, or a lever, is one row here.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from labkit.core import precisions
 
 
 @dataclass(frozen=True)
@@ -26,21 +30,20 @@ class Rung:
     compile: bool = False
 
 
+def precision_rungs(framework: str) -> tuple[Rung, ...]:
+    """One rung per training precision `framework` runs, in the registry's order."""
+    return tuple(Rung(p.name, p.rungs[framework], p.name) for p in precisions.precisions(framework))
+
+
 RUNGS: dict[str, tuple[Rung, ...]] = {
     "torch": (
-        Rung("fp32", "fp32", "fp32"),
-        Rung("tf32", "tf32", "tf32"),
-        Rung("bf16", "bf16 autocast", "bf16"),
-        Rung("fp16", "fp16 + GradScaler", "fp16"),
+        *precision_rungs("torch"),
         Rung("bf16_channels_last", "bf16 + channels_last", "bf16", channels_last=True),
         Rung("bf16_channels_last_compile", "bf16 + channels_last + compile", "bf16",
              channels_last=True, compile=True),
     ),
     "tf": (
-        Rung("fp32", "fp32", "fp32"),
-        Rung("tf32", "tf32", "tf32"),
-        Rung("bf16", "bf16 (mixed_bfloat16)", "bf16"),
-        Rung("fp16", "fp16 + loss scaling", "fp16"),
+        *precision_rungs("tf"),
         Rung("bf16_xla", "bf16 + XLA", "bf16", compile=True),
     ),
 }
@@ -80,7 +83,7 @@ LEVERS: dict[str, dict[str, Lever]] = {"torch": {lv.key: lv for lv in (
     Lever("bf16", rung("torch", "bf16").label, {"precision": "bf16"}, _PRECISION, recipe="mixed_precision",
           code="with torch.autocast('cuda', dtype=torch.bfloat16): ..."),
     # For a GPU without bf16 tensor cores (a T4).
-    Lever("fp16", "fp16 autocast + GradScaler", {"precision": "fp16"}, _PRECISION),
+    Lever("fp16", rung("torch", "fp16").label, {"precision": "fp16"}, _PRECISION),
     Lever("channels_last", "channels_last", {"channels_last": True}, _PRECISION,
           code="model.to(memory_format=torch.channels_last); x.to(memory_format=...)"),
     Lever("compile", "torch.compile", {"compile": True}, f"{_PRECISION}, {_PROFILING}",

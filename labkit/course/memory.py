@@ -89,7 +89,7 @@ def checkpointing_tradeoff(config, steps: int = 4, repeats: int = stats.MIN_REPE
     """Train `steps` steps without and with activation checkpointing, `repeats` runs of each
     taking turns after one discarded warm-up run of each (`labkit.core.stats.interleave`)."""
     check_int("repeats", repeats, minimum=stats.MIN_REPEATS)  # fewer runs give no verdict
-    from labkit.torch.engine import fit
+    from labkit.torch.trainer import fit
 
     last: dict[bool, dict] = {}
 

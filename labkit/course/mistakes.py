@@ -1,10 +1,12 @@
 """Mistakes that guides commonly make, each measured beside its fix in the run that shows it,
-with the sentences computed from its numbers (`explain_*`, nothing typed in) and the plots that
-put the mistake beside the fix. Notebooks 02, 04, 06, 07 and 08 each show theirs.
+and the plots that put the mistake beside the fix. Notebooks 02, 04, 06, 07 and 08 each show
+theirs. Notebook 04's two return numbers and verdicts, from which the notebook writes its
+sentences; the others come with sentences computed from their numbers (`explain_*`, nothing
+typed in).
 
 - `softmax_into_cross_entropy`: probabilities fed to `F.cross_entropy` (which applies its own
-  log-softmax): the loss curve, the gradients at the first step, and the floor the logged loss
-  can never go below.
+  log-softmax), trained with the mixed_precision recipe's `--mistake softmax` line: the loss
+  curves, the gradients at the first step, and the floor the logged loss can never go below.
 - `save_to_bucket_url`: `torch.save` to a ``gs://`` string writes a local folder named ``gs:``;
   the same bytes through fsspec land in the bucket.
 - `tf32_defaults`: what PyTorch and TensorFlow actually do with TF32, read from a fresh process.
@@ -24,10 +26,11 @@ import math
 import os
 import subprocess
 import sys
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from labkit.core.config import ParameterError
 from labkit.core.models import GPTConfig
 from labkit.core.train_config import TrainConfig
 from labkit.course.plots import finish, new_figure
@@ -40,34 +43,79 @@ def _gb(n: float) -> str:
     return f"{n / 1e9:.2f} GB"
 
 
-def _moved(first: float, last: float) -> str:
-    return f"fell from {first:.3f} to {last:.3f}" if _fell(first, last) else \
-        f"stayed flat ({first:.3f} → {last:.3f})"
-
-
-def _fell(first: float, last: float) -> bool:
-    return last < first - 0.01
-
-
 # ---------------------------------------------------------------- softmax into cross_entropy
+
+
+# A curve counts as having fallen when its last loss is this much below its first.
+FELL_BY = 0.01
+
+
+def trend(curve: list[float]) -> str:
+    """"fell" when the last loss is more than `FELL_BY` below the first, else "stayed flat"."""
+    return "fell" if curve[-1] < curve[0] - FELL_BY else "stayed flat"
+
+
+@dataclass(frozen=True)
+class SoftmaxRun:
+    """`softmax_into_cross_entropy`'s two runs with one optimizer. `right` and `mistaken` are the
+    true cross-entropy of each run's predictions per step; `mistaken_logged` is what the
+    mistaken code logs."""
+
+    model: str
+    optimizer: str
+    lr: float
+    classes: int
+    right: list[float]
+    mistaken: list[float]
+    mistaken_logged: list[float]
+    first_grad_norm_right: float  # the gradient's norm at the first step, from logits
+    first_grad_norm_mistaken: float  # ... and from probabilities
+
+    @property
+    def gradient_shrink(self) -> float:
+        """How many times smaller the first gradient was with probabilities than with logits."""
+        return self.first_grad_norm_right / self.first_grad_norm_mistaken
+
+    @property
+    def final_gap(self) -> float:
+        """True loss of the mistaken run minus the right run's, after the last step."""
+        return self.mistaken[-1] - self.right[-1]
+
+    @property
+    def logged_floor(self) -> float:
+        """The lowest loss the mistaken code can log: log(1 + (classes - 1) / e), reached when
+        the probabilities are one-hot on the right class."""
+        return math.log(1 + (self.classes - 1) / math.e)
+
+    @property
+    def right_trend(self) -> str:
+        return trend(self.right)
+
+    @property
+    def mistaken_trend(self) -> str:
+        return trend(self.mistaken)
+
+    @property
+    def logged_trend(self) -> str:
+        return trend(self.mistaken_logged)
 
 
 def softmax_into_cross_entropy(model: str = "gpt", steps: int = 30, batch_size: int = 32,
                                optimizer: str = "sgd", lr: float | None = None,
-                               seed: int = 0) -> dict[str, Any]:
-    """Train the same model from the same weights on the same batches twice: with logits into
-    `F.cross_entropy` (right) and with `softmax(logits)` into it (the mistake). Both curves are
-    the true cross-entropy of the model's predictions; `mistaken_logged` is what the mistaken
-    code prints, which cannot go below `logged_floor` = log(1 + (classes - 1) / e).
-    `optimizer`: "sgd" (lr 0.1 unless given), whose steps scale with the gradient, or "adamw"
-    (labkit train's, lr 1e-3), which divides the gradient by its own running size."""
+                               seed: int = 0) -> SoftmaxRun:
+    """Train the same model from the same weights on the same batches twice, with the loss of the
+    mixed_precision recipe (`labkit.recipes.mixed_precision.cross_entropy`): logits into
+    `F.cross_entropy` (right) and, as `--mistake softmax` trains, probabilities into it (the
+    mistake). `optimizer`: "sgd" (lr 0.1 unless given), whose steps scale with the gradient, or
+    "adamw" (labkit train's, lr 1e-3), which divides the gradient by its own running size."""
     if optimizer not in ("sgd", "adamw"):
-        raise ValueError(f"optimizer must be 'sgd' or 'adamw' (got {optimizer!r})")
+        raise ParameterError("optimizer", optimizer, "must be 'sgd' or 'adamw'")
     lr = lr if lr is not None else (0.1 if optimizer == "sgd" else 1e-3)
     import torch
     import torch.nn.functional as F
 
     from labkit.recipes import common
+    from labkit.recipes.mixed_precision import cross_entropy
 
     args = argparse.Namespace(model=model, scale="smoke", steps=steps, batch_size=batch_size, lr=lr,
                               warmup_steps=0, grad_clip=None, seed=seed, num_samples=None,
@@ -75,7 +123,7 @@ def softmax_into_cross_entropy(model: str = "gpt", steps: int = 30, batch_size: 
     dataset = common.torch_dataset(args)
     curves: dict[str, list[float]] = {"right": [], "mistaken": [], "mistaken_logged": []}
     first_grad_norm = {}
-    for name, softmax_first in (("right", False), ("mistaken", True)):
+    for name, mistake in (("right", None), ("mistaken", "softmax")):
         net = common.torch_model(args)
         opt = (torch.optim.SGD(net.parameters(), lr=lr) if optimizer == "sgd"
                else common.adamw(net, args)[0])
@@ -84,8 +132,7 @@ def softmax_into_cross_entropy(model: str = "gpt", steps: int = 30, batch_size: 
             x, y = common.to_device(next(data), torch.device("cpu"))
             logits = net(x).flatten(0, -2).float()
             y = y.flatten()
-            inputs = logits.softmax(-1) if softmax_first else logits
-            loss = F.cross_entropy(inputs, y)
+            loss = cross_entropy(logits, y, mistake)  # the recipe's line, right or mistaken
             loss.backward()
             if step == 0:
                 first_grad_norm[name] = math.sqrt(sum(float(p.grad.pow(2).sum())
@@ -93,52 +140,23 @@ def softmax_into_cross_entropy(model: str = "gpt", steps: int = 30, batch_size: 
             opt.step()
             opt.zero_grad(set_to_none=True)
             curves[name].append(float(F.cross_entropy(logits.detach(), y)))
-            if softmax_first:
+            if mistake:
                 curves["mistaken_logged"].append(loss.item())
-    classes = logits.shape[-1]
-    return {**curves, "model": model, "optimizer": optimizer, "lr": lr, "classes": classes,
-            "first_grad_norm_right": first_grad_norm["right"],
-            "first_grad_norm_mistaken": first_grad_norm["mistaken"],
-            "gradient_shrink": first_grad_norm["right"] / first_grad_norm["mistaken"],
-            "final_gap": curves["mistaken"][-1] - curves["right"][-1],
-            "logged_floor": math.log(1 + (classes - 1) / math.e)}
+    return SoftmaxRun(model, optimizer, lr, logits.shape[-1], curves["right"], curves["mistaken"],
+                      curves["mistaken_logged"], first_grad_norm["right"], first_grad_norm["mistaken"])
 
 
-def explain_softmax(sgd: dict[str, Any], adamw: dict[str, Any]) -> list[str]:
-    """Both optimisers' runs of `softmax_into_cross_entropy`."""
-    s = sgd
-    out = [f"First step, {s['classes']} classes: the gradient with probabilities fed to cross_entropy "
-           f"was {s['gradient_shrink']:.0f}× smaller than with logits ({s['first_grad_norm_mistaken']:.2e} "
-           f"vs {s['first_grad_norm_right']:.2e}). cross_entropy applies log-softmax itself, and the "
-           f"softmax of probabilities (all in [0, 1]) is almost uniform and almost flat."]
-    for name, r, why in (("SGD", sgd, "whose steps scale with the gradient"),
-                         ("AdamW", adamw, "which divides each gradient by its own running size")):
-        out.append(f"{name} (lr {r['lr']:g}), {why}: over {len(r['right'])} steps the true loss of the "
-                   f"correct run {_moved(r['right'][0], r['right'][-1])}, of the mistaken run "
-                   f"{_moved(r['mistaken'][0], r['mistaken'][-1])} (final gap {r['final_gap']:+.3f}); "
-                   f"the loss the mistaken code logged {_moved(r['mistaken_logged'][0], r['mistaken_logged'][-1])}.")
-    a = adamw
-    learns = {name: _fell(r["mistaken"][0], r["mistaken"][-1]) for name, r in (("SGD", sgd), ("AdamW", adamw))}
-    verdict = "; ".join(f"with {name} the mistaken model " + ("still learned" if ok else "hardly learned")
-                        for name, ok in learns.items())
-    out.append(f"The logged loss can never go below log(1 + (C − 1)/e) = {a['logged_floor']:.3f} for "
-               f"C = {a['classes']} classes (its lowest here: "
-               f"{min(min(sgd['mistaken_logged']), min(a['mistaken_logged'])):.3f}), so the log looks stuck "
-               f"whatever the model learns: {verdict}. The fix: pass logits (Keras: from_logits=True).")
-    return out
-
-
-def plot_softmax(sgd: dict[str, Any], adamw: dict[str, Any], path: str | os.PathLike | None = None):
+def plot_softmax(sgd: SoftmaxRun, adamw: SoftmaxRun, path: str | os.PathLike | None = None):
     """True loss of the correct and the mistaken run, and the mistaken run's logged loss, for
     each optimiser."""
     fig, ax = new_figure((10, 3.5))
     ax.remove()
     for ax, (name, r) in zip(fig.subplots(1, 2), (("SGD", sgd), ("AdamW", adamw)), strict=True):
-        ax.plot(r["right"], label="logits (right): true loss")
-        ax.plot(r["mistaken"], label="softmax first: true loss")
-        ax.plot(r["mistaken_logged"], "--", label="softmax first: logged loss")
-        ax.axhline(r["logged_floor"], color="grey", lw=0.8, ls=":", label="floor of the logged loss")
-        ax.set_title(f"{name} (lr {r['lr']:g}), {r['model']}, {r['classes']} classes")
+        ax.plot(r.right, label="logits (right): true loss")
+        ax.plot(r.mistaken, label="softmax first: true loss")
+        ax.plot(r.mistaken_logged, "--", label="softmax first: logged loss")
+        ax.axhline(r.logged_floor, color="grey", lw=0.8, ls=":", label="floor of the logged loss")
+        ax.set_title(f"{name} (lr {r.lr:g}), {r.model}, {r.classes} classes")
         ax.set_xlabel("step")
         ax.set_ylabel("cross-entropy")
     ax.legend(fontsize=8)
@@ -212,30 +230,59 @@ def explain_save_to_bucket_url(r: dict[str, Any]) -> list[str]:
 _READ_TF32 = """
 import json, importlib.util
 import torch
-out = {"torch.backends.cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-       "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
-       "torch.get_float32_matmul_precision()": torch.get_float32_matmul_precision(),
-       "cuda": torch.cuda.is_available()}
+out = {"matmul": torch.backends.cuda.matmul.allow_tf32, "convolutions": torch.backends.cudnn.allow_tf32,
+       "matmul_precision": torch.get_float32_matmul_precision(), "cuda": torch.cuda.is_available(),
+       "tensorflow": None, "matmul_error_default": None, "matmul_error_tf32": None}
 if torch.cuda.is_available():
     g = torch.Generator(device="cuda").manual_seed(0)
     a, b = (torch.randn(2048, 2048, device="cuda", generator=g) for _ in range(2))
     exact = (a.double() @ b.double())
     def err():
         return float(((a @ b).double() - exact).abs().max() / exact.abs().max())
-    out["matmul_rel_error_default"] = err()
+    out["matmul_error_default"] = err()
     torch.backends.cuda.matmul.allow_tf32 = True
-    out["matmul_rel_error_tf32"] = err()
+    out["matmul_error_tf32"] = err()
 if importlib.util.find_spec("tensorflow"):
     import os
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
-    out["tf.config.experimental.tensor_float_32_execution_enabled()"] = \\
-        tf.config.experimental.tensor_float_32_execution_enabled()
+    out["tensorflow"] = tf.config.experimental.tensor_float_32_execution_enabled()
 print(json.dumps(out))
 """
 
 
-def tf32_defaults() -> dict[str, Any]:
+@dataclass(frozen=True)
+class TF32Defaults:
+    """The TF32 settings of a fresh Python process (`tf32_defaults`)."""
+
+    matmul: bool  # torch.backends.cuda.matmul.allow_tf32: float32 matmuls on TF32 tensor cores
+    convolutions: bool  # torch.backends.cudnn.allow_tf32: the same for cuDNN convolutions
+    matmul_precision: str  # torch.get_float32_matmul_precision()
+    cuda: bool  # a CUDA GPU was there to measure the error on
+    tensorflow: bool | None  # tf.config.experimental.tensor_float_32_execution_enabled(); None: no TF
+    # The largest relative error of a 2048² float32 matmul with the default setting and with
+    # TF32 on (None without a CUDA GPU).
+    matmul_error_default: float | None
+    matmul_error_tf32: float | None
+
+    @property
+    def error_ratio(self) -> float | None:
+        """How many times larger the matmul's error was with TF32 on (None without a GPU)."""
+        if self.matmul_error_default is None or self.matmul_error_tf32 is None:
+            return None
+        return self.matmul_error_tf32 / self.matmul_error_default
+
+    def settings(self) -> dict[str, Any]:
+        """The settings under the names a learner types, for a table."""
+        out = {"torch.backends.cuda.matmul.allow_tf32": self.matmul,
+               "torch.backends.cudnn.allow_tf32": self.convolutions,
+               "torch.get_float32_matmul_precision()": self.matmul_precision}
+        if self.tensorflow is not None:
+            out["tf.config.experimental.tensor_float_32_execution_enabled()"] = self.tensorflow
+        return out
+
+
+def tf32_defaults() -> TF32Defaults:
     """TF32 settings of a fresh Python process (labkit sets them explicitly in every run, so
     this process's flags say nothing about the defaults): PyTorch's matmul and cuDNN switches
     and, when installed, TensorFlow's. On a CUDA GPU, the largest relative error of a 2048^2
@@ -243,35 +290,7 @@ def tf32_defaults() -> dict[str, Any]:
     r = subprocess.run([sys.executable, "-c", _READ_TF32], capture_output=True, text=True, timeout=300)
     if r.returncode:
         raise RuntimeError(f"reading the TF32 defaults failed:\n{r.stderr[-2000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
-def explain_tf32_defaults(r: dict[str, Any]) -> list[str]:
-    """`tf32_defaults`'s result."""
-    matmul, cudnn = r["torch.backends.cuda.matmul.allow_tf32"], r["torch.backends.cudnn.allow_tf32"]
-    on_off = {True: "on", False: "off"}
-    out = [f"A fresh PyTorch process: TF32 for float32 matmuls is {on_off[matmul]} "
-           f"(torch.backends.cuda.matmul.allow_tf32 = {matmul}, float32 matmul precision "
-           f"'{r['torch.get_float32_matmul_precision()']}'), for cuDNN convolutions {on_off[cudnn]} "
-           f"(torch.backends.cudnn.allow_tf32 = {cudnn})."]
-    if matmul != cudnn:
-        out.append("So 'PyTorch uses TF32 by default' is true of one and false of the other: a "
-                   "Linear-heavy model (a transformer) runs in true float32 and a ConvNet in TF32 "
-                   "unless both switches are set, as the mixed_precision recipe does.")
-    key = "tf.config.experimental.tensor_float_32_execution_enabled()"
-    if key in r:
-        out.append(f"TensorFlow: {key} = {r[key]}: "
-                   + ("TF32 is on by default on Ampere and newer GPUs, so TensorFlow's 'float32' is "
-                      "not float32 unless switched off." if r[key] else "TF32 is off."))
-    if r.get("cuda"):
-        ratio = r["matmul_rel_error_tf32"] / r["matmul_rel_error_default"]
-        out.append(f"On this GPU a 2048² float32 matmul's largest relative error was "
-                   f"{r['matmul_rel_error_default']:.1e} with the default and "
-                   f"{r['matmul_rel_error_tf32']:.1e} with TF32 on ({ratio:.0f}×).")
-    else:
-        out.append("No CUDA GPU here, so TF32's effect on a matmul is not measured in this run; "
-                   "rerun this notebook on a GPU to see it.")
-    return out
+    return TF32Defaults(**json.loads(r.stdout.strip().splitlines()[-1]))
 
 
 # ---------------------------------------------------------------- embedding gradients

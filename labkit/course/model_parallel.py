@@ -258,7 +258,7 @@ def deepspeed_equivalents(base: TrainConfig, nproc: int) -> list[dict[str, Any]]
     """The DeepSpeed config of each torch mode (what `--sharding-backend deepspeed` passes to
     `deepspeed.initialize`): ZeRO stage 0 is DDP; tp and pp have no config-only equivalent
     (DeepSpeed's PipelineModule and AutoTP change the model code)."""
-    from labkit.torch.deepspeed_zero import deepspeed_config
+    from labkit.torch.parallel.deepspeed import deepspeed_config
 
     rows = []
     for mode, stage in (("ddp", 0), ("zero1", 1), ("zero2", 2), ("zero3", 3)):

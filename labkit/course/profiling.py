@@ -30,7 +30,7 @@ def training_rate(config) -> Callable[[], float]:
     """A measurement of a `labkit train` configuration: one unprofiled run of the torch engine,
     its median samples/s over the steps after the first."""
     def run() -> float:
-        from labkit.torch.engine import fit
+        from labkit.torch.trainer import fit
 
         with warnings.catch_warnings():  # more loader workers than cores is deliberate here
             warnings.filterwarnings("ignore", message=".*worker processes in total.*")

@@ -6,6 +6,8 @@ the engine's with the largest difference computed.
     print(command("ddp", argv, nproc=2))          # what a learner types
     cmp = compare("ddp", argv, nproc=2)           # the recipe, then `labkit train`, same settings
     plot(cmp); print(explain(cmp))                # both curves; a sentence computed from them
+    cmp.agreement, curve_trend(cmp.recipe_losses) # or the verdicts, for a sentence of your own
+    show_mistake("mixed_precision", "softmax")    # a recipe's --mistake lines beside the right ones
 
 Recipes run as their own processes exactly as a learner runs them (`python -m labkit.recipes.NAME`,
 torchrun for ddp and fsdp, one process per worker with a TF_CONFIG for tf_multiworker); the
@@ -25,6 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from labkit.core import precisions
 from labkit.core.metrics import MetricsLog, load_metrics
 from labkit.core.train_config import PREEMPTED_EXIT_CODE, TrainConfig
 
@@ -167,6 +170,70 @@ def show_file(path: Path, base: Path | None = None):
             return f"{title}:\n" + _marked_text(self.data, marked)
 
     return FileCode(text, language="python")
+
+
+@dataclass(frozen=True)
+class MistakeChange:
+    """The lines a recipe runs under `--mistake NAME` (`removed`: the mistake) and the lines it
+    runs otherwise (`added`: the fix), read from its file."""
+
+    recipe: str
+    mistake: str
+    function: str  # where the lines are (a function of the recipe, or "module")
+    removed: tuple[str, ...]
+    added: tuple[str, ...]
+
+    def text(self) -> str:
+        """As a diff: "- " before the mistake's lines, "+ " before the fix's."""
+        return "\n".join([*(f"- {ln}" for ln in self.removed), *(f"+ {ln}" for ln in self.added)])
+
+
+def mistake_lines(name: str, mistake: str) -> MistakeChange:
+    """Recipe `name`'s `if mistake == "MISTAKE":` block (the mistake, `args.mistake` too) and the
+    lines that run instead: its `else` block or, without one, the statements after it in the same
+    block (after a mistake that returns, the rest of the function)."""
+    text = source(name)
+    lines = text.splitlines()
+
+    def is_the_mistake(node: ast.AST) -> bool:
+        if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)):
+            return False
+        t = node.test
+        left = t.left.id if isinstance(t.left, ast.Name) else getattr(t.left, "attr", None)
+        return (left == "mistake" and len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq)
+                and isinstance(t.comparators[0], ast.Constant) and t.comparators[0].value == mistake)
+
+    def segment(stmts: list[ast.stmt]) -> tuple[str, ...]:
+        import textwrap
+
+        return tuple(textwrap.dedent("\n".join(lines[stmts[0].lineno - 1:stmts[-1].end_lineno])).splitlines())
+
+    for scope in ast.walk(ast.parse(text)):
+        for block in (getattr(scope, "body", None), getattr(scope, "orelse", None)):
+            for i, node in enumerate(block if isinstance(block, list) else []):
+                if is_the_mistake(node):
+                    instead = node.orelse or block[i + 1:]
+                    where = getattr(scope, "name", "module")
+                    return MistakeChange(name, mistake, where, segment(node.body), segment(instead))
+    raise ValueError(f"recipe {name!r} has no `if mistake == {mistake!r}:` block")
+
+
+def show_mistake(name: str, mistake: str):
+    """A recipe's `--mistake` lines beside the lines it runs otherwise, as a diff (`mistake_lines`):
+    the mistake marked "-", the fix "+", highlighted in a notebook."""
+    from IPython.display import Code
+
+    change = mistake_lines(name, mistake)
+    title = (f"recipes/{name}.py, {change.function}(): with --mistake {mistake} (-) and without (+)")
+
+    class MistakeCode(Code):
+        def _repr_html_(self) -> str:
+            return f"<p>{title}:</p>" + super()._repr_html_()
+
+        def __repr__(self) -> str:
+            return f"{title}:\n{self.data}"
+
+    return MistakeCode(change.text(), language="diff")
 
 
 def _marked_html(text: str, lexer, lines: list[int]) -> str:
@@ -472,6 +539,11 @@ def run(name: str, argv: list[str], *, nproc: int = 1, timeout_s: float = 600.0,
 # among them, add in a varying order, and the steps carry the rounding forward): a recipe whose
 # gap to the engine is within this many times the engine's gap to itself shows no difference.
 SPREAD_MARGIN = 2.0
+# What a comparison shows (`Comparison.agreement`), from the closest to the farthest.
+BIT_FOR_BIT = "bit for bit"
+WITHIN_TOLERANCE = "within the tolerance"
+WITHIN_SPREAD = f"over the tolerance, but within {SPREAD_MARGIN:g}× labkit train's own run-to-run spread"
+DIFFERENT = "over the tolerance: not the same computation"
 
 
 @dataclass
@@ -510,8 +582,9 @@ class Comparison:
 
     @property
     def tolerance(self) -> float:
-        """What the tests hold a recipe to: 1e-5 in fp32 and tf32, 1e-3 in bf16 and fp16."""
-        return 1e-5 if self.precision in ("fp32", "tf32") else 1e-3
+        """What the tests hold a recipe to: 1e-5 in a 4-byte format (fp32, tf32), 1e-3 in a
+        narrower one (bf16, fp16)."""
+        return 1e-5 if precisions.get(self.precision).bytes == 4 else 1e-3
 
     @property
     def equal(self) -> bool:
@@ -530,6 +603,17 @@ class Comparison:
         """Whether a gap over the tolerance is within `SPREAD_MARGIN` times the engine's own."""
         spread = self.engine_spread
         return bool(spread) and self.max_abs_diff <= SPREAD_MARGIN * spread
+
+    @property
+    def agreement(self) -> str:
+        """The verdict on the two curves: `BIT_FOR_BIT`, `WITHIN_TOLERANCE`, `WITHIN_SPREAD`
+        (over the tolerance on a GPU, but within `SPREAD_MARGIN` times the engine's difference
+        from a second run of itself) or `DIFFERENT`."""
+        if self.max_abs_diff == 0:
+            return BIT_FOR_BIT
+        if self.equal:
+            return WITHIN_TOLERANCE
+        return WITHIN_SPREAD if self.within_spread else DIFFERENT
 
 
 def engine_losses(name: str, argv: list[str], nproc: int = 1) -> tuple[list[float], str]:
@@ -599,14 +683,14 @@ def explain(comparison: Comparison) -> str:
         (["1 replica, the same global batch"] if replicas > 1 and c.nproc == 1 else [])
     who = (f"The recipe ({c.nproc} process{'es' if c.nproc > 1 else ''}{inside}) and `labkit train`"
            + (f" ({'; '.join(notes)})" if notes else ""))
-    if diff == 0:
+    if c.agreement == BIT_FOR_BIT:
         out = (f"{who} logged the same {n} losses, bit for bit (largest difference 0): the code "
                f"on the page computes exactly what the engine computes.")
-    elif c.equal:
+    elif c.agreement == WITHIN_TOLERANCE:
         out = (f"{who} agree on all {n} steps to within {diff:.1e} (largest at step {c.worst_step}); "
                f"the tests allow {tol:.0e} in {c.precision}: float rounding from a different order "
                f"of the same operations, not a different computation.")
-    elif c.within_spread:
+    elif c.agreement == WITHIN_SPREAD:
         out = (f"{who} differ by up to {diff:.2e} (step {c.worst_step}), more than the {tol:.0e} "
                f"the tests allow in {c.precision} on a CPU; but `labkit train` run a second time "
                f"here differs from its first run by up to {c.engine_spread:.2e}: on a GPU some "
@@ -636,18 +720,42 @@ def explain(comparison: Comparison) -> str:
 FALLS_BELOW = 0.9
 
 
+@dataclass(frozen=True)
+class CurveTrend:
+    """Whether a loss curve shows the model learning: the mean loss of its first and last
+    quarters of steps (of one step each under 4 steps)."""
+
+    first: float
+    last: float
+
+    @property
+    def falls(self) -> bool:
+        return self.last < FALLS_BELOW * self.first
+
+    @property
+    def verdict(self) -> str:
+        return f"falls by more than {1 - FALLS_BELOW:.0%}" if self.falls else f"does not fall by {1 - FALLS_BELOW:.0%}"
+
+
+def curve_trend(losses: list[float]) -> CurveTrend:
+    """The trend of a loss curve (an agreement between two flat curves proves the code equal,
+    not that these settings train)."""
+    if not losses:
+        raise ValueError("losses: an empty curve has no trend")
+    quarter = max(1, len(losses) // 4)
+    return CurveTrend(sum(losses[:quarter]) / quarter, sum(losses[-quarter:]) / quarter)
+
+
 def curve_sentence(losses: list[float]) -> str:
-    """Whether the curve shows the model learning, from its own losses (an agreement between two
-    flat curves proves the code equal, not that these settings train)."""
+    """Whether the curve shows the model learning, from its own losses (`curve_trend`)."""
     if len(losses) < 4:
         return ""
-    quarter = len(losses) // 4
-    first, last = sum(losses[:quarter]) / quarter, sum(losses[-quarter:]) / quarter
-    if last < FALLS_BELOW * first:
+    trend = curve_trend(losses)
+    if trend.falls:
         return (f" The curve falls, from {losses[0]:.3f} at step 0 to {losses[-1]:.3f} at step "
                 f"{len(losses) - 1}: the model learns at these settings.")
-    return (f" The curve does not fall by a tenth (mean loss {first:.3f} over the first quarter of "
-            f"the steps, {last:.3f} over the last): it shows that the two compute the same, not that "
+    return (f" The curve does not fall by a tenth (mean loss {trend.first:.3f} over the first quarter of "
+            f"the steps, {trend.last:.3f} over the last): it shows that the two compute the same, not that "
             f"these settings train the model.")
 
 

@@ -124,7 +124,7 @@ def _worker(config: TrainConfig, model_config: GPTConfig | None, saves: int, roo
     import torch.distributed as dist
 
     from labkit.core import checkpoint
-    from labkit.torch import distributed, engine, state
+    from labkit.torch import distributed, engine, state, trainer
     from labkit.torch.data import DataPosition, ResumableLoader, make_dataset
 
     info = distributed.info_from_env()
@@ -135,7 +135,7 @@ def _worker(config: TrainConfig, model_config: GPTConfig | None, saves: int, roo
                              engine.micro_batch_size(config, info.world_size), world_size=info.world_size,
                              rank=info.rank, seed=config.seed)
     for _ in range(2):  # AdamW's moments exist from the first step on
-        engine.train_step(c, [engine.to_device(next(loader), c, False)], config.grad_clip)
+        trainer.train_step(c, [engine.to_device(next(loader), c, False)], config.grad_clip)
     position = DataPosition(0, 2 * config.batch_size)
     dirs = {name: f"{root}/{name.replace(' ', '-')}" for name in FORMATS}
     savers = {"full state": _full_state_saver(dirs["full state"], info),

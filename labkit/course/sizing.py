@@ -31,15 +31,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from labkit.core import precisions
 from labkit.core.config import ParameterError, check_float, resolve_scale
 from labkit.core.models import build_config, flops_per_sample
 from labkit.core.placement import Placement, place
+from labkit.core.precisions import PRECISIONS
 from labkit.hardware import gpus as gpu_table
 
 # Share of the datasheet peak of its number format that labkit's engine reached on one H100
 # (benchmarks/results/2026-11-22-h100-bench-torch-resnet.json and -gpt.json: ResNet-50 at batch
 # 256, GPT-2 small at batch 12), per (model, format, layout or compiler); the conv nets are
-# bandwidth- and launch-bound, so their share of a tensor-core peak is small.
+# bandwidth- and launch-bound, so their share of a tensor-core peak is small. A format measured
+# nowhere yet is planned at the model's smallest share (`efficiency`).
 EFFICIENCY = {
     ("resnet", "fp32"): 0.36, ("resnet", "tf32"): 0.092, ("resnet", "bf16"): 0.055,
     ("resnet", "fp16"): 0.055, ("resnet", "channels_last"): 0.097, ("resnet", "compile"): 0.136,
@@ -54,7 +57,8 @@ PROCESS_START_S = 4.0        # a Python process that imports torch (a replica, a
 KERNEL_START_S = 8.0         # a notebook's kernel and its imports
 COMPILE_S = {"resnet": 70.0, "gpt": 50.0, "cnn": 15.0}  # the first torch.compile of a model
 RECOMPILE_S = 20.0           # a later one of the same model (inductor's caches are warm)
-H100_PROBE_SHARE = 0.705     # measured/datasheet bf16 GEMM on one H100 (698 of 989.5 TFLOP/s)
+H100_PROBE_TFLOPS = 698.0    # a bf16 GEMM measured on one H100
+H100_PROBE_SHARE = H100_PROBE_TFLOPS / gpu_table.by_key("h100").peak_tflops["bf16"]  # of its datasheet peak
 MEMORY_HEADROOM = 0.6        # share of GPU memory a plan fills: allocator, cuDNN workspaces, spikes
 COMPILE_SHARE_CAP = 0.5      # optional compile levers left out by default past this share of a notebook
 
@@ -139,7 +143,8 @@ class Machine:
         if not self.has_gpu:
             return self.name + ("" if not self.unusable else f"; WARNING: {self.unusable}")
         g = self.gpu
-        formats = ", ".join(f"{f} {'yes' if g.supports(f) else 'no'}" for f in ("tf32", "bf16", "fp8"))
+        tensor_core_formats = [f.name for f in precisions.FORMATS if f.tensor_cores_from]
+        formats = ", ".join(f"{f} {'yes' if g.supports(f) else 'no'}" for f in tensor_core_formats)
         probe = (f"; probe: {', '.join(f'{f} {v:.0f} TFLOP/s' for f, v in self.probe_tflops.items())}"
                  if self.probe_tflops else "")
         source = "derived from the driver (not in the GPU table)" if g.derived else g.cite()
@@ -179,10 +184,17 @@ def gpu_train_seconds(machine: Machine, model: str, fmt: str, batch: int, steps:
     `fmt` on `machine`'s GPU (compile time not included: see `compile_seconds`)."""
     per_sample = flops_per_sample(build_config(model, "full"))
     kind = "compile" if compiled else "channels_last" if channels_last else fmt
-    share = EFFICIENCY[(model, kind)]
+    share = efficiency(model, kind)
     rate = machine.tflops(fmt) * 1e12 * share
     step = per_sample * batch / rate + STEP_OVERHEAD_S
     return runs * (RUN_START_S + steps * step)
+
+
+def efficiency(model: str, kind: str) -> float:
+    """`EFFICIENCY` of (model, kind); for a kind not measured (a precision new to the registry),
+    the model's smallest measured share, so its forecast errs long."""
+    measured = EFFICIENCY.get((model, kind))
+    return measured if measured is not None else min(v for (m, _), v in EFFICIENCY.items() if m == model)
 
 
 def compile_seconds(model: str, compiles: int) -> float:
@@ -193,7 +205,7 @@ def fitting_batch(machine: Machine, model: str, fmt: str = "fp32", choices: tupl
                   *, largest: int | None = None) -> int:
     """The largest batch of the full-size `model` (from `choices`, at most `largest`) whose
     activations in `fmt` and fixed state fill at most `MEMORY_HEADROOM` of the GPU's memory."""
-    per = ACTIVATION_BYTES[(model, "fp32" if fmt in ("fp32", "tf32") else "16bit")]
+    per = ACTIVATION_BYTES[(model, "fp32" if precisions.get(fmt).bytes == 4 else "16bit")]
     room = MEMORY_HEADROOM * machine.memory_bytes() - FIXED_BYTES[model]
     options = [b for b in (choices or BATCH_CHOICES[model]) if largest is None or b <= largest]
     for b in options:
@@ -472,31 +484,51 @@ def _plan_03(scale: str, machine: Machine, *, open_latency_ms: float = 20.0, rep
     return _Draft(sizes, estimate, (Elastic("num_samples", 256), Elastic("bench_mb", 64)))
 
 
+def ladder_formats(machine: Machine, model: str, *, timed_on_tensor_cores: bool) -> tuple[list[str], dict[str, str]]:
+    """The training precisions notebook 04's ladder climbs for `model` on `machine`, and why each
+    other one is left out ("fp8 rungs": the reason): one that changes nothing in `model`; one
+    that needs tensor cores (`needs_tensor_cores`) where there are none (a CPU only emulates it);
+    and, when the ladder times tensor cores (`timed_on_tensor_cores`: full scale), any the GPU
+    has none for. All from the registry, `labkit.core.precisions`."""
+    formats, skipped = [], {}
+    for name in PRECISIONS:
+        f = precisions.get(name)
+        not_here = [precisions.why_not_trains(name, framework, model) for framework in f.rungs]
+        if all(not_here):
+            skipped[f"{name} rungs"] = f"{name} {not_here[0]}"
+        elif machine.has_gpu and (f.needs_tensor_cores or timed_on_tensor_cores) and not machine.gpu.supports(name):
+            skipped[f"{name} rungs"] = machine.gpu.why_not(name)
+        elif not machine.has_gpu and f.needs_tensor_cores:
+            skipped[f"{name} rungs"] = (f"no GPU here: {name} needs tensor cores of compute capability "
+                                        f"{f.tensor_cores_from:.1f} ({f.architecture}) or newer, and a "
+                                        f"CPU only emulates it")
+        else:
+            formats.append(name)
+    return formats, skipped
+
+
 @_planner("04")
 def _plan_04(scale: str, machine: Machine, *, model: str = "resnet", repeats: int = 3,
              include_compile: bool | None = None, **_: Any) -> _Draft:
     full = scale == "full"
-    skipped: dict[str, str] = {}
     notes: list[str] = []
+    formats, skipped = ladder_formats(machine, model, timed_on_tensor_cores=full)
     if not full:
         sizes = {"batch_size": 16, "steps": 5, "include_compile": bool(include_compile),
                  "recipe_batch": 16, "recipe_steps": 8, "recipe_precision": "bf16",
-                 "formats": ["fp32", "tf32", "bf16", "fp16"], "tf_scale": "smoke", "lr": LEARNING_RATE[scale]}
-        return _Draft(sizes, lambda s: 50.0)
+                 "formats": formats, "tf_scale": "smoke", "lr": LEARNING_RATE[scale]}
+        return _Draft(sizes, lambda s: 50.0, skipped=skipped)
     if not machine.has_gpu:  # full sizes asked for on a CPU: the GPU models, briefly
         sizes = {"batch_size": 8, "steps": 3, "include_compile": bool(include_compile),
                  "recipe_batch": 8, "recipe_steps": 3, "recipe_precision": "bf16",
-                 "formats": ["fp32", "tf32", "bf16", "fp16"], "tf_scale": "full", "lr": LEARNING_RATE[scale]}
-        return _Draft(sizes, lambda s: 600.0, notes=["no GPU: the full-size models on the CPU take many minutes"])
+                 "formats": formats, "tf_scale": "full", "lr": LEARNING_RATE[scale]}
+        return _Draft(sizes, lambda s: 600.0, skipped=skipped,
+                      notes=["no GPU: the full-size models on the CPU take many minutes"])
     gpu = machine.gpu
     tf_on_cpu = machine.here and tf_sees_gpu() is False
     if tf_on_cpu:
         notes.append("TensorFlow is installed without its CUDA libraries and sees no GPU, so its ladder "
                      "runs on the CPU at the smoke sizes (pip install 'labkit[tf-gpu]' for its GPU build)")
-    formats = [f for f in ("fp32", "tf32", "bf16", "fp16") if gpu.supports(f)]
-    for f in ("tf32", "bf16"):
-        if not gpu.supports(f):
-            skipped[f"{f} rungs"] = gpu.why_not(f)
     batch = fitting_batch(machine, model, "fp32")
     fast = gpu.fastest_format()
     sizes = {"batch_size": batch, "steps": 20, "include_compile": True if include_compile is None else include_compile,

@@ -23,8 +23,9 @@ from pathlib import Path
 
 from labkit.core.cluster import free_ports, local_processes
 from labkit.core.config import ParameterError, check_choice, check_int
+from labkit.core.devices import torch_gpu_count
 from labkit.core.launcher import GroupConfig, ProcessSpec, child_env, run_group
-from labkit.core.placement import place
+from labkit.core.placement import place_here
 
 KB, MB = 1024, 1024 * 1024
 
@@ -146,10 +147,11 @@ def _worker(args) -> int:
     info = from_env()
     if info.global_world_size < 2:
         raise SystemExit("the benchmark needs world_size >= 2")
-    backend = args.backend if args.backend != "auto" else ("nccl" if torch.cuda.is_available() else "gloo")
+    where = place_here(info.local_world_size)  # nccl only with a GPU for each process here
+    backend = args.backend if args.backend != "auto" else (where.backend or "gloo")
     os.environ.update(info.torch_env())
     dist.init_process_group(backend, init_method="env://")
-    device = f"cuda:{info.global_rank % torch.cuda.device_count()}" if backend == "nccl" else "cpu"
+    device = f"cuda:{info.local_rank}" if backend == "nccl" else "cpu"
     torch.set_num_threads(1)
     results = measure(json.loads(args.sizes), min_iters=args.min_iters, max_iters=args.max_iters,
                       target_s=args.target_s, warmup=args.warmup, device=device)
@@ -162,20 +164,14 @@ def _worker(args) -> int:
     return 0
 
 
-def _gpu_count() -> int:
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
 def allreduce_benchmark(config: AllReduceConfig) -> AllReduceReport:
     """Launch `config.world_size` local processes and return rank 0's measurements."""
     backend = config.backend
     if backend == "auto":  # nccl only with a GPU per process (labkit.core.placement)
-        backend = place(config.world_size, _gpu_count()).backend or "gloo"
-    if backend == "nccl" and _gpu_count() < config.world_size:
+        backend = place_here(config.world_size).backend or "gloo"
+    if backend == "nccl" and torch_gpu_count() < config.world_size:
         raise ParameterError("world_size", config.world_size,
-                             f"nccl needs one GPU per process and this machine has {_gpu_count()}; "
+                             f"nccl needs one GPU per process and this machine has {torch_gpu_count()}; "
                              "use backend='gloo' or fewer processes")
     (port,) = free_ports(1)
     with tempfile.TemporaryDirectory(prefix="labkit-allreduce-") as tmp:

@@ -15,9 +15,13 @@ from dataclasses import dataclass, field
 
 from labkit.core.config import check_choice, check_int
 from labkit.core.frameworks import has_torch
+from labkit.core.placement import DEVICES, place_here
 
+# The formats the matmul benchmark can time, each with the torch dtype it is stored in ('tf32'
+# is fp32 storage with TF32 tensor cores): the GPU defaults; the CPU times two of them.
+TORCH_DTYPES = {"fp32": "float32", "tf32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+GPU_DTYPES = tuple(TORCH_DTYPES)
 CPU_DTYPES = ("fp32", "bf16")
-GPU_DTYPES = ("fp32", "tf32", "bf16", "fp16")
 
 
 @dataclass
@@ -34,7 +38,7 @@ class BenchConfig:
 
     def __post_init__(self) -> None:
         check_int("threads", self.threads, minimum=0)
-        check_choice("device", self.device, ("auto", "cpu", "cuda"))
+        check_choice("device", self.device, DEVICES)
         check_int("matmul_size", self.matmul_size, minimum=16, maximum=32768)
         check_int("copy_mb", self.copy_mb, minimum=1, maximum=65536)
         check_int("repeats", self.repeats, minimum=1)
@@ -69,14 +73,6 @@ class Ceilings:
             if v is not None:
                 out.append({"ceiling": name, "value": v, "unit": "GB/s"})
         return out
-
-
-def _resolve_device(device: str) -> str:
-    if device != "auto":
-        return device
-    from labkit.core.devices import cuda_available
-
-    return "cuda" if cuda_available() else "cpu"
 
 
 def _time_torch(fn, device: str, repeats: int, warmup: int) -> float:
@@ -127,7 +123,7 @@ def matmul_tflops(n: int, dtype: str = "fp32", device: str = "cpu", repeats: int
         return flops / _time_plain(lambda: a @ b, repeats, warmup) / 1e12
     import torch
 
-    torch_dtype = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
     a = torch.randn(n, n, device=device, dtype=torch_dtype)
     b = torch.randn(n, n, device=device, dtype=torch_dtype)
     previous = torch.backends.cuda.matmul.allow_tf32
@@ -180,7 +176,7 @@ def device_name(device: str) -> str:
 def measure_ceilings(config: BenchConfig | None = None) -> Ceilings:
     """Run all micro-benchmarks for the configured device."""
     cfg = config or BenchConfig()
-    device = _resolve_device(cfg.device)
+    device = place_here(device=cfg.device).device  # "cuda" without a GPU: a ParameterError naming device
     dtypes = cfg.dtypes or (GPU_DTYPES if device == "cuda" else CPU_DTYPES)
     if not has_torch():
         dtypes = ("fp32",)
@@ -190,7 +186,7 @@ def measure_ceilings(config: BenchConfig | None = None) -> Ceilings:
         torch.set_num_threads(cfg.threads)
     out = Ceilings(device=device, device_name=device_name(device))
     for d in dtypes:
-        if device == "cpu" and d in ("tf32", "fp16"):
+        if device == "cpu" and d not in CPU_DTYPES:
             out.notes.append(f"{d} skipped on CPU (no tensor cores)")
             continue
         out.matmul_tflops[d] = matmul_tflops(cfg.matmul_size, d, device, cfg.repeats, cfg.warmup)

@@ -31,15 +31,19 @@ last saw them.
 
 **The accelerator catalog** (`catalog.csv`, `load_catalog`) lists the accelerator options the
 course compares: the accelerator, how many, the machine type that carries them, memory per
-accelerator, dense datasheet rates (bf16 tensor-core TFLOP/s, fp32 TFLOP/s) and memory
-bandwidth. A shipped row leaves its price columns empty: its price is its machine's in the price
-list (`machine_price`), with that row's basis, source and date, and, where the list has host and
-GPUs apart, the parts in the `accelerator_*` and `host_*` columns. A row of your own may carry
-its own price instead (then `price_basis`, `price_source` and `price_read_on` are required; parts
-must add up to the machine price). A GPU that Google offers only in machines with several of
-them (the H200 comes eight to an a3-ultragpu-8g) has a row for that machine; one GPU's share of
-it is the machine price divided by `accelerator_count` (`CatalogEntry.hourly_per_accelerator`,
-and `labkit.hardware.machines.catalog_price` for the GPU a notebook runs on). A row with no price
+accelerator, dense datasheet rates (the 16-bit tensor-core TFLOP/s, bf16, or fp16 on a GPU
+without bf16 such as the T4; fp32 TFLOP/s) and memory bandwidth. A shipped GPU row leaves its
+datasheet columns empty: its figures, source and read date are its accelerator's row in the GPU
+table (`labkit.hardware.gpus`, `gpus.csv`), the one copy of them; a TPU row, or a row of your
+own for an accelerator the table lacks, carries its own. A shipped row leaves its price columns
+empty: its price is its machine's in the price list (`machine_price`), with that row's basis,
+source and date, and, where the list has host and GPUs apart, the parts in the `accelerator_*`
+and `host_*` columns. A row of your own may carry its own price instead (then `price_basis`,
+`price_source` and `price_read_on` are required; parts must add up to the machine price). A GPU
+that Google offers only in machines with several of them (the H200 comes eight to an
+a3-ultragpu-8g) has a row for that machine; one GPU's share of it is the machine price divided
+by `accelerator_count` (`CatalogEntry.hourly_per_accelerator`, and
+`labkit.hardware.machines.catalog_price` for the GPU a notebook runs on). A row with no price
 anywhere needs a `note` saying why. `sanity_problems` checks the rules every catalog must keep
 (Spot below on-demand and within the documented discount, parts adding up to the total, a
 bigger-memory variant of an accelerator never cheaper). Use your own file with
@@ -53,6 +57,8 @@ import datetime as _dt
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from labkit.hardware.gpus import GPU_TABLE_PATH, by_accelerator_type
 
 CATALOG_PATH = Path(__file__).with_name("catalog.csv")
 MACHINE_PRICES_PATH = Path(__file__).with_name("machine_prices.csv")
@@ -69,6 +75,8 @@ PRICE_BASES = ("Vertex AI custom training", "Compute Engine", "Cloud TPU")
 PRICES = ("on_demand_usd_hr", "spot_usd_hr", "accelerator_on_demand_usd_hr", "accelerator_spot_usd_hr",
           "host_on_demand_usd_hr", "host_spot_usd_hr")
 PARTS_TOLERANCE_USD = 0.005  # parts are rounded to the cent or finer by the sources
+# The columns a GPU row takes from the GPU table when it leaves them all empty.
+DATASHEET = ("memory_gb", "peak_bf16_tflops", "peak_fp32_tflops", "memory_bw_gbs", "datasheet_source")
 MACHINE_PRICE_COLUMNS = (
     "machine_type", "accelerator_type", "accelerator_count", "on_demand_usd_hr", "spot_usd_hr",
     "price_basis", "region", "price_source", "price_read_on", "note",
@@ -290,6 +298,7 @@ class CatalogEntry:
     host_on_demand_usd_hr: float | None = None
     host_spot_usd_hr: float | None = None
     note: str = ""
+    datasheet_read_on: _dt.date | None = None  # when `datasheet_source` was read (GPU table rows)
 
     @property
     def is_tpu(self) -> bool:
@@ -322,26 +331,40 @@ class CatalogEntry:
         return 1.0 - self.spot_usd_hr / self.on_demand_usd_hr
 
 
+def _datasheet(text: dict[str, str], path: Path, line: int) -> dict[str, object]:
+    """A row's datasheet fields: its accelerator's in the GPU table when it gives none of them,
+    else its own (memory, 16-bit rate, bandwidth and source required)."""
+    sheet = by_accelerator_type(text["accelerator_type"])
+    if sheet is not None and not any(text[c] for c in DATASHEET):
+        return dict(memory_gb=sheet.memory_gb, peak_bf16_tflops=sheet.peak(sheet.fastest_format()),
+                    peak_fp32_tflops=sheet.peak("fp32"), memory_bw_gbs=sheet.memory_bw_gbs,
+                    datasheet_source=sheet.source, datasheet_read_on=sheet.read_on)
+    if not text["datasheet_source"]:
+        raise CatalogError(f"{_where(path, line, 'datasheet_source')} is empty: a row whose accelerator is "
+                           f"not in the GPU table ({GPU_TABLE_PATH.name}) needs its own datasheet")
+    out: dict[str, object] = {c: _number(text[c], path, line, c, required=c != "peak_fp32_tflops")
+                              for c in DATASHEET[:-1]}
+    return out | {"datasheet_source": _url(text["datasheet_source"], path, line, "datasheet_source")}
+
+
 def _parse_row(row: dict[str, str], path: Path, line: int, prices: list[MachinePrice]) -> CatalogEntry:
     text = {k: (row.get(k) or "").strip() for k in COLUMNS}
-    for column in ("name", "accelerator_type", "machine_type", "region", "datasheet_source"):
+    for column in ("name", "accelerator_type", "machine_type", "region"):
         if not text[column]:
             raise CatalogError(f"{_where(path, line, column)} is empty: every row needs it")
-    _url(text["datasheet_source"], path, line, "datasheet_source")
     count = _count(text["accelerator_count"], path, line, 1)
-    nums = {c: _number(text[c], path, line, c, required=c in ("memory_gb", "peak_bf16_tflops", "memory_bw_gbs"))
-            for c in ("memory_gb", "peak_bf16_tflops", "peak_fp32_tflops", "memory_bw_gbs", *PRICES)}
+    sheet = _datasheet(text, path, line)
+    nums = {c: _number(text[c], path, line, c, required=False) for c in PRICES}
     # Price columns given are checked even where the machine price list supplies the price.
     basis = _basis(text["price_basis"], path, line) if text["price_basis"] else ""
     source = _url(text["price_source"], path, line, "price_source") if text["price_source"] else ""
     read_on = _date(text["price_read_on"], path, line, "price_read_on") if text["price_read_on"] else None
     fields = dict(name=text["name"], accelerator_type=text["accelerator_type"], machine_type=text["machine_type"],
-                  accelerator_count=count, region=text["region"], datasheet_source=text["datasheet_source"],
-                  note=text["note"])
+                  accelerator_count=count, region=text["region"], note=text["note"], **sheet)
     quote = None if nums["on_demand_usd_hr"] is not None else \
         machine_price(prices, text["machine_type"], text["accelerator_type"], count)
     if quote is not None:  # the shipped way: the machine's price from the price list
-        return CatalogEntry(**fields, **_quoted(quote), **{c: nums[c] for c in nums if c not in PRICES})
+        return CatalogEntry(**fields, **_quoted(quote))  # type: ignore[arg-type]
     if nums["on_demand_usd_hr"] is None and not text["note"]:
         raise CatalogError(f"{_where(path, line, 'note')}: the price is empty and the machine price list has "
                            f"no {text['machine_type']} with {count} x {text['accelerator_type']}, so the note "

@@ -2,6 +2,11 @@
 number formats it has, and its datasheet peak rate per format, each GPU with the page the figures
 come from and the date they were read.
 
+The figures live in one file, `gpus.csv` beside this module (`GPU_TABLE_PATH`), one row per GPU:
+`TABLE` is read from it, and the accelerator catalog (`labkit.hardware.catalog`) takes each GPU
+row's memory, rates and bandwidth from it too. Which formats a GPU runs on tensor cores follows
+from its compute capability and `labkit.core.precisions` (the one list of formats).
+
 The course sizes its full-scale runs from these facts (`labkit.course.sizing`): a batch that fits
 the memory with headroom, only the precision rungs the GPU can run (a T4 has no bf16 or TF32
 tensor cores; fp8 needs compute capability 8.9), and an expected run time from the peak rates.
@@ -16,29 +21,40 @@ with no peak rates (`derived=True`): the course then plans with a short measured
 
 from __future__ import annotations
 
+import csv
 import datetime as dt
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
-READ_ON = dt.date(2026, 11, 26)
-FORMATS = ("fp32", "tf32", "bf16", "fp16", "fp8")
+from labkit.core import precisions
+
+GPU_TABLE_PATH = Path(__file__).with_name("gpus.csv")
+FORMATS = precisions.FORMAT_NAMES
+PEAK_COLUMNS = {f: f"peak_{f}_tflops" for f in FORMATS}
+COLUMNS = ("key", "label", "accelerator_type", "names", "compute_capability", "memory_gb",
+           "driver_memory_gib", "memory_bw_gbs", *PEAK_COLUMNS.values(), "datasheet_source", "read_on", "note")
 
 
 @dataclass(frozen=True)
 class GPUFacts:
     """One GPU model. `key` is short and stable (file names, tables); `names` are words that
-    identify it in the name the driver reports ("NVIDIA H100 80GB HBM3" → H100 + 80GB)."""
+    identify it in the name the driver reports ("NVIDIA H100 80GB HBM3" → H100 + 80GB).
+    `memory_gib` is what the driver reports as total memory (a little under the marketed
+    `memory_gb`, the datasheet's figure)."""
 
     key: str
     label: str
     compute_capability: str
-    memory_gib: float  # what the driver reports as total memory (a little under the marketed GB)
+    memory_gib: float
     memory_bw_gbs: float | None
     peak_tflops: dict[str, float] = field(default_factory=dict)
     names: tuple[str, ...] = ()
     accelerator_type: str | None = None  # Vertex AI's name for it
     source: str = ""
-    read_on: dt.date = READ_ON
+    read_on: dt.date | None = None
     derived: bool = False  # not a table row: built from what the driver reports
+    memory_gb: float | None = None
 
     @property
     def capability(self) -> float:
@@ -46,22 +62,17 @@ class GPUFacts:
         return int(major) + int(minor or 0) / 10
 
     def supports(self, fmt: str) -> bool:
-        """Whether matmuls in `fmt` run on tensor cores here (fp32 always runs, on CUDA cores).
-        bf16 and TF32 arrived with Ampere (8.0), fp8 with Ada and Hopper (8.9); fp16 tensor
-        cores with Volta (7.0)."""
-        if fmt not in FORMATS:
-            raise ValueError(f"format {fmt!r} is not one of {', '.join(FORMATS)}")
-        minimum = {"fp32": 0.0, "fp16": 7.0, "tf32": 8.0, "bf16": 8.0, "fp8": 8.9}[fmt]
-        return self.capability >= minimum
+        """Whether matmuls in `fmt` run on tensor cores here (fp32 always runs, on CUDA cores):
+        from the compute capability whose tensor cores first ran it (`labkit.core.precisions`)."""
+        return self.capability >= precisions.get(fmt).tensor_cores_from
 
     def why_not(self, fmt: str) -> str | None:
         """None when `fmt` runs here, else the sentence a notebook prints for a skipped rung."""
         if self.supports(fmt):
             return None
-        need = {"fp16": "7.0 (Volta)", "tf32": "8.0 (Ampere)", "bf16": "8.0 (Ampere)",
-                "fp8": "8.9 (Ada or Hopper)"}[fmt]
+        f = precisions.get(fmt)
         return (f"{self.label} (compute capability {self.compute_capability}) has no {fmt} tensor cores; "
-                f"they need {need} or newer")
+                f"they need {f.tensor_cores_from:.1f} ({f.architecture}) or newer")
 
     def peak(self, fmt: str) -> float | None:
         """Datasheet TFLOP/s for `fmt`, or None when unknown or unsupported."""
@@ -72,36 +83,72 @@ class GPUFacts:
         return "bf16" if self.supports("bf16") else "fp16"
 
     def cite(self) -> str:
-        return f"{self.source} (read {self.read_on.isoformat()})" if self.source else "derived from the driver"
+        if not self.source:
+            return "derived from the driver"
+        return self.source + (f" (read {self.read_on.isoformat()})" if self.read_on else "")
 
 
-_NVIDIA = "https://www.nvidia.com/"
+class GPUTableError(ValueError):
+    """The GPU table file is malformed; the message names the file, the row and the column."""
 
-TABLE: tuple[GPUFacts, ...] = (
-    GPUFacts("t4", "T4", "7.5", 15.0, 320, {"fp32": 8.1, "fp16": 65.0},
-             ("T4",), "NVIDIA_TESLA_T4",
-             _NVIDIA + "content/dam/en-zz/Solutions/Data-Center/tesla-t4/t4-tensor-core-datasheet-951643.pdf"),
-    GPUFacts("v100", "V100 16GB", "7.0", 15.8, 900, {"fp32": 15.7, "fp16": 125.0},
-             ("V100",), "NVIDIA_TESLA_V100",
-             _NVIDIA + "en-us/data-center/v100/"),
-    GPUFacts("l4", "L4", "8.9", 22.5, 300,
-             {"fp32": 30.3, "tf32": 60.0, "bf16": 121.0, "fp16": 121.0, "fp8": 242.0},
-             ("L4",), "NVIDIA_L4", _NVIDIA + "en-us/data-center/l4/"),
-    GPUFacts("a100-40gb", "A100 40GB", "8.0", 39.4, 1555,
-             {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
-             ("A100", "40GB"), "NVIDIA_TESLA_A100",
-             _NVIDIA + "content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"),
-    GPUFacts("a100-80gb", "A100 80GB", "8.0", 79.2, 2039,
-             {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0, "fp16": 312.0},
-             ("A100", "80GB"), "NVIDIA_A100_80GB",
-             _NVIDIA + "content/dam/en-zz/Solutions/Data-Center/a100/pdf/nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf"),
-    GPUFacts("h100", "H100 80GB", "9.0", 79.6, 3350,
-             {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979.0},
-             ("H100",), "NVIDIA_H100_80GB", _NVIDIA + "en-us/data-center/h100/"),
-    GPUFacts("h200", "H200 141GB", "9.0", 139.8, 4800,
-             {"fp32": 67.0, "tf32": 494.5, "bf16": 989.5, "fp16": 989.5, "fp8": 1979.0},
-             ("H200",), "NVIDIA_H200_141GB", _NVIDIA + "en-us/data-center/h200/"),
-)
+
+def _cell(row: dict[str, str], column: str, path: Path, line: int, *, number: bool = False,
+          required: bool = True) -> str | float | None:
+    raw = (row.get(column) or "").strip()
+    where = f"{path}: row {line}, column {column!r}"
+    if not raw:
+        if required:
+            raise GPUTableError(f"{where} is empty; every row needs it")
+        return None
+    if not number:
+        return raw
+    try:
+        value = float(raw)
+    except ValueError:
+        raise GPUTableError(f"{where} is not a number: {raw!r}") from None
+    if value <= 0:
+        raise GPUTableError(f"{where} must be positive, got {raw!r}")
+    return value
+
+
+def _row(row: dict[str, str], path: Path, line: int) -> GPUFacts:
+    text = {c: _cell(row, c, path, line) for c in ("key", "label", "accelerator_type", "names",
+                                                    "compute_capability", "datasheet_source", "read_on")}
+    nums = {c: _cell(row, c, path, line, number=True) for c in ("memory_gb", "driver_memory_gib", "memory_bw_gbs")}
+    peaks = {f: _cell(row, c, path, line, number=True, required=f == "fp32") for f, c in PEAK_COLUMNS.items()}
+    if not str(text["datasheet_source"]).startswith("https://"):
+        raise GPUTableError(f"{path}: row {line}, column 'datasheet_source' must be a URL")
+    try:
+        read_on = dt.date.fromisoformat(str(text["read_on"]))
+    except ValueError:
+        raise GPUTableError(f"{path}: row {line}, column 'read_on' must be an ISO date (YYYY-MM-DD)") from None
+    return GPUFacts(str(text["key"]), str(text["label"]), str(text["compute_capability"]),
+                    nums["driver_memory_gib"], nums["memory_bw_gbs"],  # type: ignore[arg-type]
+                    {f: v for f, v in peaks.items() if v is not None}, tuple(str(text["names"]).split()),
+                    str(text["accelerator_type"]), str(text["datasheet_source"]), read_on,
+                    memory_gb=nums["memory_gb"])  # type: ignore[arg-type]
+
+
+def load_table(path: str | os.PathLike | None = None) -> tuple[GPUFacts, ...]:
+    """Read and check a GPU table (default: the one shipped with labkit, `GPU_TABLE_PATH`); a
+    malformed file raises GPUTableError naming the file, the row and the column."""
+    path = Path(path) if path else GPU_TABLE_PATH
+    with path.open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise GPUTableError(f"{path}: missing column(s) {', '.join(missing)}")
+        rows = tuple(_row(r, path, i) for i, r in enumerate(reader, start=2))
+    for column in ("key", "accelerator_type"):
+        values = [getattr(g, column) for g in rows]
+        dupes = sorted({v for v in values if values.count(v) > 1})
+        if dupes:
+            raise GPUTableError(f"{path}: more than one row with {column} {', '.join(dupes)}")
+    return rows
+
+
+TABLE: tuple[GPUFacts, ...] = load_table()
+READ_ON = max(g.read_on for g in TABLE if g.read_on)  # when the table's newest figures were read
 # The A100 rows differ only in memory: a bare "A100" name is told apart by the memory reported.
 _BY_KEY = {g.key: g for g in TABLE}
 
@@ -112,6 +159,11 @@ def by_key(key: str) -> GPUFacts:
         return _BY_KEY[key]
     except KeyError:
         raise KeyError(f"no GPU {key!r} in the table (keys: {', '.join(_BY_KEY)})") from None
+
+
+def by_accelerator_type(accelerator_type: str) -> GPUFacts | None:
+    """The table's row for a Vertex AI accelerator type ("NVIDIA_H100_80GB"), or None."""
+    return next((g for g in TABLE if g.accelerator_type == accelerator_type), None)
 
 
 def _words(name: str) -> set[str]:
@@ -138,9 +190,7 @@ def for_gpu(gpu) -> GPUFacts:
     reported = gpu.memory_bytes / 2**30
     row = lookup(gpu.name, reported)
     if row is not None:
-        return GPUFacts(row.key, row.label, row.compute_capability, min(row.memory_gib, reported),
-                        row.memory_bw_gbs, dict(row.peak_tflops), row.names, row.accelerator_type,
-                        row.source, row.read_on)
+        return replace(row, memory_gib=min(row.memory_gib, reported), peak_tflops=dict(row.peak_tflops))
     cc = gpu.compute_capability or "0.0"
     key = "-".join(sorted(_words(gpu.name) - {"NVIDIA", "TESLA"})).lower() or "gpu"
-    return GPUFacts(key, gpu.name, cc, reported, None, {}, (), None, "", READ_ON, derived=True)
+    return GPUFacts(key, gpu.name, cc, reported, None, {}, (), None, "", None, derived=True)

@@ -84,7 +84,7 @@ def profile_training(config, profile: ProfileConfig, label: str = "labkit train"
                      sample_gpu: bool = True) -> ProfileResult:
     """Profile a real `labkit train` run: the torch engine's `fit(config, on_step=...)` under
     torch.profiler (the engine's DataLoader, model and optimizer, as configured by TrainConfig)."""
-    from labkit.torch.engine import fit
+    from labkit.torch.trainer import fit
 
     config = dataclasses.replace(config, steps=max(config.steps, profile.steps_needed), progress=False)
     sampler = GpuSampler() if sample_gpu else None

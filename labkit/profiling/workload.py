@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from labkit.core.config import check_bool, check_choice, check_float, check_int
+from labkit.core.placement import DEVICES, place_here
 
 SHAPES = ("mlp", "deep_narrow")
 DECODERS = ("none", "jpeg", "png")
@@ -61,7 +62,7 @@ class WorkloadConfig:
         check_choice("decode", self.decode, DECODERS)
         check_int("image_size", self.image_size, minimum=8)
         check_int("steps", self.steps, minimum=1)
-        check_choice("device", self.device, ("auto", "cpu", "cuda"))
+        check_choice("device", self.device, DEVICES)
         check_int("threads", self.threads, minimum=0)
 
 
@@ -165,7 +166,7 @@ def run_workload(cfg: WorkloadConfig, on_step=None) -> dict[str, float]:
 
     from labkit.profiling.phases import phase
 
-    device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    device = place_here(device=cfg.device).device  # "cuda" without a GPU: a ParameterError naming device
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)

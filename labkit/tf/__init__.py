@@ -1,11 +1,12 @@
 """TensorFlow side of labkit (Keras 3 on the TensorFlow backend).
 
 - `models`: Keras twins of the torch models, built from the same `labkit.core.models` configs.
-- `engine.fit(config)`: the training engine behind `labkit train --framework tf` (the custom loop,
-  driven by `labkit.core.loop`; `keras_fit` is the `model.fit` + BackupAndRestore variant, `ps`
-  the ParameterServer one); `step`: what one optimizer step is made of (model, optimizer,
-  schedule, the replica and distributed steps); `state`: checkpoints through
-  `labkit.core.checkpoint`; `peak`: the measured matmul peak MFU is relative to.
+- `engine.fit(config)`: the training engine behind `labkit train --framework tf`; it picks the
+  loop: `trainer` (the custom loop, `Trainer(...).train()`), `keras_fit` (the `model.fit` +
+  BackupAndRestore variant) or `ps` (the ParameterServer one); `step`: what one optimizer step
+  is made of (model, optimizer, schedule, the replica and distributed steps); `state`:
+  checkpoints through `labkit.core.checkpoint`; `peak`: the measured matmul peak MFU is relative
+  to.
 - `strategy`: default / Mirrored / MultiWorkerMirrored / ParameterServer from TF_CONFIG
   (Vertex's `master` mapped to `chief`); `runtime`: CPU-only or GPU memory growth.
 - `data`: global-batch layout and tf.data input over the synthetic samples or TFRecord shards.

@@ -9,15 +9,17 @@
 
 Note the default difference: TensorFlow enables TF32 on Ampere+ GPUs out of the box, torch does
 not, so "fp32" must switch it off explicitly for a fair comparison. Policies are set per model
-(layer `dtype=`), never globally, so runs in one notebook do not leak into each other.
+(layer `dtype=`), never globally, so runs in one notebook do not leak into each other. The modes,
+which of them TensorFlow trains in (not fp8: that rung is torch's) and which scale the loss, are
+`labkit.core.precisions`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from labkit.core import precisions
 from labkit.core.config import check_choice
-from labkit.core.train_config import PRECISIONS
 
 _POLICIES = {"fp32": "float32", "tf32": "float32", "bf16": "mixed_bfloat16",
              "fp16": "mixed_float16"}
@@ -34,8 +36,8 @@ class TFPrecision:
 
     @classmethod
     def for_mode(cls, mode: str) -> TFPrecision:
-        check_choice("precision", mode, PRECISIONS)
-        return cls(mode, _POLICIES[mode], tf32=mode != "fp32", loss_scaling=mode == "fp16")
+        check_choice("precision", mode, [p.name for p in precisions.precisions("tf")])
+        return cls(mode, _POLICIES[mode], tf32=mode != "fp32", loss_scaling=precisions.get(mode).loss_scaling)
 
     @property
     def compute_dtype(self) -> str:

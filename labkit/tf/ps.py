@@ -10,9 +10,9 @@ server and a scheduled step gathers its rows there, so which worker runs a step 
 change what it trains on. Per-step losses are collected; step times are window averages
 (steps overlap, so a single step has no wall time of its own).
 
-Steps are scheduled a window at a time, then joined, so the shared loop of `labkit.core.loop`
-cannot hand them over one by one; this loop uses its parts instead: the SIGTERM guard, the
-checkpoint policy (a window ends at each periodic checkpoint: `checkpoint_every` steps, else
+Steps are scheduled a window at a time, then joined, so this loop is not the custom loop's
+step-by-step one (`labkit.tf.trainer`); it calls the same decisions of `labkit.core`: the
+SIGTERM guard, the checkpoint policy (a window ends at each periodic checkpoint: `checkpoint_every` steps, else
 10), the metrics reporter and the metrics file. Checkpoints go through `labkit.core.checkpoint`
 (`labkit.tf.state`): the coordinator reads the variables from the parameter servers, writes the
 blobs and commits the marker (with the run's fingerprint, under the folder's lease); a restarted

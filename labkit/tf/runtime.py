@@ -4,22 +4,30 @@ TensorFlow by default maps (almost) all memory of every visible GPU when it firs
 In a notebook that also runs PyTorch on that GPU this starves torch, so labkit either hides the
 GPUs from TF (CPU runs, CI) or switches on memory growth (TF takes memory as it needs it). Both
 must happen before TF initialises its devices; `configure` is idempotent and called by every
-labkit.tf entry point first.
+labkit.tf entry point first. Whether a `device` choice gets the GPUs is `labkit.core.placement`'s
+rule for one process (a TF process drives all the GPUs it sees), applied to the GPUs TensorFlow
+sees (a plain `pip install tensorflow` sees none even where torch does).
 """
 
 from __future__ import annotations
 
 import os
 
+from labkit.core.config import ParameterError
+from labkit.core.placement import place
+
 # Set before tensorflow is imported anywhere through labkit: TF's C++ INFO lines drown output.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 _configured: str | None = None
+_NO_TF_GPU = ("needs a GPU that TensorFlow can use, and it sees none (on a GPU machine install "
+              "TensorFlow's CUDA build: pip install 'labkit[tf-gpu]')")
 
 
 def configure(device: str = "auto") -> str:
-    """Make TF use the CPU only (`device="cpu"`) or the GPUs with memory growth ("auto"/"cuda").
-    Returns what TF got: "cpu" or "gpu". Safe to call again; the first call decides."""
+    """Make TF use the CPU only or the GPUs with memory growth, as `labkit.core.placement` places
+    one process for `device` on the GPUs TF sees. Returns what TF got: "cpu" or "gpu". Safe to
+    call again; the first call decides. `device="cuda"` without a GPU TF can use: ParameterError."""
     global _configured
     import tensorflow as tf
 
@@ -27,7 +35,13 @@ def configure(device: str = "auto") -> str:
         return _configured
     gpus = tf.config.list_physical_devices("GPU")
     try:
-        if device == "cpu" or not gpus:
+        on_gpu = place(1, len(gpus), device=device).on_gpu
+    except ParameterError:
+        if device != "cuda":
+            raise
+        raise ParameterError("device", device, _NO_TF_GPU) from None  # what TF needs, not torch
+    try:
+        if not on_gpu:
             tf.config.set_visible_devices([], "GPU")
             _configured = "cpu"
         else:
@@ -39,10 +53,7 @@ def configure(device: str = "auto") -> str:
         # Devices were initialised earlier in this process (by user code); keep what exists.
         _configured = "gpu" if tf.config.get_visible_devices("GPU") else "cpu"
     if device == "cuda" and _configured != "gpu":
-        from labkit.core.config import ParameterError
-
-        raise ParameterError("device", device, "needs a GPU that TensorFlow can use, and it sees none "
-                             "(on a GPU machine install TensorFlow's CUDA build: pip install 'labkit[tf-gpu]')")
+        raise ParameterError("device", device, _NO_TF_GPU)
     return _configured
 
 

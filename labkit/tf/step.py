@@ -1,5 +1,5 @@
 """What one TensorFlow optimizer step is made of, shared by every TF loop (the custom loop of
-`labkit.tf.engine`, `labkit.tf.ps`, `labkit.tf.keras_fit`).
+`labkit.tf.trainer`, `labkit.tf.ps`, `labkit.tf.keras_fit`).
 
 - `build`: the Keras model twin, AdamW with the torch engine's hyper-parameters (fp16: wrapped in
   a LossScaleOptimizer) and the shared warm-up schedule (`labkit.core.schedule`);

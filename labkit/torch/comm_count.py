@@ -8,17 +8,24 @@ group size N and books what this rank sends under the ring algorithms: all-reduc
 tensor, reduce-scatter (N-1)/N of its input, all-gather (N-1) times its input shard, broadcast
 (N-1)/N of the tensor (the ring's average per rank), send the whole tensor, receive nothing. The
 tensor bytes (payload) are kept per operation too, so a reader can check the model.
+
+`StepComm` is what the trainer counts with: two steps of each run (counting slows a small step),
+and for a pipeline the share of each step its stage sat idle.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from labkit.core.parallelism import pipeline_bubble
 
 _c10d = torch.ops.c10d
 _funcol = torch.ops._c10d_functional
@@ -165,3 +172,70 @@ def _funcol_group_size(args) -> int:
             except (ValueError, RuntimeError, KeyError):
                 continue
     return dist.get_world_size() if dist.is_initialized() else 1
+
+
+class StepComm:
+    """Bytes this rank sends per step (its collectives counted while the step runs and its loss
+    is agreed), and for a pipeline the share of each step's schedule its stage sat idle.
+
+    Counting sees every operation of the step in Python (a dispatch mode), which slows a small
+    CPU step by a third or more: only steps `counted` (indices within this run, default the
+    third and fourth, past warm-ups such as PowerSGD's) are counted, so the others keep their
+    true step time."""
+
+    def __init__(self, c: Any, run_steps: int, start: int = 0):
+        # `c`: the run's `labkit.torch.engine.Components` (its info, strategy, layout, held bytes)
+        self.c = c
+        self.counter = CommCounter() if c.info.distributed else None
+        self.counted = {min(2, run_steps - 1), min(3, run_steps - 1)}
+        self.first_step = start
+        self.calls = 0
+        self.sent: list[float] = []
+        self.ops: dict | None = None
+        self.bubbles: list[float] = []
+        self._pipeline = c.strategy if hasattr(c.strategy, "busy_s") else None
+        self._before = (0.0, 0.0)
+
+    def counting(self):
+        """The context a step's collectives run in (the counter, on counted steps)."""
+        counted = self.counter is not None and self.calls in self.counted
+        return self.counter if counted else contextlib.nullcontext()
+
+    def start(self):
+        if self._pipeline is not None:
+            self._before = (self._pipeline.busy_s, self._pipeline.schedule_s)
+        return self.counting()
+
+    def finish(self) -> None:
+        if self.counter is not None and self.calls in self.counted:
+            tally = self.counter.reset()
+            self.sent.append(tally.sent)
+            self.ops = tally.as_dict()
+        self.calls += 1
+        if self._pipeline is not None:
+            busy = self._pipeline.busy_s - self._before[0]
+            ran = self._pipeline.schedule_s - self._before[1]
+            self.bubbles.append(1.0 - busy / ran if ran > 0 else 0.0)
+
+    def run_info(self) -> dict:
+        """The metrics `run` entries: rank 0's, and every rank's (gathered: all ranks call this)."""
+        import statistics
+
+        c = self.c
+        if not c.info.distributed:
+            return {}
+        mine = {"memory": c.held, "comm_bytes_per_step": statistics.median(self.sent) if self.sent else None,
+                "counted": sorted(self.first_step + i for i in self.counted if 0 <= i < self.calls),
+                "comm_ops_last_step": self.ops,
+                "bubble": statistics.median(self.bubbles[1:] or self.bubbles) if self.bubbles else None}
+        everyone: list = [None] * c.info.world_size
+        dist.all_gather_object(everyone, mine)
+        out = {"memory_per_rank": mine["memory"], "comm_bytes_per_step": mine["comm_bytes_per_step"],
+               "comm_ops_last_step": mine["comm_ops_last_step"],
+               "comm_counted_steps": mine["counted"],
+               "memory_by_rank": [e["memory"] for e in everyone],
+               "comm_bytes_by_rank": [e["comm_bytes_per_step"] for e in everyone]}
+        if c.layout.mode == "pp":
+            out["pipeline_bubble"] = {"measured_by_rank": [e["bubble"] for e in everyone],
+                                      "theory": pipeline_bubble(c.layout.pp, c.layout.microbatches)}
+        return out

@@ -8,9 +8,6 @@
   from one power iteration, (n + m)·r numbers instead of n·m; the error of the approximation is
   fed back into the next step's gradient (Vogels et al., 2019). Vectors (biases, norms) are
   all-reduced uncompressed. The first `start_iter` steps run plain all-reduce.
-
-labkit's DDP already has a hook: the replicas' loss and stop flag ride on the last bucket
-(`labkit.torch.agreement.StepAgreement`); `StepAgreement.around(hook)` composes the two.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """GPU utilisation and memory of the training device while a run trains, for the job's logs.
 
-`sampler_for(device)` is the engine's `system` sampler for `labkit.core.loop.run`: None for a
+`sampler_for(device)` is the trainer's `system` sampler for `labkit.core.loop.Reporter`: None for a
 CPU device (a CPU run samples nothing), else a `CudaSampler` that the loop's Reporter calls
 after each step on the main process and writes as ``system/gpu_util`` (percent) and
 ``system/gpu_mem_gib`` TensorBoard scalars, W&B values, and fields of the job's JSON step lines.

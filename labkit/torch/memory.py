@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from labkit.core.train_config import TrainConfig
-from labkit.torch import engine
+from labkit.torch import engine, trainer
 from labkit.torch.data import make_dataset, to_float_images
 from labkit.torch.distributed import DistInfo
 from labkit.torch.engine import Components
@@ -113,7 +113,7 @@ def largest_batch(config, *, budget_mib: float | None = None, limit: int = 4096,
 
         def try_batch(b: int) -> None:
             x, y = data[[0] * b]
-            engine.train_step(c, [engine.to_device((x, y), c, config.channels_last)], None)
+            trainer.train_step(c, [engine.to_device((x, y), c, config.channels_last)], None)
             torch.cuda.synchronize(device)
 
     def guarded(b: int) -> None:

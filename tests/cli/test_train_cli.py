@@ -81,8 +81,10 @@ def test_nproc_per_node_runs_ddp_replicas(tmp_path):
 
 
 def test_bad_flag_values_are_refused():
-    r = train("--precision", "fp8", "--steps", "1")
+    r = train("--precision", "fp4", "--steps", "1")
     assert r.returncode != 0 and "invalid choice" in r.stderr
+    r = train("--precision", "fp8", "--model", "cnn", "--steps", "1")  # a choice, not for this model
+    assert r.returncode == 2 and "parameter 'precision' applies to model 'gpt' only" in r.stdout
     r = train("--steps", "0")
     assert r.returncode == 2 and "parameter 'steps' must be >= 1" in r.stdout
 
@@ -121,6 +123,10 @@ def _configs():
 
     def build(values):
         _keep_parallel_settings_valid(values)
+        from labkit.core.precisions import why_not_trains
+
+        if why_not_trains(values["precision"], values["framework"], values["model"]):
+            values["precision"] = "bf16"  # fp8: torch's GPT only
         values.update(fp8_head=values["fp8_head"] and values["model"] == "gpt" and values["precision"] == "bf16",
                       cuda_graph_step=values["cuda_graph_step"] and values["precision"] != "fp16")
         if values["preempt_at"] is not None and values["preempt_at"] >= values["steps"]:

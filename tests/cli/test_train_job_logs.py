@@ -1,9 +1,14 @@
 """`labkit train` in a Vertex AI job (its variables set, or through the local emulator): every
 line it prints is a JSON log line with a severity, each step's figures are fields, and nothing
-draws a carriage-return bar."""
+draws a carriage-return bar.
+
+The runs that train (a few seconds each: a fresh Python importing torch) are `slow`; the fast
+tier checks the training loop's lines in-process (tests/core/test_joblog.py) and, here, the
+refusal, which stops before any framework is imported."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -18,8 +23,9 @@ from tests.conftest import REPO
 
 @pytest.fixture(scope="module", autouse=True)
 def _torch():
-    """torch, imported when this module's first test runs rather than at collection."""
-    pytest.importorskip("torch")
+    """The runs train with torch in their own process: it must be installed, not imported here."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
 
 
 ARGS = ["--framework", "torch", "--model", "cnn", "--batch-size", "8", "--num-samples", "40",
@@ -37,6 +43,7 @@ def train(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=240)
 
 
+@pytest.mark.slow
 def test_labkit_train_in_a_job_prints_only_json_lines_with_the_step_figures(tmp_path):
     done = train("--steps", "4", "--tensorboard-dir", str(tmp_path / "tb"), env=job_env())
     assert done.returncode == 0, done.stdout + done.stderr
@@ -50,9 +57,13 @@ def test_labkit_train_in_a_job_prints_only_json_lines_with_the_step_figures(tmp_
     assert records[-1]["event"] == "output" and "4 steps, final loss" in records[-1]["message"]
 
 
-def test_labkit_train_outside_a_job_is_unchanged_and_a_refused_flag_is_an_error_line(tmp_path):
+@pytest.mark.slow
+def test_labkit_train_outside_a_job_is_unchanged(tmp_path):
     plain = train("--steps", "2", "--progress", env={**job_env(), "LABKIT_LOG_FORMAT": "text"})
     assert plain.returncode == 0 and "2/2 [" in plain.stderr and not joblog.parse(plain.stdout)
+
+
+def test_in_a_job_a_refused_flag_is_one_error_line():
     bad = train("--steps", "0", env=job_env())
     assert bad.returncode == 2
     (record,) = [json.loads(line) for line in bad.stdout.splitlines()]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 import warnings
 from dataclasses import replace
 
@@ -16,7 +15,7 @@ from labkit.core import joblog, loop, progress
 from labkit.core.metrics import MetricsLog
 from labkit.core.train_config import Preempted
 from labkit.vertex.faults import StepReader
-from tests.core.test_loop import CONFIG, FakeEngine
+from tests.core.test_loop import CONFIG, loss_of, report
 
 JOB = {"CLOUD_ML_JOB_ID": "1234567890"}
 
@@ -143,7 +142,7 @@ def test_a_training_run_in_a_job_logs_one_json_line_per_step(in_job, capsys, tmp
     from labkit.core.scalars import event_files, read_scalars
 
     config = replace(CONFIG, progress=True, tensorboard_dir=str(tmp_path / "tb"))
-    loop.run(config, FakeEngine().engine(), MetricsLog(), system=Sampler())
+    report(config, system=Sampler())
     out, err = capsys.readouterr()
     assert "\r" not in out + err and err == ""  # no bar: nothing on stderr at all
     records = lines_of(out)
@@ -151,7 +150,7 @@ def test_a_training_run_in_a_job_logs_one_json_line_per_step(in_job, capsys, tmp
     steps = [r for r in records if r["event"] == "step"]
     assert [r["step"] for r in steps] == list(range(6))
     for r in steps:
-        assert r["severity"] == "INFO" and r["loss"] == pytest.approx(1.0 / (r["step"] + 1))
+        assert r["severity"] == "INFO" and r["loss"] == pytest.approx(loss_of(r["step"]))
         assert {"step_time_s", "samples_per_s", "lr", "gpu_util", "gpu_mem_gib"} <= set(r)
     # the latest sample rides on every line; a fresh one arrives every other step
     assert [r["gpu_util"] for r in steps] == [10.0, 10.0, 30.0, 30.0, 50.0, 50.0]
@@ -167,8 +166,7 @@ def test_without_a_sampler_nothing_is_sampled_and_outside_a_job_the_bar_stays(mo
 
     for name in ("CLOUD_ML_JOB_ID", "LABKIT_LOG_FORMAT", "LABKIT_NO_PROGRESS", "LABKIT_PROGRESS"):
         monkeypatch.delenv(name, raising=False)
-    loop.run(replace(CONFIG, progress=True, tensorboard_dir=str(tmp_path / "tb")), FakeEngine().engine(),
-             MetricsLog())
+    report(replace(CONFIG, progress=True, tensorboard_dir=str(tmp_path / "tb")))
     out, err = capsys.readouterr()
     assert "6/6 [" in err and not joblog.parse(out)  # tqdm's bar, as before
     (path,) = event_files(tmp_path / "tb")
@@ -182,7 +180,7 @@ def test_a_warning_during_training_and_a_divergence_have_their_severities(in_job
 
     with warnings.catch_warnings(), pytest.raises(FloatingPointError):
         warnings.simplefilter("always")
-        loop.run(CONFIG, FakeEngine({3: math.nan}).engine(), MetricsLog(), on_step=warn_at_1)
+        report(CONFIG, losses={3: math.nan}, on_step=warn_at_1)
     records = lines_of(capsys.readouterr().out)
     by_event = {r["event"]: r for r in records}
     assert by_event["warning"]["severity"] == "WARNING" and "checkpoint copy is late" in by_event["warning"]["message"]
@@ -192,13 +190,11 @@ def test_a_warning_during_training_and_a_divergence_have_their_severities(in_job
 
 
 def test_a_preempted_run_says_so_as_a_warning_on_every_process(in_job, capsys):
-    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    try:
-        with pytest.raises(Preempted):
-            loop.run(replace(CONFIG, preempt_at=2), FakeEngine().engine(), MetricsLog(),
-                     role=loop.ProcessRole(is_main=False))
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    log = MetricsLog()
+    with pytest.raises(Preempted), loop.Reporter(CONFIG, loop.Throughput(8), log, is_main=False) as reporter:
+        for step in range(3):
+            reporter.record(step, loss_of(step), 0.5)
+        raise Preempted(2)  # what a loop raises once the stop after step 2 is checkpointed
     (record,) = lines_of(capsys.readouterr().out)  # a worker: no step lines, only how it ended
     assert record["severity"] == "WARNING" and record["event"] == "stopped" and record["step"] == 2
     assert "preempted during step 2" in record["message"]

@@ -135,7 +135,7 @@ def test_ring_bytes_per_collective():
 
 def test_head_grouped_rows_give_each_rank_whole_heads():
     torch = pytest.importorskip("torch")
-    from labkit.torch.tensor_parallel import head_grouped
+    from labkit.torch.parallel.tp import head_grouped
 
     d, heads, t = 8, 4, 2
     order = head_grouped(d, heads, t)
@@ -148,7 +148,7 @@ def test_head_grouped_rows_give_each_rank_whole_heads():
 
 def test_pipeline_stages_split_the_blocks():
     pytest.importorskip("torch")
-    from labkit.torch.pipeline_parallel import stage_blocks
+    from labkit.torch.parallel.pp import stage_blocks
 
     assert [list(stage_blocks(5, 2, s)) for s in (0, 1)] == [[0, 1, 2], [3, 4]]
     assert [len(stage_blocks(12, 4, s)) for s in range(4)] == [3, 3, 3, 3]
@@ -156,11 +156,24 @@ def test_pipeline_stages_split_the_blocks():
 
 def test_deepspeed_config_names_the_stage():
     pytest.importorskip("torch")
-    from labkit.torch.deepspeed_zero import deepspeed_config
+    from labkit.torch.parallel.deepspeed import deepspeed_config
 
     c = deepspeed_config("zero2", 32, 16, 1.0)
     assert c["zero_optimization"] == {"stage": 2} and c["train_batch_size"] == 32
     assert c["gradient_clipping"] == 1.0
+
+
+def test_the_deepspeed_mode_file_imports_the_real_deepspeed():
+    """`labkit.torch.parallel.deepspeed` shares DeepSpeed's name: the `import deepspeed` it runs
+    must reach the installed package, not the file itself."""
+    pytest.importorskip("torch")
+    real = pytest.importorskip("deepspeed")
+    from labkit.torch.parallel import deepspeed as mode
+
+    namespace = {"__name__": mode.__name__, "__package__": mode.__package__}
+    exec("import deepspeed", namespace)  # the statement DeepSpeedZero runs, in the file's package
+    assert namespace["deepspeed"] is real and real is not mode
+    assert callable(namespace["deepspeed"].initialize)
 
 
 def _result(mode, losses, held, sent, step_s=0.1, bubble=None):

@@ -143,7 +143,8 @@ def test_gpu_out_of_memory_is_one_line_and_the_memory_comes_back():
     import torch
 
     from labkit.core.train_config import TrainConfig
-    from labkit.torch.engine import OutOfDeviceMemory, fit
+    from labkit.torch.engine import OutOfDeviceMemory
+    from labkit.torch.trainer import fit
 
     if not _gpus():
         pytest.skip("needs a GPU")

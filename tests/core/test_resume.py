@@ -183,7 +183,7 @@ def test_tf_steps_continue_the_order_from_where_a_resumed_run_began():
 # ---------------------------------------------------------------- the torch engine
 
 def test_an_allowed_lr_and_warmup_change_is_what_runs_and_what_the_metrics_say(tmp_path):
-    from labkit.torch.engine import fit
+    from labkit.torch.trainer import fit
 
     ck = str(tmp_path / "ck")
     fit(replace(CONFIG, checkpoint_dir=ck))
@@ -199,7 +199,7 @@ def test_an_allowed_lr_and_warmup_change_is_what_runs_and_what_the_metrics_say(t
 
 
 def test_a_checkpoint_of_the_other_engine_is_refused_not_skipped(tmp_path):
-    from labkit.torch.engine import fit
+    from labkit.torch.trainer import fit
 
     ck = str(tmp_path / "ck")
     checkpoint.save(ck, 2, {"model.npz": b"weights"},

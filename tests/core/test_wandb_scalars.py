@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from labkit.core import loop, wandb_scalars
+from labkit.core import wandb_scalars
 from labkit.core.config import ParameterError
-from labkit.core.metrics import MetricsLog
 from labkit.core.train_config import TrainConfig, from_argv, to_argv
-from tests.core.test_loop import CONFIG, FakeEngine
+from tests.core.test_loop import CONFIG, loss_of, report
 
 BLOCK = 32768  # the .wandb file: LevelDB log blocks after a 7-byte header
 
@@ -77,11 +76,11 @@ def test_an_offline_wandb_run_receives_the_scalars(monkeypatch, tmp_path):
     def sampler():
         return {"gpu_util": 55.0}
 
-    loop.run(replace(CONFIG, wandb_project="labkit-test"), FakeEngine().engine(), MetricsLog(), system=sampler)
+    report(replace(CONFIG, wandb_project="labkit-test"), system=sampler)
     (run_dir,) = (tmp_path / "wandb_dir" / "wandb").glob("offline-run-*-vertex-42")
     rows = history(run_dir)
     assert [r["step"] for r in rows] == list(range(CONFIG.steps))
-    assert [r["train/loss"] for r in rows] == pytest.approx([1.0 / (s + 1) for s in range(CONFIG.steps)])
+    assert [r["train/loss"] for r in rows] == pytest.approx([loss_of(s) for s in range(CONFIG.steps)])
     assert {"train/samples_per_s", "train/step_time_s", "train/lr"} <= set(rows[0])
     assert all(r["system/gpu_util"] == 55.0 for r in rows)
 
@@ -90,7 +89,7 @@ def test_without_the_wandb_package_training_goes_on_after_one_line(monkeypatch, 
     monkeypatch.setitem(sys.modules, "wandb", None)  # what `import wandb` meets where it is not installed
     monkeypatch.delenv("CLOUD_ML_JOB_ID", raising=False)
     monkeypatch.delenv("LABKIT_LOG_FORMAT", raising=False)
-    log = loop.run(replace(CONFIG, wandb_project="p"), FakeEngine().engine(), MetricsLog())
+    log = report(replace(CONFIG, wandb_project="p"))
     assert len(log.steps) == CONFIG.steps
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "pip install 'labkit[wandb]'" in err and "wandb_project='p'" in err

@@ -1,6 +1,6 @@
 """Rungs and levers are found by key; labels are only for display. Relabelling every rung of a
-ladder and every lever of the capstone changes what a reader sees, never what the conclusions
-compute."""
+ladder and every lever of the capstone changes what a reader sees, never what the findings and
+conclusions compute."""
 
 from __future__ import annotations
 
@@ -21,17 +21,20 @@ def _precision_rows(relabel: str) -> list[dict]:
              "runs_samples_per_s": [v - 5, v, v + 5]} for k, v in speed.items()]
 
 
-def test_precision_conclusions_and_lookups_survive_new_labels():
+def test_precision_findings_and_lookups_survive_new_labels():
     plain, renamed = _precision_rows(""), _precision_rows("renamed ")
     assert precision.find(renamed, "bf16")["speedup"] == pytest.approx(1.8)
-    text = "\n".join(precision.conclusions(renamed))
-    assert "Highest median here: renamed bf16_channels_last" in text
-    assert "renamed tf32: 1.01× renamed fp32" in text and "no measurable difference here" in text
-    assert "renamed bf16: 1.80× renamed fp32" in text and "): faster" in text
-    assert "TF32 is a tensor-core mode" in text  # found by key, whatever the tf32 rung is called
-    assert len(precision.conclusions(renamed)) == len(precision.conclusions(plain))
+    found = precision.findings(renamed, frozenset())
+    assert found.best.rung == "renamed bf16_channels_last" and found.best.verdict == "faster"
+    assert found.rung("tf32").rung == "renamed tf32" and found.rung("tf32").verdict == "no measurable difference here"
+    assert found.rung("bf16").speedup == pytest.approx(1.8) and found.rung("bf16").verdict == "faster"
+    assert found.tf32_on_cpu  # found by key, whatever the tf32 rung is called
+    unlabelled = precision.findings(plain, frozenset())
+    assert [f.verdict for f in found.others] == [f.verdict for f in unlabelled.others]
     with pytest.raises(KeyError, match="fp8"):
         precision.find(renamed, "fp8")
+    with pytest.raises(KeyError, match="fp8"):
+        found.rung("fp8")
 
 
 def test_input_conclusions_survive_new_labels(monkeypatch):
@@ -74,11 +77,20 @@ def test_a_new_rung_is_one_row(monkeypatch):
     assert levers.lever("torch", "no such lever") is None
 
 
-def test_a_slow_16_bit_rung_on_a_cpu_is_explained_from_its_flags():
+def test_a_slow_16_bit_rung_on_a_cpu_comes_with_the_cpus_flags():
     rows = [{**r, "precision": r["key"].split("_")[0]} for r in _precision_rows("")]
     rows[3] = {**rows[3], "samples_per_s": 7.0, "speedup": 0.07}  # fp16, as on a CPU without AVX-512 FP16
-    without = " ".join(precision._slow_half_on_cpu(rows, frozenset({"avx2"})))
-    assert "fp16 ran at under half of fp32's speed here (fp16 0.07×)" in without
-    assert "avx512_fp16 or amx_fp16" in without and "reports neither" in without
-    assert "reports avx512_fp16" in " ".join(precision._slow_half_on_cpu(rows, frozenset({"avx512_fp16"})))
-    assert precision._slow_half_on_cpu([{**r, "device": "cuda:0"} for r in rows], frozenset()) == []
+    [without] = precision.slow_16_bit_on_cpu(rows, frozenset({"avx2"}))
+    assert without.precision == "fp16" and [(r.key, r.speedup) for r in without.rungs] == [("fp16", 0.07)]
+    assert without.native_flags == ("avx512_fp16", "amx_fp16") and without.cpu_has == ()
+    assert precision.slow_16_bit_on_cpu(rows, frozenset({"avx512_fp16"}))[0].cpu_has == ("avx512_fp16",)
+    assert precision.slow_16_bit_on_cpu([{**r, "device": "cuda:0"} for r in rows], frozenset()) == []
+    assert precision.findings(rows, frozenset()).slow_on_cpu == (without,)
+
+
+def test_the_ladder_climbs_only_rungs_that_change_the_model_on_this_hardware():
+    keys = [r.precision for r in precision.rungs("torch", include_compile=False)]
+    assert "fp8" not in keys  # no plan: no format that needs its own tensor cores
+    planned = [r.precision for r in precision.rungs("torch", False, ("fp32", "bf16", "fp8"), model="gpt")]
+    assert {"fp32", "bf16", "fp8"} <= set(planned) and set(planned) <= {"fp32", "bf16", "fp8"}
+    assert "fp8" not in [r.precision for r in precision.rungs("torch", False, ("fp32", "fp8"), model="cnn")]

@@ -1,9 +1,12 @@
 """The mistake-beside-the-fix measurements: each returns numbers computed in the run that can
 show the mistake (and would fail these tests if the mistake stopped showing). The sentences and
 plots beside each are computed from the measurement they describe, so a different measurement
-gives a different sentence."""
+gives a different sentence; notebook 04's two (softmax, TF32) return numbers and verdicts only,
+and the notebook writes the sentences."""
 
 from __future__ import annotations
+
+import math
 
 import matplotlib
 import pytest
@@ -23,19 +26,50 @@ def _torch():
 @pytest.mark.slow
 def test_softmax_into_cross_entropy_shrinks_gradients_and_floors_the_logged_loss():
     r = mistakes.softmax_into_cross_entropy(model="gpt", steps=6, batch_size=8, optimizer="sgd")
-    assert r["classes"] == 512
-    assert r["gradient_shrink"] > 100  # about the class count, at uniform predictions
-    assert min(r["mistaken_logged"]) >= r["logged_floor"] > 5.2
-    assert r["right"][-1] < r["right"][0] - 0.05  # right: learns
-    assert r["mistaken"][-1] > r["mistaken"][0] - 0.01  # mistaken: SGD steps ~500x too small
-    assert r["right"][0] == r["mistaken"][0]  # same weights, same first batch
+    assert r.classes == 512
+    assert r.gradient_shrink > 100  # about the class count, at uniform predictions
+    assert min(r.mistaken_logged) >= r.logged_floor > 5.2
+    assert r.right[-1] < r.right[0] - 0.05 and r.right_trend == "fell"  # right: learns
+    assert r.mistaken_trend == "stayed flat"  # mistaken: SGD steps ~500x too small
+    assert r.right[0] == r.mistaken[0]  # same weights, same first batch
+    assert r.final_gap == r.mistaken[-1] - r.right[-1] > 0
 
 
 def test_softmax_mistake_with_adamw_hides_in_the_logged_loss():
     r = mistakes.softmax_into_cross_entropy(model="cnn", steps=3, batch_size=8, optimizer="adamw")
-    assert r["lr"] == 1e-3 and len(r["mistaken_logged"]) == 3
+    assert r.lr == 1e-3 and r.optimizer == "adamw" and len(r.mistaken_logged) == len(r.right) == 3
+    assert r.logged_floor == pytest.approx(math.log(1 + (r.classes - 1) / math.e))
     with pytest.raises(ValueError, match="optimizer"):
         mistakes.softmax_into_cross_entropy(optimizer="adam")
+
+
+def test_the_mistake_measured_is_the_recipes_mistake_line():
+    """The lines notebook 04 shows as the change are the recipe's, and they are what the
+    measurement trains with: cross_entropy of probabilities, against cross_entropy of logits."""
+    import torch
+    import torch.nn.functional as F
+
+    from labkit.course import recipe_view
+    from labkit.recipes import mixed_precision
+
+    change = recipe_view.mistake_lines("mixed_precision", "softmax")
+    assert change.removed == ("return F.cross_entropy(F.softmax(logits, -1), y)",)
+    assert change.added == ("return F.cross_entropy(logits, y)",)
+    logits, y = torch.randn(4, 10), torch.tensor([1, 2, 3, 4])
+    assert torch.equal(mixed_precision.cross_entropy(logits, y, "softmax"), F.cross_entropy(logits.softmax(-1), y))
+    assert torch.equal(mixed_precision.cross_entropy(logits, y), F.cross_entropy(logits, y))
+
+
+def test_the_recipe_trains_with_the_mistake_on_request():
+    from labkit.recipes import mixed_precision
+
+    argv = ["--model", "gpt", "--steps", "3", "--batch-size", "4", "--num-samples", "16", "--device", "cpu"]
+    right, wrong = mixed_precision.main(argv), mixed_precision.main([*argv, "--mistake", "softmax"])
+    assert wrong.metrics.run["config"]["mistake"] == "softmax" and right.metrics.run["config"]["mistake"] is None
+    floor = math.log(1 + (512 - 1) / math.e)  # the smoke GPT's 512 classes
+    assert min(wrong.losses) >= floor
+    # the logged loss of probabilities barely moves while the right loss does
+    assert max(wrong.losses) - min(wrong.losses) < (max(right.losses) - min(right.losses)) / 10
 
 
 @pytest.mark.slow
@@ -51,11 +85,23 @@ def test_torch_save_to_a_gs_string_lands_in_a_local_folder(tmp_path):
 @pytest.mark.slow
 def test_tf32_defaults_are_read_from_a_fresh_process():
     r = mistakes.tf32_defaults()
-    assert r["torch.backends.cuda.matmul.allow_tf32"] is False  # off for matmuls since torch 1.12
-    assert isinstance(r["torch.backends.cudnn.allow_tf32"], bool)
-    assert r["torch.get_float32_matmul_precision()"] == "highest"
-    if r["cuda"]:
-        assert r["matmul_rel_error_tf32"] > r["matmul_rel_error_default"]
+    assert r.matmul is False  # off for matmuls since torch 1.12
+    assert isinstance(r.convolutions, bool)
+    assert r.matmul_precision == "highest"
+    assert list(r.settings())[:3] == ["torch.backends.cuda.matmul.allow_tf32", "torch.backends.cudnn.allow_tf32",
+                                      "torch.get_float32_matmul_precision()"]
+    if r.cuda:
+        assert r.matmul_error_tf32 > r.matmul_error_default and r.error_ratio > 1
+    else:
+        assert r.matmul_error_default is None and r.error_ratio is None
+
+
+def test_tf32_settings_name_tensorflow_only_where_it_is_installed():
+    r = mistakes.TF32Defaults(False, True, "highest", True, None, 1e-7, 1e-4)
+    assert r.error_ratio == pytest.approx(1000)
+    assert "tf.config.experimental.tensor_float_32_execution_enabled()" not in r.settings()
+    with_tf = mistakes.TF32Defaults(False, True, "highest", False, True, None, None)
+    assert with_tf.settings()["tf.config.experimental.tensor_float_32_execution_enabled()"] is True
 
 
 def test_embedding_gradient_rows_against_the_dense_all_reduce():
@@ -110,37 +156,25 @@ def test_the_mistakes_harm_is_said_from_its_held_out_losses():
 # ---------------------------------------------------------------- the sentences and plots
 
 
-def test_softmax_sentences_carry_the_measured_numbers():
+def test_softmax_plot_shows_both_optimizers():
     runs = {opt: mistakes.softmax_into_cross_entropy(model="gpt", steps=2, batch_size=4, optimizer=opt)
             for opt in ("sgd", "adamw")}
-    text = "\n".join(mistakes.explain_softmax(runs["sgd"], runs["adamw"]))
-    assert f"{runs['sgd']['gradient_shrink']:.0f}× smaller" in text and "512 classes" in text
-    assert f"= {runs['adamw']['logged_floor']:.3f} for C = 512" in text
-    assert "SGD (lr 0.1)" in text and "AdamW (lr 0.001)" in text
     fig = mistakes.plot_softmax(runs["sgd"], runs["adamw"])
-    assert len(fig.axes) == 2 and "SGD" in fig.axes[0].get_title()
+    assert len(fig.axes) == 2 and "SGD" in fig.axes[0].get_title() and "512 classes" in fig.axes[1].get_title()
+    assert [len(line.get_ydata()) for line in fig.axes[0].lines[:3]] == [2, 2, 2]
 
 
 def test_a_learning_curve_is_told_apart_from_a_flat_one():
-    flat = {"right": [6.0, 5.0], "mistaken": [6.0, 5.999], "mistaken_logged": [6.2, 6.2], "lr": 0.1,
-            "final_gap": 0.999, "gradient_shrink": 500.0, "first_grad_norm_mistaken": 1e-3,
-            "first_grad_norm_right": 0.5, "classes": 512, "logged_floor": 5.24}
-    learning = {**flat, "mistaken": [6.0, 5.0], "final_gap": 0.0, "lr": 1e-3}
-    text = " ".join(mistakes.explain_softmax(flat, learning))
-    assert text.index("SGD") < text.index("hardly learned") < text.index("still learned")
-    assert "stayed flat (6.000 → 5.999)" in text and "fell from 6.000 to 5.000" in text
+    flat = mistakes.SoftmaxRun("gpt", "sgd", 0.1, 512, [6.0, 5.0], [6.0, 5.999], [6.2, 6.2], 0.5, 1e-3)
+    assert (flat.right_trend, flat.mistaken_trend, flat.logged_trend) == ("fell", "stayed flat", "stayed flat")
+    assert flat.gradient_shrink == pytest.approx(500) and flat.final_gap == pytest.approx(0.999)
+    assert mistakes.trend([6.0, 5.995]) == "stayed flat" and mistakes.trend([6.0, 5.98]) == "fell"
 
 
 @pytest.mark.slow
-def test_bucket_url_tf32_and_embedding_sentences(tmp_path):
+def test_bucket_url_and_embedding_sentences(tmp_path):
     saved = mistakes.explain_save_to_bucket_url(mistakes.save_to_bucket_url(tmp_path, "b/m.pt"))
     assert "a local folder named 'gs:'" in saved[0] and "read back equal: True" in saved[1]
-    tf32 = {"torch.backends.cuda.matmul.allow_tf32": False, "torch.backends.cudnn.allow_tf32": True,
-            "torch.get_float32_matmul_precision()": "highest", "cuda": False}
-    text = " ".join(mistakes.explain_tf32_defaults(tf32))
-    assert "float32 matmuls is off" in text and "convolutions on" in text and "not measured" in text
-    gpu = {**tf32, "cuda": True, "matmul_rel_error_default": 1e-7, "matmul_rel_error_tf32": 1e-4}
-    assert "(1000×)" in mistakes.explain_tf32_defaults(gpu)[-1]
     emb = mistakes.embedding_gradient_traffic(vocab_size=4096, dim=32, batch_size=2, block_size=128, world_size=4)
     text = " ".join(mistakes.explain_embedding_gradient_traffic(emb))
     assert f"touched {emb['rows_touched']:,} of the 4,096" in text and "with 4 ranks" in text

@@ -207,6 +207,46 @@ def test_explain_says_whether_the_curve_shows_learning():
     assert recipe_view.curve_sentence([2.3, 1.0, 0.5]) == ""  # too short to tell
 
 
+def test_agreement_is_one_verdict_with_the_numbers_beside_it():
+    """What a notebook writes its own sentence from: the verdict, the largest difference, its step,
+    the tolerance and (on a GPU) the engine's difference from itself."""
+    assert _comparison([1.0, 2.0], [1.0, 2.0]).agreement == recipe_view.BIT_FOR_BIT
+    close = _comparison([1.0, 2.0, 3.0], [1.0, 2.000002, 3.0])
+    assert close.agreement == recipe_view.WITHIN_TOLERANCE and close.worst_step == 1
+    assert close.max_abs_diff == pytest.approx(2e-6) and close.tolerance == 1e-5
+    far = _comparison([1.0, 2.0], [1.0, 2.1], precision="bf16")
+    assert far.agreement == recipe_view.DIFFERENT and far.tolerance == 1e-3
+    drift = _comparison([2.3, 2.0, 1.7], [2.3, 2.001, 1.703], precision="bf16")
+    drift.engine_repeat_losses = [2.3, 2.002, 1.701]
+    assert drift.agreement == recipe_view.WITHIN_SPREAD and drift.engine_spread == pytest.approx(0.002)
+    assert "2× labkit train's own run-to-run spread" in recipe_view.WITHIN_SPREAD  # says SPREAD_MARGIN
+
+
+def test_a_curve_trend_is_the_mean_of_its_first_and_last_quarters():
+    trend = recipe_view.curve_trend([2.30, 2.25, 2.0, 1.8, 1.5, 1.4, 1.2, 1.0])
+    assert (trend.first, trend.last) == pytest.approx((2.275, 1.1)) and trend.falls
+    assert trend.verdict == "falls by more than 10%"
+    flat = recipe_view.curve_trend([2.30, 2.31, 2.29, 2.30, 2.28, 2.30, 2.27, 2.29])
+    assert flat.first == pytest.approx(2.305) and not flat.falls and flat.verdict == "does not fall by 10%"
+    assert recipe_view.curve_trend([2.3, 1.0]).first == 2.3  # under 4 steps: one step each
+    with pytest.raises(ValueError, match="losses"):
+        recipe_view.curve_trend([])
+
+
+def test_a_recipes_mistake_is_shown_as_the_change_from_its_own_file():
+    change = recipe_view.mistake_lines("mixed_precision", "softmax")
+    assert change.function == "cross_entropy"
+    source = recipe_view.source("mixed_precision")
+    assert all(line in source for line in (*change.removed, *change.added))  # the file's lines, verbatim
+    code = recipe_view.show_mistake("mixed_precision", "softmax")
+    assert repr(code).splitlines() == [
+        "recipes/mixed_precision.py, cross_entropy(): with --mistake softmax (-) and without (+):",
+        "- return F.cross_entropy(F.softmax(logits, -1), y)", "+ return F.cross_entropy(logits, y)"]
+    assert 'class="highlight"' in code._repr_html_()
+    with pytest.raises(ValueError, match="no `if mistake == 'bf16':` block"):
+        recipe_view.mistake_lines("mixed_precision", "bf16")
+
+
 def test_a_torchrun_restart_is_read_from_the_metrics_and_the_printed_steps():
     """elastic_ddp exits 0 after torchrun restarted it: the restart and the resumed step come from
     its metrics run section, the steps trained twice from its printed lines."""

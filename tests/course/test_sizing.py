@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from labkit.core.config import ParameterError
+from labkit.core.precisions import PRECISIONS, why_not_trains
 from labkit.course import sizing
 from labkit.hardware import gpus
 
@@ -37,13 +38,18 @@ def test_full_sizes_fit_the_gpu_and_forecast_a_time(key, nb):
             assert plan[name] * per + sizing.FIXED_BYTES[model] <= sizing.MEMORY_HEADROOM * machine.memory_bytes()
 
 
+@pytest.mark.parametrize("model", ["resnet", "gpt"])
 @pytest.mark.parametrize("key", KEYS)
-def test_rungs_the_gpu_cannot_run_are_skipped_with_the_reason(key):
+def test_rungs_the_gpu_cannot_run_are_skipped_with_the_reason(key, model):
+    """A rung is left out for the GPU's tensor cores, or for the model (fp8 changes only the GPT)."""
     facts = gpus.by_key(key)
-    plan = sizing.plan("04", "full", machine=sizing.Machine.planned(key))
-    for fmt in ("tf32", "bf16"):
-        assert (fmt in plan["formats"]) == facts.supports(fmt)
-        if not facts.supports(fmt):
+    plan = sizing.plan("04", "full", machine=sizing.Machine.planned(key), model=model)
+    for fmt in PRECISIONS:
+        changes_model = why_not_trains(fmt, "torch", model) is None
+        assert (fmt in plan["formats"]) == (facts.supports(fmt) and changes_model)
+        if not changes_model:
+            assert f"in model {model!r} it would change nothing" in plan.skipped[f"{fmt} rungs"]
+        elif not facts.supports(fmt):
             assert facts.label in plan.skipped[f"{fmt} rungs"]
     assert plan["recipe_precision"] == ("bf16" if facts.supports("bf16") else "fp16")
 

@@ -1,8 +1,8 @@
 """The machine price list and the accelerator catalog: every price row carries its rate card, a
 source pinned to a commit and a read date; a machine is priced by its own row (or its host row
 plus its attached GPUs' row), never a scaled neighbour; the catalog takes its prices from the
-list; the shipped files keep the sanity rules and agree with the GPU datasheet table
-(`labkit.hardware.gpus`); a malformed file fails with a message naming the file, the row and
+list, and its GPU rows their datasheet figures from the GPU table (`labkit.hardware.gpus`); the
+shipped files keep the sanity rules; a malformed file fails with a message naming the file, the row and
 the column."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from labkit.hardware import facts, gpus
 from labkit.hardware.catalog import (
     CATALOG_PATH,
     COLUMNS,
+    DATASHEET,
     MACHINE_PRICE_COLUMNS,
     MACHINE_PRICES_PATH,
     PRICE_BASES,
@@ -174,22 +175,41 @@ def test_the_h200_row_is_the_whole_8_gpu_machine():
     assert row["on-demand $/accelerator-h"] == pytest.approx(h200.hourly() / 8)
 
 
-def test_datasheet_columns_agree_with_the_gpu_table():
-    """The catalog repeats datasheet figures that `labkit.hardware.gpus.TABLE` also holds; for
-    every GPU both list (the same Vertex accelerator type) they are the same numbers: the dense
-    16-bit tensor-core rate (bf16, or fp16 on a GPU without bf16 such as the T4), fp32, memory
-    bandwidth; and the table's memory (what the driver reports) is a little under the catalog's
-    marketed size."""
-    table = {g.accelerator_type: g for g in gpus.TABLE}
-    shared = [e for e in load_catalog() if e.accelerator_type in table]
+def test_gpu_rows_take_their_datasheet_from_the_gpu_table_only():
+    """The GPU table (`labkit.hardware.gpus`, gpus.csv) is the one copy of GPU datasheet figures:
+    every shipped GPU row leaves the datasheet columns empty and gets the table row's dense
+    16-bit tensor-core rate (bf16, or fp16 on a GPU without bf16 such as the T4), fp32 rate,
+    bandwidth, marketed memory, source and read date. A second copy in the catalog fails here."""
+    raw = {r["name"]: r for r in csv.DictReader(CATALOG_PATH.open(encoding="utf-8"))}
+    shared = [e for e in load_catalog() if gpus.by_accelerator_type(e.accelerator_type)]
     assert {e.accelerator_type for e in shared} >= {gpus.by_key(k).accelerator_type for k in
                                                      ("t4", "l4", "a100-40gb", "a100-80gb", "h100", "h200")}
     for e in shared:
-        g = table[e.accelerator_type]
+        g = gpus.by_accelerator_type(e.accelerator_type)
+        assert not any(raw[e.name][c] for c in DATASHEET), f"{e.name}: datasheet figures copied into catalog.csv"
         assert e.peak_bf16_tflops == g.peak_tflops[g.fastest_format()], (e.name, g.key)
-        assert e.peak_fp32_tflops == g.peak_tflops["fp32"], (e.name, g.key)
-        assert e.memory_bw_gbs == g.memory_bw_gbs, (e.name, g.key)
-        assert 0.9 * e.memory_gb <= g.memory_gib <= e.memory_gb, (e.name, g.key)
+        assert e.peak_fp32_tflops == g.peak_tflops["fp32"] and e.memory_bw_gbs == g.memory_bw_gbs, e.name
+        assert e.memory_gb == g.memory_gb and 0.9 * e.memory_gb <= g.memory_gib <= e.memory_gb, e.name
+        assert (e.datasheet_source, e.datasheet_read_on) == (g.source, g.read_on), e.name
+    assert find(load_catalog(), "T4").peak_bf16_tflops == gpus.by_key("t4").peak_tflops["fp16"]
+
+
+def test_a_row_of_your_own_carries_its_datasheet_unless_the_gpu_table_has_it(tmp_path):
+    def own_figures(rows):  # your own figures for a GPU in the table are yours
+        rows[1] |= {"memory_gb": "24", "peak_bf16_tflops": "100", "peak_fp32_tflops": "",
+                    "memory_bw_gbs": "250", "datasheet_source": "https://example.com/l4"}
+    mine = load_catalog(_copy(tmp_path, own_figures))[1]
+    assert (mine.peak_bf16_tflops, mine.datasheet_source, mine.datasheet_read_on) == (100, "https://example.com/l4", None)
+
+    def unknown_gpu(rows):  # an accelerator the table lacks, with no figures of its own
+        rows[1] |= {"accelerator_type": "NVIDIA_B200"} | OWN_PRICE
+    with pytest.raises(CatalogError, match="row 3, column 'datasheet_source'.*not in the GPU table"):
+        load_catalog(_copy(tmp_path, unknown_gpu))
+
+    def half_copied(rows):
+        rows[1]["memory_gb"] = "24"
+    with pytest.raises(CatalogError, match="row 3, column 'datasheet_source'"):
+        load_catalog(_copy(tmp_path, half_copied))
 
 
 def test_shipped_catalog_keeps_the_sanity_rules():

@@ -49,3 +49,37 @@ def test_a_gpu_outside_the_table_gets_a_row_from_what_the_driver_says():
 def test_the_reported_memory_is_what_counts():
     facts = gpus.for_gpu(GPU(0, "NVIDIA H100 80GB HBM3", int(79.19 * 2**30), "9.0"))
     assert facts.key == "h100" and facts.memory_gib == pytest.approx(79.19)
+
+
+def test_the_table_is_the_csv_and_its_formats_are_the_registry():
+    """gpus.csv is the one copy of the GPU figures (the catalog reads it too: test_catalog), with
+    a peak column for each format of `labkit.core.precisions` and no other."""
+    import csv
+
+    from labkit.core import precisions
+
+    assert gpus.TABLE == gpus.load_table(gpus.GPU_TABLE_PATH)
+    assert gpus.FORMATS == precisions.FORMAT_NAMES
+    header = next(csv.reader(gpus.GPU_TABLE_PATH.open(encoding="utf-8")))
+    assert [c for c in header if c.startswith("peak_")] == [f"peak_{f}_tflops" for f in precisions.FORMAT_NAMES]
+    assert gpus.by_accelerator_type("NVIDIA_H100_80GB") is gpus.by_key("h100")
+    assert gpus.by_accelerator_type("NVIDIA_B200") is None
+
+
+@pytest.mark.parametrize("column, value, message", [
+    ("peak_fp32_tflops", "", "is empty"), ("memory_bw_gbs", "fast", "not a number"),
+    ("read_on", "26/11/2026", "ISO date"), ("datasheet_source", "the datasheet", "must be a URL"),
+])
+def test_a_malformed_table_names_the_file_row_and_column(tmp_path, column, value, message):
+    import csv
+
+    rows = list(csv.DictReader(gpus.GPU_TABLE_PATH.open(encoding="utf-8")))
+    rows[2][column] = value
+    path = tmp_path / "gpus.csv"
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=gpus.COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    with pytest.raises(gpus.GPUTableError, match=message) as err:
+        gpus.load_table(path)
+    assert f"{path}: row 4" in str(err.value) and column in str(err.value)

@@ -149,6 +149,8 @@ def test_what_a_copy_runs_imports_nothing_of_labkit():
 
 @pytest.mark.parametrize("name,argv", [
     ("mixed_precision", ["--model", "cnn"]),
+    # fp8's Linear layers are in the recipe itself (a copy of labkit.torch.fp8's algorithm)
+    pytest.param("mixed_precision", ["--model", "gpt", "--precision", "fp8"], marks=pytest.mark.slow),
     pytest.param("ddp", ["--model", "gpt", "--grad-accum", "2"], marks=pytest.mark.slow),
     pytest.param("attention", ["--model", "gpt", "--attention", "manual"], marks=pytest.mark.slow),
     # copied as profile_recipe.py: a profile.py beside it would hide the standard library's
@@ -162,7 +164,8 @@ def test_a_copied_recipe_trains_without_labkit_and_gives_the_engine_s_losses(tmp
     assert [s["step"] for s in data["steps"]] == list(range(6))
     assert data["run"]["recipe"] == name and data["summary"]["num_steps"] == 6
     assert data["summary"]["final_loss"] < data["summary"]["first_loss"]  # it learns
-    _assert_equal(losses(script.parent / "m.json"), _engine(argv))
+    precision = argv[argv.index("--precision") + 1] if "--precision" in argv else "fp32"
+    _assert_equal(losses(script.parent / "m.json"), _engine(argv), precision)
     assert_labkit_was_kept_out(tmp_path, env)
 
 

@@ -16,12 +16,12 @@ from labkit.core.train_config import TrainConfig
 @pytest.fixture(scope="module", autouse=True)
 def _torch():
     """torch, imported when this module's first test runs rather than at collection."""
-    global torch, dist, tree_flatten, tree_map, engine, state, DataPosition, DistInfo
+    global torch, dist, tree_flatten, tree_map, engine, trainer, state, DataPosition, DistInfo
     torch = pytest.importorskip("torch")
     import torch.distributed as dist
     from torch.utils._pytree import tree_flatten, tree_map
 
-    from labkit.torch import engine, state
+    from labkit.torch import engine, state, trainer
     from labkit.torch.data import DataPosition
     from labkit.torch.distributed import DistInfo
 
@@ -53,8 +53,8 @@ def trained():
                       generator=torch.Generator().manual_seed(0))
     batch = [(x[:, :-1], x[:, 1:])]
     for _ in range(2):
-        engine.train_step(c, batch, 1.0)
-    return c, lambda: engine.train_step(c, batch, 1.0)
+        trainer.train_step(c, batch, 1.0)
+    return c, lambda: trainer.train_step(c, batch, 1.0)
 
 
 def _state_at(c, step: int, position: DataPosition) -> dict:

@@ -27,9 +27,9 @@ crc32c = pytest.importorskip("crc32c")
 @pytest.fixture(scope="module", autouse=True)
 def _torch():
     """torch, imported when this module's first test runs rather than at collection."""
-    global torch, dcp, engine, state, DataPosition, DistInfo
+    global torch, dcp, engine, trainer, state, DataPosition, DistInfo
     torch = pytest.importorskip("torch")
-    from labkit.torch import dcp, engine, state
+    from labkit.torch import dcp, engine, state, trainer
     from labkit.torch.data import DataPosition
     from labkit.torch.distributed import DistInfo
 
@@ -97,9 +97,9 @@ def test_save_lists_each_file_it_wrote_with_its_size_and_crc32c_and_loads_back_e
 
 
 def test_a_dcp_checkpoint_resumes_bit_for_bit_and_its_marker_lists_every_file(tmp_path):
-    reference = engine.fit(BASE).losses
+    reference = trainer.fit(BASE).losses
     with pytest.raises(Preempted):
-        engine.fit(replace(DCP, checkpoint_dir=str(tmp_path), preempt_at=2))
+        trainer.fit(replace(DCP, checkpoint_dir=str(tmp_path), preempt_at=2))
     marker = _marker(tmp_path, 2)
     folder = tmp_path / checkpoint.step_dir_name(2)
     assert set(marker["files"]) == {".metadata", "__0_0.distcp", "train.pt", "rng-rank0.pt"}
@@ -108,17 +108,17 @@ def test_a_dcp_checkpoint_resumes_bit_for_bit_and_its_marker_lists_every_file(tm
     assert marker["meta"]["format"] == "dcp" and marker["meta"]["fingerprint"]["world_size"] == 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        rest = engine.fit(replace(DCP, checkpoint_dir=str(tmp_path)))
+        rest = trainer.fit(replace(DCP, checkpoint_dir=str(tmp_path)))
     assert rest.run["resumed_from_step"] == 2 and rest.losses == reference[3:]
 
 
 def test_a_corrupt_shard_is_named_and_the_previous_step_taken(tmp_path):
-    reference = engine.fit(replace(BASE, steps=6)).losses
-    engine.fit(replace(DCP, checkpoint_every=2, checkpoint_dir=str(tmp_path)))  # steps 1 and 3
+    reference = trainer.fit(replace(BASE, steps=6)).losses
+    trainer.fit(replace(DCP, checkpoint_every=2, checkpoint_dir=str(tmp_path)))  # steps 1 and 3
     _flip_a_byte(tmp_path / "step-00000003" / "__0_0.distcp")
     with pytest.warns(checkpoint.CheckpointWarning,
                       match=r"step 3 .*__0_0\.distcp: contents do not match.*previous committed step, 1"):
-        log = engine.fit(replace(DCP, steps=6, checkpoint_dir=str(tmp_path)))
+        log = trainer.fit(replace(DCP, steps=6, checkpoint_dir=str(tmp_path)))
     assert [s["step"] for s in log.steps] == [2, 3, 4, 5] and log.losses == reference[2:]
 
 
@@ -188,19 +188,19 @@ def test_a_dcp_checkpoint_goes_to_gs_and_resumes_from_it(tmp_path):
     (tmp_path / "buckets" / "bkt").mkdir(parents=True)
     code = (
         "import json, warnings\nfrom dataclasses import replace\n"
-        "from labkit.core.train_config import Preempted, TrainConfig\nfrom labkit.torch import engine\n"
+        "from labkit.core.train_config import Preempted, TrainConfig\nfrom labkit.torch import trainer\n"
         f"c = TrainConfig(**json.loads({json.dumps(json.dumps(asdict(DCP)))}))\n"
         "c = replace(c, checkpoint_dir='gs://bkt/run/ckpt', preempt_at=2)\n"
-        "try:\n    engine.fit(c)\nexcept Preempted:\n    pass\n"
+        "try:\n    trainer.fit(c)\nexcept Preempted:\n    pass\n"
         "warnings.simplefilter('error', UserWarning)  # a fallback would be a CheckpointWarning\n"
-        "log = engine.fit(replace(c, preempt_at=None))\n"
+        "log = trainer.fit(replace(c, preempt_at=None))\n"
         "print(json.dumps([log.run['resumed_from_step'], log.losses]))\n")
     with LocalStorage(tmp_path / "buckets", tmp_path / "state") as server:
         out = subprocess.run([sys.executable, "-c", code], env=child_env(server.client_env()),
                              capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     resumed, losses = json.loads(out.stdout.strip().splitlines()[-1])
-    assert resumed == 2 and losses == engine.fit(BASE).losses[3:]
+    assert resumed == 2 and losses == trainer.fit(BASE).losses[3:]
     folder = tmp_path / "buckets" / "bkt" / "run" / "ckpt" / "step-00000002"
     marker = json.loads((folder / checkpoint.MARKER).read_text())
     assert {".metadata", "__0_0.distcp"} <= set(marker["files"])

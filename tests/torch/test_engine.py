@@ -13,15 +13,16 @@ from dataclasses import replace
 import pytest
 
 from labkit.core import checkpoint
-from labkit.core.train_config import Preempted, TrainConfig
+from labkit.core.train_config import Preempted, TrainConfig, with_vertex_dirs
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _torch():
     """torch, imported when this module's first test runs rather than at collection."""
-    global torch, engine, state, DistInfo
+    global torch, engine, trainer, state, DataPosition, DistInfo
     torch = pytest.importorskip("torch")
-    from labkit.torch import engine, state
+    from labkit.torch import engine, state, trainer
+    from labkit.torch.data import DataPosition
     from labkit.torch.distributed import DistInfo
 
 
@@ -43,7 +44,7 @@ def _assert_close(a: dict, b: dict, atol: float) -> None:
 
 def test_fit_writes_metrics_and_learns(tmp_path):
     cfg = replace(BASE, steps=12, metrics_out=str(tmp_path / "m.json"))
-    log = engine.fit(cfg)
+    log = trainer.fit(cfg)
     steps = log.steps
     assert [s["step"] for s in steps] == list(range(12))
     for key in ("loss", "step_time_s", "data_time_s", "samples_per_s", "mfu", "peak_memory_bytes", "lr"):
@@ -64,17 +65,17 @@ def test_a_smoke_model_learns_on_samples_it_never_saw_and_evaluating_changes_not
     cfg = replace(BASE, steps=10, batch_size=64, lr=1e-2, num_samples=None, checkpoint_every=5,
                   eval_samples=EVAL_SAMPLES, checkpoint_dir=str(tmp_path / "ck"),
                   metrics_out=str(tmp_path / "m.json"))
-    log = engine.fit(cfg)
+    log = trainer.fit(cfg)
     data = log.to_dict()
     heldout = data["run"]["heldout"]
     assert heldout["samples"] == 256 and heldout["chance"] == pytest.approx(2.302585, abs=1e-5)
     assert heldout["loss"] < 0.8 * heldout["chance"], heldout
     assert [s["step"] for s in log.steps if "heldout_loss" in s] == [4, 9]
     assert data["summary"]["heldout_loss"] == heldout["loss"] == log.steps[-1]["heldout_loss"]
-    plain = engine.fit(replace(cfg, eval_samples=0, checkpoint_dir=str(tmp_path / "ck0"), metrics_out=None))
+    plain = trainer.fit(replace(cfg, eval_samples=0, checkpoint_dir=str(tmp_path / "ck0"), metrics_out=None))
     assert plain.losses == log.losses and "heldout" not in plain.run
     monkeypatch.delenv(hypertune.TUNING_METRIC_ENV)  # outside a trial: after the last step only
-    once = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "ck1"), metrics_out=None))
+    once = trainer.fit(replace(cfg, checkpoint_dir=str(tmp_path / "ck1"), metrics_out=None))
     assert [s["step"] for s in once.steps if "heldout_loss" in s] == [9] and once.losses == log.losses
 
 
@@ -96,18 +97,18 @@ def test_gpu_the_fast_levers_learn_and_evaluating_between_steps_changes_nothing(
     monkeypatch.setenv(hypertune.METRIC_FILE_ENV, str(tmp_path / "hypertune" / "output.metrics"))
     cfg = replace(BASE, **levers, device="cuda", steps=12, batch_size=32, lr=1e-2, num_samples=None,
                   eval_samples=EVAL_SAMPLES, checkpoint_every=4, checkpoint_dir=str(tmp_path / "ck"))
-    log = engine.fit(cfg)
+    log = trainer.fit(cfg)
     heldout = log.run["heldout"]
     assert [s["step"] for s in log.steps if "heldout_loss" in s] == [3, 7, 11]
     assert heldout["loss"] < 0.8 * heldout["chance"], heldout
-    plain = engine.fit(replace(cfg, eval_samples=0, checkpoint_dir=str(tmp_path / "ck0")))
+    plain = trainer.fit(replace(cfg, eval_samples=0, checkpoint_dir=str(tmp_path / "ck0")))
     # Compiled kernels may reorder reductions between two runs: equal within rounding, not bits.
     assert max(abs(a - b) for a, b in zip(plain.losses, log.losses, strict=True)) < 0.05
 
 
 def test_on_step_callback_sees_every_step():
     seen = []
-    engine.fit(replace(BASE, steps=3), on_step=lambda step, m: seen.append((step, m["loss"])))
+    trainer.fit(replace(BASE, steps=3), on_step=lambda step, m: seen.append((step, m["loss"])))
     assert [s for s, _ in seen] == [0, 1, 2]
 
 
@@ -117,8 +118,8 @@ def test_batch_must_split_evenly():
 
 
 def test_accumulation_equals_large_batch(tmp_path):
-    engine.fit(replace(BASE, checkpoint_dir=str(tmp_path / "big")))
-    engine.fit(replace(BASE, grad_accum=4, checkpoint_dir=str(tmp_path / "acc")))
+    trainer.fit(replace(BASE, checkpoint_dir=str(tmp_path / "big")))
+    trainer.fit(replace(BASE, grad_accum=4, checkpoint_dir=str(tmp_path / "acc")))
     # The gradients agree to float rounding (next test, 1e-6); over 4 AdamW steps of lr 1e-3, a
     # weight whose gradient is near zero turns a rounding difference into an update difference
     # of a fair fraction of lr (Adam divides by sqrt(v)), so the weights get lr / 10.
@@ -149,7 +150,7 @@ def test_ddp_two_gloo_processes_equal_one_process_with_the_doubled_batch(tmp_pat
     # Global batch 16: each of 2 replicas takes 8, the single process takes all 16.
     ddp = run_local(replace(BASE, checkpoint_dir=str(tmp_path / "ddp")), 2)
     assert not list(tmp_path.glob("labkit-ddp-*")), "the metrics' temporary folder was left behind"
-    single = engine.fit(replace(BASE, checkpoint_dir=str(tmp_path / "one")))
+    single = trainer.fit(replace(BASE, checkpoint_dir=str(tmp_path / "one")))
     assert ddp.run["world_size"] == 2 and ddp.run["micro_batch"] == 8
     _assert_close(_final_params(tmp_path / "ddp"), _final_params(tmp_path / "one"), atol=1e-5)
     assert ddp.losses == pytest.approx(single.losses, abs=1e-4)
@@ -161,7 +162,7 @@ def test_ddp_with_accumulation_uses_no_sync_and_still_matches(tmp_path):
     from labkit.torch.launch import run_local
 
     run_local(replace(BASE, grad_accum=2, checkpoint_dir=str(tmp_path / "ddp")), 2)
-    engine.fit(replace(BASE, checkpoint_dir=str(tmp_path / "one")))
+    trainer.fit(replace(BASE, checkpoint_dir=str(tmp_path / "one")))
     _assert_close(_final_params(tmp_path / "ddp"), _final_params(tmp_path / "one"), atol=1e-5)
 
 
@@ -173,11 +174,11 @@ def test_fp16_overflow_skips_the_step_and_halves_the_scale():
 
     x, y = engine.to_device(make_dataset(c.model_config, 64, 0)[list(range(16))], c, False)
     before = {k: v.clone() for k, v in c.model.state_dict().items()}
-    _, skipped = engine.train_step(c, [(x, y)], None)
+    _, skipped = trainer.train_step(c, [(x, y)], None)
     assert bool(skipped) and c.scaler.get_scale() == 2.0**99
     _assert_close(before, c.model.state_dict(), atol=0.0)  # weights untouched
     c.scaler = c.policy.make_scaler(init_scale=2.0**8)
-    _, skipped = engine.train_step(c, [(x, y)], None)
+    _, skipped = trainer.train_step(c, [(x, y)], None)
     assert not bool(skipped)
     assert any((before[k] != v).any() for k, v in c.model.state_dict().items())
 
@@ -185,11 +186,11 @@ def test_fp16_overflow_skips_the_step_and_halves_the_scale():
 def test_resume_is_bitwise_equal(tmp_path):
     # 64 samples / batch 16 = 4 steps per epoch: the run crosses two epoch boundaries.
     cfg = replace(BASE, steps=10, checkpoint_every=3, grad_accum=2, warmup_steps=4)
-    full = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "full")))
+    full = trainer.fit(replace(cfg, checkpoint_dir=str(tmp_path / "full")))
     with pytest.raises(Preempted) as info:
-        engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "cut"), preempt_at=5))
+        trainer.fit(replace(cfg, checkpoint_dir=str(tmp_path / "cut"), preempt_at=5))
     assert info.value.step == 5
-    rest = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "cut")))
+    rest = trainer.fit(replace(cfg, checkpoint_dir=str(tmp_path / "cut")))
     assert [s["step"] for s in rest.steps] == list(range(6, 10))
     assert rest.losses == full.losses[6:]  # exact, not approximate
     assert [s["lr"] for s in rest.steps] == [s["lr"] for s in full.steps[6:]]
@@ -199,31 +200,31 @@ def test_resume_is_bitwise_equal(tmp_path):
 @pytest.mark.slow  # loader worker processes
 def test_resume_with_loader_workers_is_bitwise_equal(tmp_path):
     cfg = replace(BASE, steps=6, num_workers=1, checkpoint_every=2)
-    full = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "a")))
+    full = trainer.fit(replace(cfg, checkpoint_dir=str(tmp_path / "a")))
     with pytest.raises(Preempted):
-        engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "b"), preempt_at=2))
-    rest = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "b")))
+        trainer.fit(replace(cfg, checkpoint_dir=str(tmp_path / "b"), preempt_at=2))
+    rest = trainer.fit(replace(cfg, checkpoint_dir=str(tmp_path / "b")))
     assert rest.losses == full.losses[3:]
 
 
 def test_checkpoint_without_marker_is_ignored(tmp_path):
     d = tmp_path / "ck"
-    engine.fit(replace(BASE, steps=4, checkpoint_every=2, checkpoint_dir=str(d)))
+    trainer.fit(replace(BASE, steps=4, checkpoint_every=2, checkpoint_dir=str(d)))
     (d / "step-00000003" / checkpoint.MARKER).unlink()
     with warnings.catch_warnings():
         warnings.simplefilter("error", checkpoint.CheckpointWarning)
-        log = engine.fit(replace(BASE, steps=6, checkpoint_dir=str(d)))
+        log = trainer.fit(replace(BASE, steps=6, checkpoint_dir=str(d)))
     assert log.steps[0]["step"] == 2
 
 
 def test_truncated_checkpoint_falls_back_to_previous_step(tmp_path):
     d = tmp_path / "ck"
-    full = engine.fit(replace(BASE, steps=6, checkpoint_every=2, checkpoint_dir=str(tmp_path / "ref")))
-    engine.fit(replace(BASE, steps=4, checkpoint_every=2, checkpoint_dir=str(d)))
+    full = trainer.fit(replace(BASE, steps=6, checkpoint_every=2, checkpoint_dir=str(tmp_path / "ref")))
+    trainer.fit(replace(BASE, steps=4, checkpoint_every=2, checkpoint_dir=str(d)))
     blob = d / "step-00000003" / "model.pt"
     blob.write_bytes(blob.read_bytes()[:100])
     with pytest.warns(checkpoint.CheckpointWarning, match=r"step 3.*model\.pt.*truncated"):
-        log = engine.fit(replace(BASE, steps=6, checkpoint_dir=str(d)))
+        log = trainer.fit(replace(BASE, steps=6, checkpoint_dir=str(d)))
     assert [s["step"] for s in log.steps] == [2, 3, 4, 5]
     assert log.losses == full.losses[2:]
 
@@ -233,7 +234,7 @@ def test_sigterm_handler_chains_the_previous_one(tmp_path):
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: calls.append(signum))
     try:
         with pytest.raises(Preempted):
-            engine.fit(replace(BASE, steps=5, preempt_at=1, checkpoint_dir=str(tmp_path)))
+            trainer.fit(replace(BASE, steps=5, preempt_at=1, checkpoint_dir=str(tmp_path)))
         assert calls == [signal.SIGTERM]
         assert checkpoint.committed_steps(str(tmp_path)) == [1]
     finally:
@@ -242,27 +243,27 @@ def test_sigterm_handler_chains_the_previous_one(tmp_path):
 
 def test_reading_the_loss_one_step_late_changes_nothing(tmp_path):
     cfg = replace(BASE, steps=6, checkpoint_every=4)
-    now = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "a")), read_loss_late=False)
+    now = trainer.fit(replace(cfg, checkpoint_dir=str(tmp_path / "a")), read_loss_late=False)
     seen = []
-    late = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "b")), read_loss_late=True,
+    late = trainer.fit(replace(cfg, checkpoint_dir=str(tmp_path / "b")), read_loss_late=True,
                       on_step=lambda step, m: seen.append(step))
     assert late.losses == now.losses and seen == list(range(6))
     with pytest.raises(Preempted):
-        engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "c"), preempt_at=2), read_loss_late=True)
-    rest = engine.fit(replace(cfg, checkpoint_dir=str(tmp_path / "c")), read_loss_late=True)
+        trainer.fit(replace(cfg, checkpoint_dir=str(tmp_path / "c"), preempt_at=2), read_loss_late=True)
+    rest = trainer.fit(replace(cfg, checkpoint_dir=str(tmp_path / "c")), read_loss_late=True)
     assert rest.losses == now.losses[3:]
 
 
 def test_background_checkpoint_writes_every_step_and_reports_failures(tmp_path):
-    engine.fit(replace(BASE, steps=5, checkpoint_every=1, keep_checkpoints=0, checkpoint_dir=str(tmp_path / "ck")))
+    trainer.fit(replace(BASE, steps=5, checkpoint_every=1, keep_checkpoints=0, checkpoint_dir=str(tmp_path / "ck")))
     assert checkpoint.committed_steps(str(tmp_path / "ck")) == [0, 1, 2, 3, 4]
-    engine.fit(replace(BASE, steps=9, checkpoint_every=1, keep_checkpoints=2, checkpoint_dir=str(tmp_path / "ck")))
+    trainer.fit(replace(BASE, steps=9, checkpoint_every=1, keep_checkpoints=2, checkpoint_dir=str(tmp_path / "ck")))
     assert checkpoint.committed_steps(str(tmp_path / "ck")) == [7, 8]  # the older ones deleted
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the checkpoint folder should go")
     c = engine.build(BASE, DistInfo(), torch.device("cpu"))
     saver = state.Saver(str(blocker / "ck"), DistInfo())
-    saver.save(c, 0, engine.DataPosition())
+    saver.save(c, 0, DataPosition())
     with pytest.raises(RuntimeError, match="writing a checkpoint"):
         saver.wait()
 
@@ -271,11 +272,11 @@ def test_snapshot_is_a_private_copy_that_keeps_tied_weights_tied():
     # The background save serialises this copy while training goes on: nothing may alias it.
     c = engine.build(replace(BASE, model="gpt"), DistInfo(), torch.device("cpu"))
     x = torch.randint(c.model_config.vocab_size, (4, c.model_config.block_size))
-    engine.train_step(c, [(x, x)], None)
-    snap = state.snapshot(c, DistInfo(), 0, engine.DataPosition())
+    trainer.train_step(c, [(x, x)], None)
+    snap = state.snapshot(c, DistInfo(), 0, DataPosition())
     kept = {name: t.clone() for name, t in snap["model.pt"].items()}
     moments = [s["exp_avg"].clone() for s in snap["train.pt"]["optimizer"]["state"].values()]
-    engine.train_step(c, [(x, x)], None)
+    trainer.train_step(c, [(x, x)], None)
     live = c.model.state_dict()
     assert any(not torch.equal(kept[k], live[k]) for k in kept), "training did not change the weights"
     assert all(torch.equal(kept[k], snap["model.pt"][k]) for k in kept)
@@ -295,7 +296,7 @@ def test_blobs_skip_the_zip_crc_and_leave_torchs_own_setting_alone():
 
 
 def test_tensorboard_events_are_written(tmp_path):
-    engine.fit(replace(BASE, steps=2, tensorboard_dir=str(tmp_path / "tb")))
+    trainer.fit(replace(BASE, steps=2, tensorboard_dir=str(tmp_path / "tb")))
     assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
 
 
@@ -304,12 +305,12 @@ def test_the_checkpoint_folder_is_leased_while_training_and_released_after(tmp_p
 
     ck = str(tmp_path / "ck")
     holders = []
-    engine.fit(replace(BASE, steps=2, checkpoint_dir=ck),
+    trainer.fit(replace(BASE, steps=2, checkpoint_dir=ck),
                on_step=lambda step, row: holders.append(lease.read_holder(ck)))
     assert [h.pid for h in holders] == [os.getpid()] * 2
     assert lease.read_holder(ck) is None
     with pytest.raises(Preempted):
-        engine.fit(replace(BASE, steps=4, checkpoint_dir=ck, preempt_at=2))
+        trainer.fit(replace(BASE, steps=4, checkpoint_dir=ck, preempt_at=2))
     assert lease.read_holder(ck) is None  # a preempted run lets its restart take the folder
 
 
@@ -319,7 +320,7 @@ def test_outputs_are_checked_before_the_first_step(tmp_path):
     for bad in ({"checkpoint_dir": str(tmp_path / "file")}, {"metrics_out": str(tmp_path)},
                 {"tensorboard_dir": str(tmp_path / "file" / "tb")}):
         with pytest.raises(ValueError, match=f"parameter '{next(iter(bad))}'"):
-            engine.fit(replace(BASE, **bad), on_step=lambda step, row: steps.append(step))
+            trainer.fit(replace(BASE, **bad), on_step=lambda step, row: steps.append(step))
     assert steps == []
 
 
@@ -379,7 +380,7 @@ def test_ddp_preempted_and_resumed_matches_the_uninterrupted_ddp_run(tmp_path):
 
 
 def test_injected_input_latency_shows_up_as_data_time():
-    log = engine.fit(replace(BASE, steps=3, input_latency_ms=30.0))
+    log = trainer.fit(replace(BASE, steps=3, input_latency_ms=30.0))
     # A lower bound only (sleep never returns early); no upper bound on a shared machine.
     assert all(s["data_time_s"] >= 0.03 for s in log.steps)
 
@@ -387,8 +388,8 @@ def test_injected_input_latency_shows_up_as_data_time():
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_loader_workers_give_the_same_batches_as_the_main_process():
-    plain = engine.fit(replace(BASE, steps=5))
-    workers = engine.fit(replace(BASE, steps=5, num_workers=2, input_latency_ms=5.0))
+    plain = trainer.fit(replace(BASE, steps=5))
+    workers = trainer.fit(replace(BASE, steps=5, num_workers=2, input_latency_ms=5.0))
     assert workers.losses == plain.losses
 
 
@@ -396,10 +397,10 @@ def test_vertex_output_variables_fill_unset_dirs_only_through_the_gcs_mount():
     """Vertex gives gs:// addresses; a run uses them through the /gcs/ mount (no gcsfs or
     TensorFlow needed to write TensorBoard events there)."""
     env = {"AIP_CHECKPOINT_DIR": "gs://bkt/run/checkpoints/", "AIP_TENSORBOARD_LOG_DIR": "gs://bkt/run/logs/"}
-    filled = engine.with_vertex_dirs(BASE, env)
+    filled = with_vertex_dirs(BASE, env)
     assert (filled.checkpoint_dir, filled.tensorboard_dir) == ("/gcs/bkt/run/checkpoints/", "/gcs/bkt/run/logs/")
-    assert engine.with_vertex_dirs(replace(BASE, checkpoint_dir="/mine"), env).checkpoint_dir == "/mine"
-    assert engine.with_vertex_dirs(BASE, {}) == BASE
+    assert with_vertex_dirs(replace(BASE, checkpoint_dir="/mine"), env).checkpoint_dir == "/mine"
+    assert with_vertex_dirs(BASE, {}) == BASE
 
 
 @pytest.mark.parametrize("model", ["cnn", "gpt"])

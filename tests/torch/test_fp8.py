@@ -94,7 +94,7 @@ def test_fp8_head_config_is_checked():
 
 
 def test_fit_with_fp8_head_trains(tmp_path):
-    from labkit.torch.engine import fit
+    from labkit.torch.trainer import fit
 
     log = fit(TrainConfig(model="gpt", precision="bf16", fp8_head=True, steps=8, batch_size=8,
                           lr=3e-3, device="cpu", progress=False))
@@ -115,7 +115,7 @@ def test_tf_engine_rejects_fp8_head():
 def test_gpu_fp8_head_with_cuda_graphs_and_accumulation_matches_eager():
     """labkit's fastest GPT settings (fp8 head, CUDA graphs) train the same model as eager
     execution, also when gradients accumulate across micro-steps inside one graph generation."""
-    from labkit.torch.engine import fit
+    from labkit.torch.trainer import fit
 
     base = TrainConfig(model="gpt", precision="bf16", fp8_head=True, steps=6, batch_size=16, grad_accum=2,
                        lr=3e-3, device="cuda", progress=False, grad_clip=None)

@@ -14,9 +14,9 @@ from labkit.core.train_config import TrainConfig
 @pytest.fixture(scope="module", autouse=True)
 def _torch():
     """torch, imported when this module's first test runs rather than at collection."""
-    global torch, engine, gpu_samples
+    global torch, engine, trainer, gpu_samples
     torch = pytest.importorskip("torch")
-    from labkit.torch import engine, gpu_samples
+    from labkit.torch import engine, gpu_samples, trainer
 
 
 BASE = TrainConfig(model="cnn", steps=3, batch_size=8, num_samples=64, eval_samples=0, progress=False)
@@ -33,7 +33,7 @@ def test_the_nvml_device_is_the_one_cuda_visible_devices_names():
 def test_a_cpu_run_samples_nothing(tmp_path):
     pytest.importorskip("tensorboard")
     assert gpu_samples.sampler_for(torch.device("cpu")) is None
-    engine.fit(replace(BASE, device="cpu", tensorboard_dir=str(tmp_path / "tb")))
+    trainer.fit(replace(BASE, device="cpu", tensorboard_dir=str(tmp_path / "tb")))
     (path,) = event_files(tmp_path / "tb")
     tags = set(read_scalars(path))
     assert "train/samples_per_s" in tags and not {t for t in tags if t.startswith("system/")}
@@ -46,7 +46,7 @@ def test_a_gpu_run_samples_utilisation_and_memory(tmp_path):
     first = sampler()
     assert first is not None and first["gpu_mem_gib"] > 0, sampler.reason
     assert 0 <= first.get("gpu_util", 0) <= 100 and sampler() is None  # the next is not due yet
-    engine.fit(replace(BASE, device="cuda", steps=20, tensorboard_dir=str(tmp_path / "tb")))
+    trainer.fit(replace(BASE, device="cuda", steps=20, tensorboard_dir=str(tmp_path / "tb")))
     (path,) = event_files(tmp_path / "tb")
     scalars = read_scalars(path)
     assert scalars["system/gpu_mem_gib"] and scalars["system/gpu_mem_gib"][0][0] == 0

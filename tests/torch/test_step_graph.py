@@ -19,10 +19,10 @@ from labkit.core.train_config import TrainConfig
 @pytest.fixture(scope="module", autouse=True)
 def _torch():
     """torch, imported when this module's first test runs rather than at collection."""
-    global torch, engine, state, DataPosition, DistInfo
+    global torch, engine, trainer, state, DataPosition, DistInfo
     import torch
 
-    from labkit.torch import engine, state
+    from labkit.torch import engine, state, trainer
     from labkit.torch.data import DataPosition
     from labkit.torch.distributed import DistInfo
 
@@ -66,7 +66,7 @@ def test_scheduled_lr_is_the_optimizers_lr_through_warm_up():
     for _ in range(6):
         assert engine.scheduled_lr(c) == pytest.approx(c.optimizer.param_groups[0]["lr"], rel=1e-12)
         seen.append(engine.scheduled_lr(c))
-        engine.train_step(c, [(x, x)], None)
+        trainer.train_step(c, [(x, x)], None)
     assert seen[0] < seen[3] == seen[4] == pytest.approx(0.01)
 
 
@@ -84,7 +84,7 @@ def test_a_checkpoint_with_a_tensor_lr_restores_as_a_float(tmp_path):
     assert state.restore(str(tmp_path), fresh, DistInfo()) == (4, DataPosition(0, 4))
     assert all(type(g["lr"]) is float and not g["capturable"] for g in fresh.optimizer.param_groups)
     x = torch.randint(fresh.model_config.vocab_size, (2, fresh.model_config.block_size))
-    engine.train_step(fresh, [(x, x)], None)  # the optimizer steps with it
+    trainer.train_step(fresh, [(x, x)], None)  # the optimizer steps with it
 
 
 def _gpu_config(**overrides) -> TrainConfig:
@@ -98,7 +98,7 @@ def _gpu_config(**overrides) -> TrainConfig:
 def test_gpu_captured_step_trains_like_the_normal_step():
     """Three normal steps, capture, then replays while the LR still warms up (so the tensor LR
     must follow the schedule), with accumulation and clipping inside the graph."""
-    from labkit.torch.engine import fit
+    from labkit.torch.trainer import fit
 
     # A loader worker and pinned memory: the pin-memory thread allocates while the step is captured.
     normal = [s["loss"] for s in fit(_gpu_config()).steps]
@@ -115,7 +115,7 @@ def test_gpu_after_capture_the_optimizer_reads_the_schedules_lr_from_the_device(
     c = engine.build(_gpu_config(cuda_graph_step=True, grad_accum=1), DistInfo(), torch.device("cuda"))
     x = torch.randint(c.model_config.vocab_size, (8, c.model_config.block_size), device="cuda")
     for _ in range(4):  # three normal steps, then the capture and its first replay
-        engine.train_step(c, [(x, x)], 1.0)
+        trainer.train_step(c, [(x, x)], 1.0)
     assert c.step_graph is not None and c.step_graph.captured
     lr = c.optimizer.param_groups[0]["lr"]
     assert isinstance(lr, torch.Tensor) and lr.device.type == "cuda"
@@ -127,7 +127,7 @@ def test_gpu_after_capture_the_optimizer_reads_the_schedules_lr_from_the_device(
 @pytest.mark.gpu
 @pytest.mark.timeout(600)
 def test_gpu_captured_step_with_compile_and_fp8_head_matches_the_compiled_step():
-    from labkit.torch.engine import fit
+    from labkit.torch.trainer import fit
 
     fast = _gpu_config(precision="bf16", compile=True, compile_mode="tuned",
                        fp8_head=torch.cuda.get_device_capability() >= (8, 9))
@@ -141,7 +141,7 @@ def test_gpu_captured_step_with_compile_and_fp8_head_matches_the_compiled_step()
 @pytest.mark.timeout(600)
 def test_gpu_captured_run_preempted_and_resumed_finishes_like_the_uninterrupted_one(tmp_path):
     from labkit.core.train_config import Preempted
-    from labkit.torch.engine import fit
+    from labkit.torch.trainer import fit
 
     # 12 steps: the resumed run (steps 6-11) also warms up for three steps and then captures.
     whole = [s["loss"] for s in fit(_gpu_config(cuda_graph_step=True, steps=12)).steps]
@@ -159,7 +159,7 @@ def test_gpu_captured_run_preempted_and_resumed_finishes_like_the_uninterrupted_
 def test_gpu_captured_step_with_activation_checkpointing_matches_the_normal_step():
     """Recomputation in the backward pass saves and restores the CUDA RNG state: under capture
     that must not read the generator on the host."""
-    from labkit.torch.engine import fit
+    from labkit.torch.trainer import fit
 
     config = _gpu_config(activation_checkpointing=True, steps=6)
     normal = [s["loss"] for s in fit(config).steps]

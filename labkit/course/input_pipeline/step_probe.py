@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from labkit.core.placement import place_here
+
 
 def torch_image_step(num_classes: int, *, channels: int = 3, width: int = 16, lr: float = 0.05,
                      device: str = "auto", seed: int = 0) -> Callable[[dict], float]:
@@ -15,8 +17,7 @@ def torch_image_step(num_classes: int, *, channels: int = 3, width: int = 16, lr
     import torch
     from torch import nn
 
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = place_here(device=device).device
     torch.manual_seed(seed)
     model = nn.Sequential(
         nn.Conv2d(channels, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),

@@ -1,9 +1,10 @@
 """Notebook 04's mixed-precision ladder, for both frameworks: the rungs, repeated training runs
-per rung, and the conclusions computed from the rows.
+per rung, and what the rows show as numbers and verdicts (the notebook writes the sentences).
 
     rows = run_ladder(PrecisionLadderConfig(model="resnet"), "torch")
     find(rows, "bf16")["speedup"]           # rungs are found by key; labels are for display
-    conclusions(rows)
+    found = findings(rows)                  # each rung against the first: ratio, range, verdict
+    found.best.rung, found.best.verdict     # "faster" only when no run overlaps the first rung's
 
 Both frameworks climb fp32 → tf32 → bf16 → fp16 with loss scaling, then their own rungs: torch
 adds channels_last and torch.compile; TensorFlow, channels last natively, adds XLA
@@ -30,8 +31,15 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from labkit.core import stats
-from labkit.core.config import by_scale, check_bool, check_choice, check_int, resolve_scale
+from labkit.core import precisions, stats
+from labkit.core.config import (
+    ParameterError,
+    by_scale,
+    check_bool,
+    check_choice,
+    check_int,
+    resolve_scale,
+)
 from labkit.core.models import MODEL_NAMES
 from labkit.core.train_config import TrainConfig
 from labkit.course import ladder
@@ -93,12 +101,21 @@ COLUMNS = {
 }
 
 
-def rungs(framework: str, include_compile: bool, formats: tuple[str, ...] | None = None) -> list[Rung]:
-    """The rungs a ladder climbs: all of `framework`'s, less the compile rung unless included and
-    rungs in number formats outside `formats` (a GPU without their tensor cores)."""
+def rungs(framework: str, include_compile: bool, formats: tuple[str, ...] | None = None,
+          model: str | None = None) -> list[Rung]:
+    """The rungs a ladder climbs: all of `framework`'s, less the compile rung unless included,
+    rungs in number formats outside `formats` (the plan's: a GPU without their tensor cores;
+    None: every format that runs without dedicated tensor cores) and, given `model`, rungs in a
+    precision that changes nothing in it (`labkit.core.precisions.why_not_trains`)."""
     check_choice("framework", framework, tuple(RUNGS))
-    return [r for r in RUNGS[framework] if (include_compile or not r.compile)
-            and (formats is None or r.precision in formats)]
+
+    def climbs(r: Rung) -> bool:
+        if formats is not None:
+            return r.precision in formats
+        return not precisions.get(r.precision).needs_tensor_cores
+
+    return [r for r in RUNGS[framework] if (include_compile or not r.compile) and climbs(r)
+            and (model is None or precisions.why_not_trains(r.precision, framework, model) is None)]
 
 
 def run_ladder(config: PrecisionLadderConfig, framework: str = "torch") -> list[dict[str, Any]]:
@@ -106,7 +123,7 @@ def run_ladder(config: PrecisionLadderConfig, framework: str = "torch") -> list[
     short discarded run of each; one row per rung with the median and range of samples/s, the
     speed-up of medians over the first rung and the verdict against it."""
     scale, steps, batch, include_compile = config.resolved()
-    climb = rungs(framework, include_compile, config.formats)  # checks `framework` before anything runs
+    climb = rungs(framework, include_compile, config.formats, config.model)  # checks `framework` first
     train = _train_torch if framework == "torch" else _train_tf
     if framework == "tf":
         release_torch_gpu_memory()  # TensorFlow grows into what torch's allocator gives back
@@ -123,33 +140,6 @@ def run_ladder(config: PrecisionLadderConfig, framework: str = "torch") -> list[
         r["speedup"] = r["samples_per_s"] / base["samples_per_s"] if base["samples_per_s"] else None
         r["vs_first"] = ("reference" if r is base else ladder.verdict(ladder.comparison(base, r)))
     return rows
-
-
-# The CPU flags with which oneDNN (the CPU kernel library of torch and TensorFlow) multiplies
-# in a 16-bit format natively; without them it converts around every operation.
-NATIVE_HALF_FLAGS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
-
-
-def _slow_half_on_cpu(rows: list[dict[str, Any]], flags: frozenset[str] | None = None) -> list[str]:
-    """Why a 16-bit rung ran at under half fp32's speed on a CPU, read from this CPU's flags."""
-    from labkit.core.devices import cpu_flags
-
-    base = rows[0]
-    slow = [r for r in rows[1:] if r.get("precision") in NATIVE_HALF_FLAGS and (r.get("speedup") or 1.0) < 0.5]
-    if base["device"] != "cpu" or not slow:
-        return []
-    flags = cpu_flags() if flags is None else flags
-    out = []
-    for fmt in sorted({r["precision"] for r in slow}):
-        names = ", ".join(f"{r['rung']} {r['speedup']:.2f}×" for r in slow if r["precision"] == fmt)
-        wanted = NATIVE_HALF_FLAGS[fmt]
-        has = [f for f in wanted if f in flags]
-        out.append(f"{fmt} ran at under half of fp32's speed here ({names}): on a CPU, oneDNN multiplies in "
-                   f"{fmt} natively only with {' or '.join(wanted)}, and this CPU reports "
-                   + (f"{', '.join(has)}, so the slowdown is elsewhere (small smoke-size matrices)" if has
-                      else "neither, so each operation converts to fp32 and back") +
-                   ". On a GPU the 16-bit rungs run on its tensor cores instead.")
-    return out
 
 
 def release_torch_gpu_memory() -> None:
@@ -174,8 +164,8 @@ def _row(framework: str, rung: Rung, log: Any, **extra: Any) -> dict[str, Any]:
 
 def _train_torch(config: PrecisionLadderConfig, rung: Rung, scale: str, steps: int,
                  batch: int) -> dict[str, Any]:
-    from labkit.torch.engine import fit
     from labkit.torch.memory import activation_bytes
+    from labkit.torch.trainer import fit
 
     # At full scale, loader workers keep the GPU fed (decode-free synthetic data still costs
     # host time per image); smoke runs keep everything in one process.
@@ -240,30 +230,94 @@ def reference_ladder() -> tuple[list[dict[str, Any]], str]:
     return rows, ladder[0].source.provenance()
 
 
-def conclusions(rows: list[dict[str, Any]]) -> list[str]:
-    """Sentences computed from a ladder's rows (nothing typed in). A rung is called faster or
-    slower than the first only when their repeated runs' ranges do not overlap."""
+@dataclass(frozen=True)
+class RungFinding:
+    """One rung of a ladder against the first rung: the numbers a sentence about it needs."""
+
+    key: str
+    rung: str  # its label
+    samples_per_s: float  # the median of its runs
+    low: float  # its slowest run
+    high: float  # its fastest run
+    runs: int
+    speedup: float | None  # its median over the first rung's
+    # Against the first rung, from the spread of the runs (`labkit.course.ladder.verdict`):
+    # "faster", "slower", "no measurable difference here", or no verdict under 3 runs;
+    # "reference" for the first rung itself.
+    verdict: str
+    final_loss: float
+    activation_mib: float | None
+
+
+@dataclass(frozen=True)
+class LadderFindings:
+    """What a ladder's rows show (`findings`): each rung against the first, the rung with the
+    highest median, and why a CPU run looks the way it does."""
+
+    device: str
+    first: RungFinding
+    best: RungFinding  # the highest median (its verdict says whether that is measurable)
+    others: tuple[RungFinding, ...]  # every rung after the first, in ladder order
+    slow_on_cpu: tuple[SlowFormat, ...]  # 16-bit formats at under half fp32's speed on a CPU
+    tf32_on_cpu: bool  # a tf32 rung ran on a CPU: no tensor cores, fp32's kernels
+
+    def rung(self, key: str) -> RungFinding:
+        """The finding of the rung with this key."""
+        for f in (self.first, *self.others):
+            if f.key == key:
+                return f
+        raise KeyError(f"no rung with key {key!r} in these findings")
+
+
+def rung_finding(base: dict[str, Any], row: dict[str, Any]) -> RungFinding:
+    """`row` against the first rung's row `base`."""
+    runs = row.get("runs_samples_per_s") or [row["samples_per_s"]]
+    verdict = "reference" if row is base else ladder.verdict(ladder.comparison(base, row))
+    return RungFinding(row["key"], row["rung"], row["samples_per_s"], min(runs), max(runs), len(runs),
+                       row.get("speedup"), verdict, row["final_loss"], row.get("activation_mib"))
+
+
+def findings(rows: list[dict[str, Any]], flags: frozenset[str] | None = None) -> LadderFindings:
+    """The numbers and verdicts a notebook's sentences about a ladder need, from its rows
+    (`run_ladder`'s): a rung is faster or slower than the first only when their runs' ranges do
+    not overlap. `flags`: the CPU's flags (this CPU's when None), for `slow_on_cpu`."""
     if not rows:
-        return []
+        raise ParameterError("rows", rows, "an empty ladder has no findings")
     base = rows[0]
     best = max(rows, key=lambda r: r["samples_per_s"] or 0)
-    line = (f"Highest median here: {best['rung']} at {best['samples_per_s']:,.0f} samples/s"
-            + (f" (range {best['range']}, {best['repeats']} runs)" if best.get("range") else "")
-            + f", {best['speedup']:.2f}× the {base['rung']} rung ({best['device']})")
-    c = ladder.comparison(base, best) if best is not base else None
-    if best is not base and c is not None and c.winner is None:
-        line += f"; its runs overlap the {base['rung']} rung's, so it is not measurably faster"
-    out = [line + "."]
-    for r in rows[1:]:
-        c = ladder.comparison(base, r)
-        speed = (c.sentence(base["rung"], r["rung"]) if c is not None else
-                 f"{r['rung']}: {r['speedup']:.2f}× {base['rung']} (fewer than {stats.MIN_REPEATS} runs: no verdict)")
-        line = f"{speed}; final loss {r['final_loss']:.4f} vs {base['final_loss']:.4f}"
-        if r.get("activation_mib") is not None and base.get("activation_mib") is not None:
-            line += f"; activations {r['activation_mib']:.1f} MiB vs {base['activation_mib']:.1f} MiB"
-        out.append(line + ".")
-    out += _slow_half_on_cpu(rows)
-    if base["device"] == "cpu" and any(r["key"] == "tf32" for r in rows):
-        out.append("TF32 is a tensor-core mode of NVIDIA GPUs (Ampere and newer); on a CPU the tf32 "
-                   "rung runs the same fp32 kernels, so any difference from fp32 can only be run-to-run noise.")
-    return out
+    return LadderFindings(base["device"], rung_finding(base, base), rung_finding(base, best),
+                          tuple(rung_finding(base, r) for r in rows[1:]),
+                          tuple(slow_16_bit_on_cpu(rows, flags)),
+                          base["device"] == "cpu" and any(r["key"] == "tf32" for r in rows))
+
+
+# The CPU flags with which oneDNN (the CPU kernel library of torch and TensorFlow) multiplies
+# in a 16-bit format natively; without them it converts around every operation.
+NATIVE_HALF_FLAGS = {"bf16": ("avx512_bf16", "amx_bf16"), "fp16": ("avx512_fp16", "amx_fp16")}
+
+
+@dataclass(frozen=True)
+class SlowFormat:
+    """A 16-bit format whose rungs ran at under half of the first rung's speed on a CPU, with the
+    CPU flags that would let oneDNN multiply in it natively (`native_flags`) and those of them
+    this CPU reports (`cpu_has`, empty: every operation converts to fp32 and back)."""
+
+    precision: str
+    rungs: tuple[RungFinding, ...]
+    native_flags: tuple[str, ...]
+    cpu_has: tuple[str, ...]
+
+
+def slow_16_bit_on_cpu(rows: list[dict[str, Any]], flags: frozenset[str] | None = None) -> list[SlowFormat]:
+    """The 16-bit formats that ran at under half of the first rung's speed on a CPU, with this
+    CPU's flags for them (`flags`: this CPU's, read when None); [] off a CPU."""
+    from labkit.core.devices import cpu_flags
+
+    base = rows[0]
+    slow = [r for r in rows[1:] if r.get("precision") in NATIVE_HALF_FLAGS and (r.get("speedup") or 1.0) < 0.5]
+    if base["device"] != "cpu" or not slow:
+        return []
+    flags = cpu_flags() if flags is None else flags
+    return [SlowFormat(fmt, tuple(rung_finding(base, r) for r in slow if r["precision"] == fmt),
+                       NATIVE_HALF_FLAGS[fmt], tuple(f for f in NATIVE_HALF_FLAGS[fmt] if f in flags))
+            for fmt in sorted({r["precision"] for r in slow})]

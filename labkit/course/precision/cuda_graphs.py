@@ -1,6 +1,7 @@
 """Notebook 04's CUDA graphs (`compile_mode="reduce-overhead"`) and the whole step as one CUDA
 graph (`cuda_graph_step`): GPU only, so their gains are read from the H100 benchmark results
-files (device, date, file named), and the run says whether it could measure them itself."""
+files (device, date, file named, runs counted), with a verdict where the files hold the repeated
+runs one needs; the notebook says whether its own run could measure them."""
 
 from __future__ import annotations
 
@@ -8,10 +9,17 @@ import json
 from pathlib import Path
 from typing import Any
 
-from labkit.course import references
+from labkit.core import stats
+from labkit.course import ladder, references
 
 RESNET_H100 = "2026-11-22-h100-bench-torch-resnet.json"
 GPT_LEVERS_H100 = "2026-11-22-h100-gpt-levers-graphs.json"
+# Three runs of `benchmarks/bench_torch.py --best-only --skip-resnet --batches 12`, each timing
+# labkit's best GPT settings with and without the whole step as one graph, in turns.
+STEP_GRAPH_H100 = tuple(f"2026-11-26-h100-bench-torch-gpt-b12-run{i}.json" for i in (1, 2, 3))
+# bench_torch.py's names of the two variants (LABKIT_GPT_BEST, LABKIT_GPT_STEP_GRAPH).
+BEST_GPT = "labkit best: + fp8 head + compile_mode=tuned"
+STEP_GRAPH_GPT = "labkit + whole-step CUDA graph"
 
 
 def cuda_graph_gains() -> list[dict[str, Any]]:
@@ -39,20 +47,25 @@ def _gain(workload: str, base: str, without: float, with_graphs: float, unit: st
           data: dict[str, Any], path: Path) -> dict[str, Any]:
     return {"workload": workload, "configuration": base, "without graphs": without,
             "with CUDA graphs": with_graphs, "unit": unit, "gain": with_graphs / without,
+            "runs": 1, "verdict": ladder.verdict(None),
             "device": data["device"], "date": data["date"], "source": references.source(path)}
 
 
-def cuda_graph_conclusions(rows: list[dict[str, Any]], device: str) -> list[str]:
-    """What CUDA graphs bought on the reference GPU, and what this run can say about them."""
-    if not rows:
-        return [references.NO_RESULTS + "."]
-    out = [f"{r['workload']}, {r['configuration']}: CUDA graphs took {r['without graphs']:,.0f} to "
-           f"{r['with CUDA graphs']:,.0f} {r['unit']} ({r['gain']:.3f}×) on {r['device']} "
-           f"({r['source']}, {r['date']}; one run each)." for r in rows]
-    out.append("The whole step as one CUDA graph (labkit train --cuda-graph-step: forward, backward, "
-               "clipping and the fused AdamW update replayed in one launch) has no measurement in "
-               "the results files yet.")
-    if not device.startswith("cuda"):
-        out.append(f"This run is on {device}: CUDA graphs need a CUDA GPU, so none of this is "
-                   f"measured here.")
-    return out
+def whole_step_graph() -> dict[str, Any] | None:
+    """labkit's best GPT-2 settings on an H100 (bf16, compile_mode="tuned" with its CUDA graphs
+    of forward and backward, the fp8 head) against the same with the whole step, optimizer
+    included, as one CUDA graph, from the three results files of `STEP_GRAPH_H100`: the medians,
+    ranges, gain and verdict of the runs. None when the files are not here."""
+    paths = [references.results_path(name) for name in STEP_GRAPH_H100]
+    if any(p is None for p in paths):
+        return None
+    files = [json.loads(p.read_text()) for p in paths]
+    rows = [{r["variant"]: r for r in data["rows"]} for data in files]
+    c = stats.compare([r[BEST_GPT]["rate"] for r in rows], [r[STEP_GRAPH_GPT]["rate"] for r in rows])
+    batch = rows[0][BEST_GPT]["workload"].split("b=")[-1]  # "GPT b=12": bench_torch.py's GPT-2 small
+    return {"workload": f"GPT-2 small, batch {batch}",
+            "configuration": "bf16 + compile (tuned) + fp8 head", "without": c.a.median, "with": c.b.median,
+            "without_low": c.a.low, "without_high": c.a.high, "with_low": c.b.low, "with_high": c.b.high,
+            "unit": "tokens/s", "runs": len(files), "gain": c.ratio, "verdict": ladder.verdict(c),
+            "device": files[0]["device"], "date": files[0]["date"],
+            "sources": [references.source(p) for p in paths]}

@@ -24,7 +24,7 @@ def overflow_demo(framework: str = "torch", *, steps: int = 14, init_scale: floa
 
 
 def _torch_steps(cfg: TrainConfig, steps: int, init_scale: float) -> list[dict[str, Any]]:
-    from labkit.torch import engine
+    from labkit.torch import engine, trainer
     from labkit.torch.data import make_dataset
     from labkit.torch.distributed import DistInfo
 
@@ -36,7 +36,7 @@ def _torch_steps(cfg: TrainConfig, steps: int, init_scale: float) -> list[dict[s
     for step in range(steps):
         batch = engine.to_device(data[list(range(step * b, (step + 1) * b))], c, False)
         scale = c.scaler.get_scale()
-        loss, skipped = engine.train_step(c, [batch], None)
+        loss, skipped = trainer.train_step(c, [batch], None)
         rows.append({"step": step, "loss_scale": scale, "skipped": bool(skipped), "loss": float(loss)})
     return rows
 

@@ -33,7 +33,7 @@ def background_save(repeats: int = stats.MIN_REPEATS, *, steps_after: int = 5, n
 
     from labkit.core.models import GPTConfig
     from labkit.core.train_config import TrainConfig
-    from labkit.torch import engine, state
+    from labkit.torch import engine, state, trainer
     from labkit.torch.data import DataPosition
     from labkit.torch.distributed import DistInfo
 
@@ -47,7 +47,7 @@ def background_save(repeats: int = stats.MIN_REPEATS, *, steps_after: int = 5, n
 
     def step() -> float:
         t = time.perf_counter()
-        engine.train_step(c, [batch], None)
+        trainer.train_step(c, [batch], None)
         return time.perf_counter() - t
 
     for _ in range(2):

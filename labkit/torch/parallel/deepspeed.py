@@ -24,7 +24,7 @@ from torch import nn
 from labkit.core.config import ParameterError
 from labkit.core.parallelism import Layout
 from labkit.core.train_config import TrainConfig
-from labkit.torch.strategy import Strategy, local
+from labkit.torch.parallel.base import Strategy, local
 
 STAGES = {"zero1": 1, "zero2": 2, "zero3": 3}
 
@@ -67,7 +67,9 @@ class DeepSpeedZero(Strategy):
         reason = available()
         if reason:
             raise ParameterError("sharding_backend", "deepspeed", reason.split(": ", 1)[1])
-        os.environ.setdefault("DS_ACCELERATOR", "cuda" if torch.cuda.is_available() else "cpu")
+        # DeepSpeed's accelerator is where the engine placed the model (labkit.core.placement: two
+        # ranks on one GPU train on the CPU), not merely whether a GPU exists.
+        os.environ.setdefault("DS_ACCELERATOR", next(model.parameters()).device.type)
         import deepspeed
 
         self.name = layout.mode

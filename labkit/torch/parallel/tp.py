@@ -1,4 +1,5 @@
-"""Megatron-style tensor parallelism of labkit's GPT through DTensor `parallelize_module`.
+"""Megatron-style tensor parallelism (`--parallel tp`) of labkit's GPT through DTensor
+`parallelize_module`.
 
 In each block, attention's `qkv` and the MLP's `fc` are column-parallel (each of the t ranks
 computes a slice of the output features: its heads, its quarter of the hidden units) and
@@ -18,7 +19,7 @@ import torch
 from torch import nn
 
 from labkit.core.parallelism import Layout
-from labkit.torch.strategy import (
+from labkit.torch.parallel.base import (
     Strategy,
     all_reduce_mean,
     clip_grad_norm,

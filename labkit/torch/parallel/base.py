@@ -1,8 +1,8 @@
 """What every parallel mode of the torch engine shares: the `Strategy` interface the engine's
-step (`labkit.torch.engine.train_step`) calls at each of its stages, the bytes a rank holds
+step (`labkit.torch.trainer.train_step`) calls at each of its stages, the bytes a rank holds
 (`held_bytes`), clipping over sharded gradients (`clip_grad_norm`), one flat all-reduce over a
 data-parallel group (`all_reduce_mean`), and sharded checkpoint state (each rank saves and loads
-what it holds). The modes themselves: `labkit.torch.parallel`."""
+what it holds). The modes themselves: the other files of `labkit.torch.parallel`."""
 
 from __future__ import annotations
 

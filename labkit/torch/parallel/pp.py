@@ -1,4 +1,4 @@
-"""Pipeline parallelism of labkit's GPT with `torch.distributed.pipelining`.
+"""Pipeline parallelism (`--parallel pp`) of labkit's GPT with `torch.distributed.pipelining`.
 
 The blocks are cut into p consecutive stages, one per rank of a pipeline group (the first holds
 the embeddings, the last the final norm, the output head and the loss). A replica's batch is
@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from labkit.core.parallelism import Layout
-from labkit.torch.strategy import Strategy, all_reduce_mean, clip_grad_norm
+from labkit.torch.parallel.base import Strategy, all_reduce_mean, clip_grad_norm
 
 
 def stage_blocks(n_layer: int, stages: int, stage: int) -> range:
