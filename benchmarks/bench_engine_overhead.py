@@ -107,7 +107,8 @@ class Turns:
 
 
 def _take_turns_at_every_recorded_step(turns: Turns) -> None:
-    """Both loops record every step through `MetricsLog.append`: the stamp and hand-over go there."""
+    """Both loops record every step (the engine through `MetricsLog.append`, a recipe through
+    its `StepLog.log`): the stamp and hand-over go there."""
     from labkit.core.metrics import MetricsLog
 
     record = MetricsLog.append
@@ -118,6 +119,17 @@ def _take_turns_at_every_recorded_step(turns: Turns) -> None:
         return row
 
     MetricsLog.append = recorded
+    try:  # a recipe records its steps in its own plain log (copyable recipes import no labkit)
+        from labkit.recipes.common import StepLog
+    except ImportError:  # an older checkout: its recipes recorded through MetricsLog
+        return
+    log = StepLog.log
+
+    def logged(self, step, loss, **kwargs):
+        log(self, step, loss, **kwargs)
+        turns.done(loss)
+
+    StepLog.log = logged
 
 
 def _data_only(kind: str, model: str, steps: int, batch: int, turns: Turns) -> None:

@@ -35,13 +35,14 @@ straggler_delay_ms = 100.0  # the parameter-server section: wait added to each s
 ps_window_s = 1.0  # ... and the seconds of each measured window
 
 # %%
-from labkit.notebooks import artifacts_dir, key_figure, route_kernel_stderr
+from labkit.notebooks import artifacts_dir, key_comparison, key_figure, route_kernel_stderr
 
 route_kernel_stderr()  # C/C++ library and child-process output goes to this notebook's log file
 
 from dataclasses import replace
 
 from labkit.core import config, frameworks
+from labkit.core.metrics import LEARNED_BELOW
 from labkit.core.stats import NO_DIFFERENCE
 from labkit.course import distribution as dist, sizing
 from labkit.course.tables import table
@@ -98,7 +99,6 @@ comp = dist.compare(job, processes=tuple(sorted({1, processes})))
 for reason in comp.skipped.values():
     print(reason)
 fig = dist.plot_losses(comp, out_dir / "loss_curves.png")
-print("\n".join(dist.learning_lines(comp)))
 print(table(dist.scaling_rows(comp)))
 
 # %% [markdown]
@@ -106,10 +106,20 @@ print(table(dist.scaling_rows(comp)))
 # float summation order). Across frameworks the curves differ a little: initial weights come
 # from each framework's own random generator and sample order from each one's permutation,
 # but the data, model, optimizer (AdamW, β=(0.9, 0.95), weight decay 0.1 on matrices),
-# learning rate and global batch are the same, so the curves fall together. The lines above the
-# table say whether each run learned at all: its loss on 256 samples it never trained on
-# (**held-out loss**) against **chance**, the loss of guessing uniformly (ln 10 for ten classes).
-# Curves that sit at chance would "fall together" too, and prove nothing.
+# learning rate and global batch are the same, so the curves fall together. Curves that sit at
+# chance would "fall together" too, and prove nothing, so first: did each run learn at all? Its
+# loss on samples it never trained on (**held-out loss**) against **chance**, the loss of
+# guessing uniformly (ln 10 for ten classes); a run counts as having learned below
+# `LEARNED_BELOW` × chance.
+
+# %%
+for r in dist.learning(comp):
+    if r.heldout_loss is None:
+        print(f"{r.label}: {r.steps} steps; {r.verdict}.")
+        continue
+    warning = "" if r.learned else f" (not under {LEARNED_BELOW:g} × chance): draw no conclusion from its curve"
+    print(f"{r.label}: held-out loss {r.heldout_loss:.3f} on {r.heldout_samples} unseen samples after {r.steps} steps, "
+          f"chance {r.chance:.3f}: {r.verdict}{warning}.")
 
 # %%
 gaps = {fw: dist.curve_gap(comp.runs[(fw, 1)].log, comp.runs[(fw, processes)].log)
@@ -130,16 +140,20 @@ if len(gaps) == 2:
 # (`scale="full"` on a multi-GPU VM, `device="cuda"`).
 
 # %%
+scaling = dist.scaling(comp, processes)
 print("Your prediction, answered:")
-print("\n".join(dist.scaling_answer(comp, processes)))
-rows = dist.scaling_rows(comp)
-for r in rows:  # an efficiency only where the steps were measurably faster or slower than one process's
-    if not r["run"].endswith("x1"):
-        key_figure(f"{r['run']} scaling efficiency",
-                   "no measurable speed-up here" if r["vs 1 process"] == NO_DIFFERENCE else 100 * r["efficiency"],
-                   "" if r["vs 1 process"] == NO_DIFFERENCE else "%",
-                   note=f"{100 * r['efficiency']:.0f}%, speed-up {r['speed-up vs 1']:.2f}x on this machine; "
-                        f"steps vs 1 process: {r['vs 1 process']}")
+for s in scaling.values():
+    c = s.comparison
+    ranges = f" (ranges {c.b.low:.3g}–{c.b.high:.3g} vs {c.a.low:.3g}–{c.a.high:.3g} ms, n={len(c.b.values)} steps each)" if c else ""
+    print(f"{s.b.label}: a step took {s.b_median_ms:.3g} ms against {s.a_median_ms:.3g} ms with one process{ranges}: "
+          f"{s.verdict}. Ideal strong scaling would take {s.ideal_ms:.3g} ms: {100 * s.efficiency:.0f}% efficiency.")
+
+# %%
+for s in scaling.values():  # an efficiency only where the steps were measurably faster or slower than one process's
+    key_figure(f"{s.b.label} scaling efficiency",
+               "no measurable speed-up here" if s.verdict == NO_DIFFERENCE else 100 * s.efficiency,
+               "" if s.verdict == NO_DIFFERENCE else "%",
+               note=f"{100 * s.efficiency:.0f}%, speed-up {s.speedup:.2f}x on this machine; steps vs 1 process: {s.verdict}")
 print("Reference figures for hardware this notebook does not have:")
 print(table(list(dist.REFERENCES)))
 
@@ -199,9 +213,19 @@ if ("torch", processes) in comp.runs:
     print(recipe_view.command("ddp", ddp_argv, nproc=processes))
     ddp_cmp = recipe_view.compare("ddp", ddp_argv, nproc=processes, engine=comp.runs[("torch", processes)].log)
     recipe_view.plot(ddp_cmp, out_dir / "recipe_ddp.png")
-    print(recipe_view.explain(ddp_cmp))
     key_figure(f"recipe ddp vs labkit train, {processes} processes: largest loss difference", ddp_cmp.max_abs_diff,
                note=f"tolerance {ddp_cmp.tolerance:.0e}")
+
+# %%
+if ddp_cmp is not None:
+    trend = recipe_view.curve_trend(ddp_cmp.recipe_losses)
+    print(f"The recipe ({processes} processes) and `labkit train` (the run above, same settings), {len(ddp_cmp.recipe_losses)} "
+          f"steps: largest loss difference {ddp_cmp.max_abs_diff:.1e} at step {ddp_cmp.worst_step} (the tests allow "
+          f"{ddp_cmp.tolerance:.0e} in {ddp_cmp.precision}): {ddp_cmp.agreement}.")
+    if ddp_cmp.engine_spread is not None:
+        print(f"`labkit train` run a second time here differs from its first run by up to {ddp_cmp.engine_spread:.1e}.")
+    print(f"The recipe's curve {trend.verdict}: mean loss {trend.first:.3f} over its first quarter of steps, "
+          f"{trend.last:.3f} over its last.")
 
 # %% [markdown]
 # ### One machine, several devices: MirroredStrategy + fit
@@ -240,9 +264,19 @@ if ("tf", 1) in comp.runs:
     mirrored_cmp = recipe_view.compare("keras_mirrored_fit", mirrored_argv, engine=comp.runs[("tf", 1)].log)
     print(mirrored_cmp.recipe.lines("MirroredStrategy:"))
     recipe_view.plot(mirrored_cmp, out_dir / "recipe_keras_mirrored_fit.png")
-    print(recipe_view.explain(mirrored_cmp))
     key_figure(f"recipe keras_mirrored_fit ({processes} replicas) vs labkit train (1): largest loss difference",
                mirrored_cmp.max_abs_diff, note=f"same global batch; tolerance {mirrored_cmp.tolerance:.0e}")
+
+# %%
+if mirrored_cmp is not None:
+    trend = recipe_view.curve_trend(mirrored_cmp.recipe_losses)
+    replicas = len(mirrored_cmp.recipe.run.get("devices") or ())
+    print(f"The recipe (1 process, {replicas} replicas) and `labkit train` (the run above: 1 replica, the same global batch), "
+          f"{len(mirrored_cmp.recipe_losses)} steps: largest loss difference {mirrored_cmp.max_abs_diff:.1e} at step "
+          f"{mirrored_cmp.worst_step} (the tests allow {mirrored_cmp.tolerance:.0e} in {mirrored_cmp.precision}): "
+          f"{mirrored_cmp.agreement}.")
+    print(f"The recipe's curve {trend.verdict}: mean loss {trend.first:.3f} over its first quarter of steps, "
+          f"{trend.last:.3f} over its last.")
 
 # %% [markdown]
 # ### The same job in TensorFlow
@@ -268,31 +302,71 @@ if ("tf", processes) in comp.runs:
     print(recipe_view.command("tf_multiworker", tf_argv, nproc=processes))
     tf_cmp = recipe_view.compare("tf_multiworker", tf_argv, nproc=processes, engine=comp.runs[("tf", processes)].log)
     recipe_view.plot(tf_cmp, out_dir / "recipe_tf_multiworker.png")
-    print(recipe_view.explain(tf_cmp))
     key_figure(f"recipe tf_multiworker vs labkit train, {processes} workers: largest loss difference",
                tf_cmp.max_abs_diff, note=f"tolerance {tf_cmp.tolerance:.0e}")
 
+# %%
+if tf_cmp is not None:
+    trend = recipe_view.curve_trend(tf_cmp.recipe_losses)
+    print(f"The recipe ({processes} workers) and `labkit train` (the run above, same settings), {len(tf_cmp.recipe_losses)} "
+          f"steps: largest loss difference {tf_cmp.max_abs_diff:.1e} at step {tf_cmp.worst_step} (the tests allow "
+          f"{tf_cmp.tolerance:.0e} in {tf_cmp.precision}): {tf_cmp.agreement}.")
+    if tf_cmp.engine_spread is not None:
+        print(f"`labkit train` run a second time here differs from its first run by up to {tf_cmp.engine_spread:.1e}.")
+    print(f"The recipe's curve {trend.verdict}: mean loss {trend.first:.3f} over its first quarter of steps, "
+          f"{trend.last:.3f} over its last.")
+
 # %% [markdown]
 # ### A common mistake: the per-process batch taken for the global batch
-# Guides that port a one-GPU script to DDP often keep `DataLoader(batch_size=B)` as it was. In
-# DDP that batch is **per process**, so N processes train on N × B samples per step: a different
-# run. Below, the single-process run beside `processes` DDP processes given the same global
-# batch (right) and `processes` processes that each took the whole batch (the mistake), trained
-# on the same number of samples (so the mistake makes `processes`× fewer steps), plotted against
-# samples seen, with each run's held-out loss at the end. Before running: after the same data,
-# will the mistaken run end better or worse than the single process?
+# Guides that port a one-GPU script to DDP often keep the script's batch line as it was. In DDP
+# a `DataLoader`'s `batch_size` is **per process**, so N processes train on N × B samples per
+# step: a different run. The ddp recipe keeps the mistake runnable (`--mistake
+# per-process-batch`): below, its mistaken line beside the right one.
 
 # %%
 from labkit.course import mistakes
 
+recipe_view.show_mistake("ddp", "per-process-batch")
+
+# %% [markdown]
+# With exactly these lines, the recipe trains three times: as one process, as `processes`
+# processes that split the global batch (right), and as `processes` processes that each take
+# the whole batch (the mistake), the last for `processes`× fewer steps so that all three train
+# on the same number of samples. The plot puts them against samples seen. Before running: after
+# the same data, will the mistaken run's loss be higher, lower, or the same as the single
+# process's?
+
+# %%
+ppb = None
 if frameworks.has_torch() and processes > 1:
-    ppb = mistakes.per_process_batch(model=model, steps=steps, batch_size=global_batch, nproc=processes, lr=lr,
-                                     num_samples=num_samples, device=job.device, scale=job.scale)
+    ppb = mistakes.per_process_batch(job, processes)
     mistakes.plot_per_process_batch(ppb, out_dir / "per_process_batch.png")
-    print("\n".join(mistakes.explain_per_process_batch(ppb)))
-    key_figure("per-process batch taken for the global batch: held-out loss after the same samples",
-               ppb["heldout_mistaken"], note=f"1 process: {ppb['heldout_single']:.3f}; "
-               f"batch split right follows it within {ppb['right_max_gap']:.1e}")
+    if ppb.end_comparison is not None:
+        key_comparison("per-process batch taken for the global batch: training loss after the same samples",
+                       ppb.end_comparison, "1 process", f"{processes} processes × {global_batch} (mistake)", "loss")
+
+# %% [markdown]
+# What the three runs show, against the single process at the same number of samples seen (the
+# mistaken run's last quarter of steps, at least three, and the single process's steps that had
+# seen as many samples; "worse" only when the two ranges do not overlap):
+
+# %%
+if ppb is not None:
+    c, rounding = ppb.end_comparison, ppb.right_within_tolerance
+    print(f"Global batch {ppb.batch_size} split over {ppb.nproc} processes ({ppb.per_process} each): the curve followed the "
+          f"single process within {ppb.right_max_gap:.1e}, {'within' if rounding else 'over'} the "
+          f"{mistakes.RIGHT_TOLERANCE:.0e} of float rounding the recipe's tests allow.")
+    print(f"Each of the {ppb.nproc} processes taking {ppb.batch_size} (global batch {ppb.mistaken_global_batch}) made "
+          f"{len(ppb.mistaken)} updates for the same {ppb.samples:,} samples instead of {len(ppb.single)}.")
+    tail = (f"over its last {ppb.matched_tail} steps its training loss was {c.b.low:.3f}–{c.b.high:.3f}, the single "
+            f"process's after as many samples {c.a.low:.3f}–{c.a.high:.3f}: " if c else "")
+    print(f"After the same samples, against the single process: {tail}{ppb.verdict}.")
+
+# %% [markdown]
+# A run with `processes`× the global batch makes `processes`× fewer updates per epoch, at a
+# learning rate chosen for the batch you configured: it is not the run you asked for, whatever
+# its loss. In DDP, divide the global batch by the world size (and by the accumulation steps)
+# before it reaches the `DataLoader`, as the recipe's right line does.
 
 # %% [markdown]
 # ## Why the ring all-reduce is taught through DDP and torchrun, not Horovod
@@ -346,11 +420,15 @@ if frameworks.has_torch() and processes > 1:
 #   without code changes (notebook 06).
 
 # %%
-if len(comp.runs) == 2 * len({1, processes}):
-    faster, sentence = dist.framework_verdict(comp, processes)
-    print(sentence)
-    key_figure(f"faster at {processes} processes here", dist.LABELS[faster] if faster else "neither (no verdict)",
-               note=sentence)
+race = dist.framework_race(comp, processes)
+if race is not None:
+    c = race.comparison
+    ranges = f" (ranges {c.b.low:.3g}–{c.b.high:.3g} vs {c.a.low:.3g}–{c.a.high:.3g} ms, n={len(c.b.values)} and {len(c.a.values)})" if c else ""
+    said = (f"{race.b.label}: a step took {race.b_median_ms:.3g} ms, {race.a.label} {race.a_median_ms:.3g} ms{ranges}, over "
+            f"the steps of one run each; {race.b.label} against {race.a.label}: {race.verdict}")
+    print(said + ".")
+    key_figure(f"faster at {processes} processes here",
+               dist.LABELS[race.faster.framework] if race.faster else f"neither ({race.verdict})", note=said)
 
 # %% [markdown]
 # ## Asynchronous training: parameter servers
@@ -379,11 +457,11 @@ if len(comp.runs) == 2 * len({1, processes}):
 
 # %%
 from labkit.course import parameter_server as psd
-from labkit.notebooks import key_comparison
 
-ps_job, ps_note = psd.demo_config(job)
+ps_job = psd.demo_config(job)
 ps_specs = psd.jobs(ps_job, psd.StragglerConfig(delay_ms=straggler_delay_ms, window_s=ps_window_s))
-print(ps_note)
+print(f"Both jobs: {ps_job.model} at the smoke size, global batch {ps_job.batch_size} per update, lr {ps_job.lr:g}, "
+      f"{ps_job.num_samples_or_default()} samples; every replica on the CPU of this machine.")
 print(psd.layout_text(ps_specs))
 
 # %% [markdown]
@@ -399,10 +477,30 @@ if frameworks.has_tf():
 else:
     print(frameworks.missing_reason("tensorflow"))
 
+# %% [markdown]
+# A synchronous step waits for the slowest worker's gradient; an asynchronous step waits for
+# nobody. What the windows measured, each kind of window against the full-speed ones (a verdict
+# only where the windows' rates do not overlap):
+
 # %%
-if ps_runs:
+ps_found = psd.findings(ps_runs) if ps_runs else None
+if ps_found:
+    f, o = ps_found, ps_found.others
     print("Your prediction, answered:")
-    print("\n".join(psd.conclusions(ps_runs)))
+    for name, c, verdict in (("synchronous", f.sync, f.sync_verdict), ("asynchronous", f.asynchronous, f.async_verdict)):
+        print(f"The {name} job with workerpool1[{f.slow_worker}] waiting {f.delay_ms:g} ms per step: {c.b.median:.3g} updates/s "
+              f"against {c.a.median:.3g} at full speed (ranges {c.b.range_text()} vs {c.a.range_text()}): {verdict}, {c.ratio:.0%} of its rate.")
+    print(f"The asynchronous worker that was never slowed, beside the straggler: {o.b.median:.3g} updates/s against {o.a.median:.3g} "
+          f"in its full-speed windows: {f.others_verdict}" + ("; it did not wait for the straggler." if f.others_kept_pace else
+          " (the workers share this machine's cores and the parameter server)."))
+
+# %%
+if ps_found:
+    t = ps_found.throughput
+    print(f"All workers at full speed: asynchronous {t.b.median:,.0f} samples/s, synchronous {t.a.median:,.0f} (ranges "
+          f"{t.b.range_text()} vs {t.a.range_text()}): {ps_found.throughput_verdict}.")
+    print(f"Training loss after the same {ps_found.compared_updates} updates (mean over the last tenth, each on its own "
+          f"batch): synchronous {ps_found.sync_tail_loss:.3f}, asynchronous {ps_found.async_tail_loss:.3f}.")
     for r in ps_runs.values():
         key_comparison(f"{r.label}: updates/s with one worker slowed (+{r.delay_ms:g} ms per step) vs none",
                        psd.slowdown(r), "all at full speed", "one worker slowed", "steps/s")
@@ -418,11 +516,16 @@ if ps_runs:
 # the loss curves above show what that costs at this learning rate.
 
 # %%
-if ps_runs:
+if ps_found:
     print(table(psd.staleness_rows(ps_runs[psd.ASYNC])))
-    median_stale, stale_note = psd.staleness_figure(ps_runs[psd.ASYNC])
-    key_figure("ParameterServer: median staleness of an update, all workers at full speed", median_stale,
-               "updates", note=stale_note)
+if ps_found and ps_found.staleness:
+    s = ps_found.staleness
+    print(f"At full speed an asynchronous update was computed on weights {s.median:g} update(s) old (median; mean {s.mean:.2f}, "
+          f"max {s.max}); with the straggler, its updates were {s.slowed_mean:.1f} updates old on average and the other "
+          f"worker's {s.other_mean:.2f}: the slow worker's gradients arrive late, and are applied to weights that have moved on.")
+    key_figure("ParameterServer: median staleness of an update, all workers at full speed", s.median, "updates",
+               note=f"mean {s.mean:.2f}, max {s.max}, over {len(s.full_speed)} updates; with the straggler: its updates "
+                    f"{s.slowed_mean:.1f} on average, the other worker's {s.other_mean:.2f}")
 
 # %% [markdown]
 # ### The code
@@ -446,20 +549,47 @@ if frameworks.has_tf():
     ps_argv = recipe_view.flags(ps_job, steps=24, workers=2, ps=1)
     print(recipe_view.command("tf_parameter_server", ps_argv))
     ps_recipe = recipe_view.run("tf_parameter_server", ps_argv)
-    print(psd.recipe_summary(ps_recipe.steps) + recipe_view.curve_sentence(ps_recipe.losses))
-    key_figure("recipe tf_parameter_server: mean staleness with 2 workers",
-               sum(s["staleness"] for s in ps_recipe.steps) / len(ps_recipe.steps), "updates")
+    rs, trend = psd.recipe_staleness(ps_recipe.steps), recipe_view.curve_trend(ps_recipe.losses)
+    print(f"{rs.updates} updates ({', '.join(f'worker {w}: {n}' for w, n in rs.by_worker.items())}); staleness: mean "
+          f"{rs.mean:.2f}, max {rs.max}; {rs.stale_share:.0%} of the updates were applied to weights another worker had "
+          f"changed since they were read. The curve {trend.verdict}: mean loss {trend.first:.3f} over its first "
+          f"quarter of steps, {trend.last:.3f} over its last.")
+    key_figure("recipe tf_parameter_server: mean staleness with 2 workers", rs.mean, "updates")
 
 # %% [markdown]
 # ### PyTorch's parameter server, and why the course uses DDP
-# PyTorch has no parameter-server strategy; its tutorials build one on the RPC framework
-# (`torch.distributed.rpc`). The course measures the design rather than that code: the
-# TensorFlow jobs above are the same pattern (workers pull the weights, push gradients, the
-# server applies them as they come). What their numbers say, beside DDP's from the top of this
-# notebook:
+# PyTorch has no parameter-server strategy: its parameter server is written on the RPC
+# framework, trainers fetching parameters from a server process and sending it gradients
+# ([the RPC parameter-server tutorial](https://docs.pytorch.org/tutorials/intermediate/rpc_param_server_tutorial.html)),
+# an API the PyTorch docs call "stable and in maintenance mode"
+# ([torch.distributed.rpc](https://docs.pytorch.org/docs/2.9/rpc.html), read 2026-11-29); the
+# [distributed overview](https://docs.pytorch.org/tutorials/beginner/dist_overview.html) (read
+# 2026-11-29) sends data parallelism to DDP and keeps RPC for structures that "cannot fit into
+# data-parallel training". The course does not run that code: the TensorFlow jobs above are the
+# same design (workers pull the weights, push gradients, the server applies them as they come).
+# What their numbers say, beside DDP's from the top of this notebook:
 
 # %%
-if ps_runs:
+if ps_found:
     ddp_gap = (dist.curve_gap(comp.runs[("torch", 1)].log, comp.runs[("torch", processes)].log)
                if processes > 1 and {("torch", 1), ("torch", processes)} <= set(comp.runs) else None)
-    print("\n\n".join(psd.rpc_lines(ps_runs, ddp_gap)))
+    tr, s = psd.traffic(ps_runs), ps_found.staleness
+    print((f"- Asynchronous updates are stale (median {s.median:g}, mean {s.mean:.2f} updates here with {tr.workers} workers "
+           f"at full speed), so the run is not the single-process run; " if s else "- ")
+          + (f"DDP with several processes followed the single-process curve within {ddp_gap:.1e} (measured above)."
+             if ddp_gap is not None else "DDP's curves were not measured in this run (no PyTorch here)."))
+
+# %%
+if ps_found:
+    print(f"- Every update sends the whole gradient to the parameter server and takes the whole weights back: "
+          f"{tr.server_bytes_per_update / 1e6:.2f} MB per update for this model's {tr.params:,} parameters, "
+          f"{tr.server_bytes_per_s / 1e6:.1f} MB/s at the {tr.updates_per_s:.0f} updates/s measured here, all through the "
+          f"parameter servers; a ring all-reduce sends {tr.ring_bytes_per_worker / 1e6:.2f} MB per worker per step, over every link at once.")
+    print(f"- With a straggler the asynchronous job kept {ps_found.asynchronous.ratio:.0%} of its update rate, the synchronous one "
+          f"{ps_found.sync.ratio:.0%}.")
+
+# %% [markdown]
+# That last line is the case for parameter servers: many unreliable CPU workers, or variables
+# too large for one machine, where TensorFlow's `ParameterServerStrategy` is the supported path.
+# For dense models on equal GPUs, synchronous data parallelism gives the single-process result
+# at the all-reduce's cost.

@@ -38,7 +38,7 @@ route_kernel_stderr()  # C/C++ library and child-process output goes to this not
 
 from labkit.core import config, frameworks
 from labkit.course import sizing
-from labkit.course.input_pipeline import conclusions, ladder, read_rates, step_probe
+from labkit.course.input_pipeline import findings, ladder, read_rates, step_probe
 from labkit.course.tables import table
 from labkit.data import read_records, decode_example
 
@@ -164,9 +164,52 @@ for lad in measured:
 
 # %% [markdown]
 # ## 6. What this run says
+# Every sentence below is written from the tables above (`findings.ladder_findings` gives each
+# step up the ladder its ratio of median epochs and its verdict): a rung is "faster" or "slower"
+# than the one below it only when none of their epochs overlap; otherwise the verdict is "no
+# measurable difference here".
 
 # %%
-print(conclusions.conclusions(measured, mechanisms, raw, cfg))
+found = [findings.ladder_findings(lad, cfg) for lad in measured]
+for f in found:
+    n = f.naive
+    print(f"{f.engine}: one file per sample trained at {n.samples_per_s:,.0f} samples/s (median of {f.epochs} epoch(s)) "
+          f"with {100 * n.data_fraction:.0f}% of the time waiting for data, each file paying {cfg.open_latency_ms:g} ms to open.")
+    for s in f.steps:
+        print(f"  {s.after.label}: {s.ratio:.2f}× {s.before.label} ({s.verdict})")
+    print(f"  Highest median: {f.best.label}, {f.speedup:.1f}× the naive rung, data wait {100 * f.best.data_fraction:.0f}%.")
+
+# %% [markdown]
+# A step that did not pay off here, and the likely reason, from what the rung adds and the waits
+# this run measured (loader workers and reader threads share the machine's cores with the
+# training step; with more cores and remote storage they pay off):
+
+# %%
+for f in found:
+    if f.workers_cost_more:
+        print(f"{f.engine}: the {cfg.num_workers} loader workers of the parallel-reads rung were started afresh for each epoch "
+              f"(persistent_workers=False); over an epoch of {f.steps_per_epoch} steps that start-up cost more than the "
+              "overlap saved. The prefetch rung keeps them alive.")
+    for s in f.not_faster:
+        print(f"{f.engine}, {s.after.label}: not measurably faster than {s.before.label} here; the step waited for data "
+              f"{100 * s.before.data_fraction:.0f}% of the time before it and {100 * s.after.data_fraction:.0f}% with it: "
+              f"{s.reason} ({f.cores} cores here).")
+
+# %% [markdown]
+# And the page-cache readings of sections 2 and 3. A mechanism that beat the runner-up in every
+# pass ("faster") is the one to use on this machine; with no measurable difference, either will do.
+
+# %%
+if mechanisms:
+    m = findings.mechanism_findings(mechanisms)
+    best, second, worst = m.passes[m.best], m.passes[m.runner_up], m.passes[m.worst]
+    print(f"torch reading mechanism, from the page cache: {m.best} delivered the most ({best.median:,.0f} samples/s), "
+          f"{m.best_over_worst:.1f}× {m.worst} ({worst.median:,.0f} samples/s); against the runner-up, {m.runner_up} "
+          f"(ranges {best.range_text()} vs {second.range_text()} over {len(best.values)} passes each): {m.verdict}.")
+if torch_gb:
+    print(f"From the page cache, with CRCs verified, the torch path read {torch_gb:.2f} GB/s: {100 * torch_gb / raw.ceiling:.0f}% "
+          f"of the single-core ceiling {raw.ceiling:.2f} GB/s (raw read {raw.gb_per_s['raw']:.2f}, CRC32C "
+          f"{raw.gb_per_s['crc32c']:.2f} GB/s)" + (f", {torch_gb / tf_gb:.2f}× tf.data's TFRecordDataset ({tf_gb:.2f} GB/s)." if tf_gb else "."))
 
 # %% [markdown]
 # ## 7. Does it feed a GPU?
@@ -180,16 +223,26 @@ print(conclusions.conclusions(measured, mechanisms, raw, cfg))
 # path from section 3 is turned into the number of loader workers that appetite needs, and so
 # is the rate at which one process here decodes 224² JPEGs (timed below): real images arrive
 # compressed, and decoding, not reading, is then what sets the count (notebook 05 measures it).
+# The count is rough: this machine's cores, and no augmentation, which costs more on top.
 
 # %%
-if torch_gb:
-    feed = read_rates.feed_estimate(torch_gb, read_rates.jpeg_decodes_per_s())
-    print(feed.text(bench_record_kb))
-    if feed.reference is not None:
-        key_figure("loader workers to feed 1.5× the reference GPU's ResNet-50 (estimate from this machine)", feed.workers,
-                   note=f"{feed.reference.value:,.0f} images/s, reading and JPEG decoding; {feed.reference.source.name}")
-else:
+feed = read_rates.feed_estimate(torch_gb, read_rates.jpeg_decodes_per_s()) if torch_gb else None
+if feed is None:
     print(frameworks.missing_reason("torch"))
+elif feed.reference is None:
+    print(feed.why)
+else:
+    print(f"reference: {feed.reference.text()}\n{feed.margin:g}× that is {feed.images_per_s:,.0f} images/s, "
+          f"{feed.images_per_s * feed.image_bytes / 1e9:.2f} GB/s of pixels.")
+    print(f"One loader process here reads {feed.gb_per_s:.2f} GB/s of {bench_record_kb} KB records: about "
+          f"{feed.reading_workers} worker(s) would read {feed.margin:g}× the reference's rate. The images arrive as JPEGs: one "
+          f"process here decodes {feed.decodes_per_s:,.0f} of 224² a second, so decoding alone needs about "
+          f"{feed.decoding_workers} worker(s); the pipeline needs the more of the two, {feed.workers}.")
+
+# %%
+if feed is not None and feed.reference is not None:
+    key_figure("loader workers to feed 1.5× the reference GPU's ResNet-50 (estimate from this machine)", feed.workers,
+               note=f"{feed.reference.value:,.0f} images/s, reading and JPEG decoding; {feed.reference.source.name}")
 
 # %% [markdown]
 # ## 8. Your own images: a folder of JPEG files as shards
@@ -372,7 +425,17 @@ if has_torch:
     print(recipe_view.command("tfrecord_pipeline", tfr_argv))
     tfr = recipe_view.compare("tfrecord_pipeline", tfr_argv)
     recipe_view.plot(tfr, out / "recipe_tfrecord_pipeline.png")
-    print(recipe_view.explain(tfr))
     print(tfr.recipe.lines("tf.data read", "tf.data half"))
     key_figure("recipe tfrecord_pipeline vs labkit train: largest loss difference", tfr.max_abs_diff,
                note=f"tolerance {tfr.tolerance:.0e}; {tfr.recipe.run.get('shards')} shard(s) on disk")
+
+# %%
+if has_torch:
+    trend = recipe_view.curve_trend(tfr.recipe_losses)
+    print(f"The recipe (from {tfr.recipe.run.get('shards')} shard(s) on disk) and `labkit train` (from memory), "
+          f"{len(tfr.recipe_losses)} steps: largest loss difference {tfr.max_abs_diff:.1e} at step {tfr.worst_step} "
+          f"(the tests allow {tfr.tolerance:.0e} in {tfr.precision}): {tfr.agreement}.")
+    if tfr.engine_spread is not None:
+        print(f"`labkit train` run a second time here differs from its first run by up to {tfr.engine_spread:.1e}.")
+    print(f"The recipe's curve {trend.verdict}: mean loss {trend.first:.3f} over its first quarter of steps, "
+          f"{trend.last:.3f} over its last.")

@@ -45,7 +45,7 @@ route_kernel_stderr()  # C/C++ library and child-process output goes to this not
 
 from labkit.core import config, frameworks
 from labkit.profiling import ProfileConfig, WorkloadConfig, profile_workload
-from labkit.course import profiling, sizing
+from labkit.course import ladder, profiling, sizing
 from labkit.profiling.run import profile_training, set_cpu_threads
 from labkit.core.train_config import TrainConfig
 
@@ -101,10 +101,23 @@ if has_torch:
     fixed = profile_training(fixed_cfg, ProfileConfig(out_dir=str(out / "input_fixed"), **schedule), label=f"num_workers={fixed_num_workers}")
     print(fixed.text())
     input_fix = profiling.timed_comparison(profiling.training_rate(slow_cfg), profiling.training_rate(fixed_cfg), repeats)
-    print(profiling.compare(slow, fixed, input_fix))
     key_figure("verdict after the fix", fixed.verdict.kind)
     key_comparison("speed-up from loader workers + prefetch (injected latency)", input_fix,
                    "the slow loader", f"num_workers={fixed_num_workers}")
+
+# %% [markdown]
+# What the two settings show: each profiled run says where its steps' time went; how much faster
+# the fix is comes from the repeated unprofiled runs, "faster" only when no run of one setting
+# overlaps the other's (`ladder.verdict`), otherwise "no measurable difference here".
+
+# %%
+if has_torch:
+    for r in (slow, fixed):
+        print(f"[{r.label}] profiled run: {r.verdict.kind} ({r.verdict.evidence}), {1e3 * r.step_s:.1f} ms/step, "
+              f"{r.samples_per_s:,.0f} samples/s.")
+    print(f"Repeated unprofiled runs, in turns: num_workers={fixed_num_workers} ran at {input_fix.ratio:.2f}× the slow "
+          f"loader's samples/s ({input_fix.b.range_text()} vs {input_fix.a.range_text()}, {len(input_fix.b.values)} runs "
+          f"each): {ladder.verdict(input_fix)}.")
 
 # %% [markdown]
 # ## 3. A CPU-bound input: real image decoding
@@ -122,10 +135,27 @@ from labkit.course.tables import table
 if has_torch:
     sweep = profiling.decode_worker_sweep(profiling.decode_workload(plan["decode_steps"], cpu_threads), decode_workers, repeats=repeats)
     print(table(sweep, ["workers", "samples_per_s", "range", "speedup", "vs previous"]))
-    print(profiling.decode_verdict(sweep, devices.usable_cpu_count()))
-    best_decode = max(sweep, key=lambda r: r["samples_per_s"])
-    key_figure("CPU-bound decode: best loader workers here", best_decode["workers"],
-               note=f"{devices.usable_cpu_count()} usable cores; {best_decode['speedup']:.2f}× {sweep[0]['workers']} workers")
+    decode = profiling.decode_findings(sweep, devices.usable_cpu_count())
+    key_figure("CPU-bound decode: best loader workers here", decode.best_workers,
+               note=f"{decode.cores} usable cores; {decode.best_speedup:.2f}× {decode.first_workers} workers")
+
+# %% [markdown]
+# What the sweep shows (`profiling.decode_findings`): where adding a worker stopped being
+# measurably faster than the count before it, against the cores this machine has.
+
+# %%
+if has_torch:
+    d = decode
+    print(f"Decoding JPEGs is CPU work. Best median: {d.best_samples_per_s:,.0f} samples/s (runs {d.best_range}) with "
+          f"{d.best_workers} loader worker(s), {d.best_speedup:.2f}× the median with {d.first_workers}.")
+    if d.paid_up_to is not None:
+        print(f"Adding workers was measurably faster up to {d.paid_up_to} worker(s).")
+    else:
+        print("No number of workers was measurably faster than the one before it.")
+    for workers, verdict in d.beyond:
+        print(f"{workers} worker(s) against the count before it: {verdict}.")
+    print(f"This machine has {d.cores} usable core(s), and the training step needs one too: decode workers beyond "
+          "the cores only share them.")
 
 # %% [markdown]
 # ## 4. A launch-bound run: tiny batches of a deep, narrow net
@@ -154,10 +184,21 @@ if has_torch:
     launch_fix = profiling.timed_comparison(
         profiling.workload_rate(WorkloadConfig(shape="deep_narrow", batch_size=small_batch, threads=0)),
         profiling.workload_rate(WorkloadConfig(shape="deep_narrow", batch_size=large_batch, threads=0)), repeats)
-    print(profiling.compare(tiny, big, launch_fix))
     key_figure("verdict with the larger batch", big.verdict.kind)
     key_comparison("throughput gain (samples/s) from the larger batch", launch_fix,
                    f"batch {small_batch}", f"batch {large_batch}")
+
+# %% [markdown]
+# What the two batch sizes show, read the same way as in section 2.
+
+# %%
+if has_torch:
+    for r in (tiny, big):
+        print(f"[{r.label}] profiled run: {r.verdict.kind} ({r.verdict.evidence}), {1e3 * r.step_s:.1f} ms/step, "
+              f"{r.samples_per_s:,.0f} samples/s.")
+    print(f"Repeated unprofiled runs, in turns: batch {large_batch} ran at {launch_fix.ratio:.2f}× batch {small_batch}'s "
+          f"samples/s ({launch_fix.b.range_text()} vs {launch_fix.a.range_text()}, {len(launch_fix.b.values)} runs each): "
+          f"{ladder.verdict(launch_fix)}.")
 
 # %%
 if has_torch:
@@ -215,10 +256,24 @@ if has_torch:
     print("$ labkit profile --out", out / "own", "--steps", active_steps, "--", *mine.command[:2], "...")
     print(mine.text())
     print("\n$ labkit profile --trace", mine.trace_path, "\n" + profiling.trace_verdict(mine.trace_path))
-    fixed = profiling.profile_own_script(out / "own-fixed", images, steps=active_steps, num_workers=2)
-    print(f"\nstep2_loader.py with --num-workers 2: {fixed.breakdown.text()}\n{fixed.verdict.kind}: {fixed.verdict.evidence}")
+
+# %% [markdown]
+# The fix is notebook 12's next script, `step2_loader.py`: below, the lines of `step1_plain.py`
+# it removes (-) and the lines it runs instead (+). The profile after it runs exactly this file,
+# with `--num-workers 2`.
+
+# %%
+profiling.show_own_script_change("step1_plain.py", "step2_loader.py")
+
+# %%
+if has_torch:
+    mine_fixed = profiling.profile_own_script(out / "own-fixed", images, steps=active_steps, num_workers=2)
+    print(f"step2_loader.py with --num-workers 2: {mine_fixed.breakdown.text()}\n{mine_fixed.verdict.kind}: "
+          f"{mine_fixed.verdict.evidence}")
+    print(f"Share of a step waiting for its batch: {mine.breakdown.fractions['input']:.0%} with step1_plain.py, "
+          f"{mine_fixed.breakdown.fractions['input']:.0%} with step2_loader.py --num-workers 2 (one profiled run each).")
     key_figure("your own script: share of a step waiting for its batch (num_workers=0)",
-               100 * mine.breakdown.fractions["input"], "%", note=f"{fixed.breakdown.fractions['input']:.0%} with 2 workers")
+               100 * mine.breakdown.fractions["input"], "%", note=f"{mine_fixed.breakdown.fractions['input']:.0%} with 2 workers")
 
 # %% [markdown]
 # Holistic Trace Analysis (HTA, `pip install HolisticTraceAnalysis`) reads the same trace files.
@@ -230,7 +285,10 @@ if has_torch:
 
 # %%
 if has_torch:
-    print(profiling.hta_side_by_side(out / "own"))
+    hta = profiling.hta_side_by_side(out / "own")
+    print(hta.table.text() if hta.table is not None else hta.missing)
+    if hta.agreement is not None:
+        print(f"Where both compute a figure, labkit's and HTA's readings {hta.agreement}.")
 
 # %% [markdown]
 # ## 8. The code
@@ -256,11 +314,21 @@ if has_torch:
     print(recipe_view.command("profile", prof_argv))
     prof = recipe_view.compare("profile", prof_argv)
     recipe_view.plot(prof, out / "recipe_profile.png")
-    print(recipe_view.explain(prof))
     print(prof.recipe.block("---", "Self CPU time total"))
     print("trace files:", *sorted(p.name for p in (out / "recipe_profile").rglob("*.json")))
     key_figure("recipe profile vs unprofiled labkit train: largest loss difference", prof.max_abs_diff,
                note=f"tolerance {prof.tolerance:.0e}")
+
+# %%
+if has_torch:
+    trend = recipe_view.curve_trend(prof.recipe_losses)
+    print(f"The profiled recipe and unprofiled `labkit train`, {len(prof.recipe_losses)} steps in {prof.precision}: largest "
+          f"loss difference {prof.max_abs_diff:.1e} at step {prof.worst_step} (the tests allow {prof.tolerance:.0e}): "
+          f"{prof.agreement}.")
+    if prof.engine_spread is not None:
+        print(f"`labkit train` run a second time here differs from its first run by up to {prof.engine_spread:.1e}.")
+    print(f"The recipe's curve {trend.verdict}: mean loss {trend.first:.3f} over its first quarter of steps, "
+          f"{trend.last:.3f} over its last.")
 
 # %% [markdown]
 # ## 9. Looking inside a job while it runs on Vertex

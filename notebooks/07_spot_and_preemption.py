@@ -73,7 +73,8 @@ preempt_step = preempt_step or steps // 2 + 1
 cfg = drill.DrillConfig(replicas=replicas, steps=steps, checkpoint_every=checkpoint_every,
                         preempt_step=preempt_step, signal=signal, input_latency_ms=plan["input_latency_ms"])
 workdir = artifacts_dir("07_spot_and_preemption")
-print(f"scale {scale}: {cfg.text()}")
+print(f"scale {scale}: {cfg.steps} steps (0-{cfg.steps - 1}), a checkpoint after steps "
+      f"{', '.join(map(str, cfg.periodic_checkpoints))}; {cfg.signal} to {cfg.target} during step {cfg.preempt_step}")
 
 # %%
 from labkit.hardware import facts
@@ -179,9 +180,7 @@ key_figure("runs of a replica that crashed with SIGSEGV (Vertex: restarted up to
 # %%
 if frameworks.has_torch():
     result = drill.preemption_drill(cfg, workdir / "drill")
-    print(result.text())
-    print("\n".join(result.story()))
-    print("\nthe emulator's events:\n" + "\n".join(result.events()))
+    print("the emulator's events:\n" + "\n".join(result.events()))
 else:
     print(frameworks.missing_reason("torch"))
 
@@ -195,6 +194,24 @@ if frameworks.has_torch():
     key_figure("resumed run: final weights identical to uninterrupted", str(result.weights_equal),
                note=f"max |difference| {result.max_weight_difference:g}")
     key_figure("steps computed twice after the preemption", result.redone_steps)
+
+# %% [markdown]
+# ### What the drill shows
+# Every number below comes from the two jobs above, in labkit's step numbering. The checkpoint
+# the restarted job restored was either **taken on the signal** (every replica agreed to stop
+# after the same step and the chief checkpointed it: nothing is computed twice) or **a periodic
+# one** (a SIGKILL gives no warning: the steps after it are trained again).
+
+# %%
+if frameworks.has_torch():
+    r = result
+    print(f"The uninterrupted job: {r.clean.state}, steps 0-{len(r.clean_losses) - 1}. The preempted job: "
+          f"{r.preempted.state} after {r.preempted.job_restarts} job restart(s).")
+    print(f"{cfg.signal} reached {cfg.target} during step {r.signal_step}, when steps 0-{r.signal_step - 1} were done.")
+    print(f"The restarted job restored the checkpoint of step {r.checkpoint_step} ({r.restored}) and continued with "
+          f"step {r.resumed_at_step}; steps computed twice: {r.steps_computed_twice or 'none'}.")
+    print(f"Per-step losses identical to the uninterrupted job's: {r.losses_equal}. Final weights identical: "
+          f"{r.weights_equal} (largest difference {r.max_weight_difference:g}).")
 
 # %% [markdown]
 # ## Your own trainer, preempted
@@ -246,7 +263,8 @@ if frameworks.has_torch():
     cloud_rate = spot.cloud_write_rate(ckpt_dir, gcp.detect())
     local_rate = spot.measured_rate("local disk", spot.time_checkpoint_write(ckpt_dir), "to a temporary folder here")
     for rate in (cloud_rate, local_rate):
-        print(rate.text(checkpoint_gb * 1e9))
+        print(f"{rate.label}: {rate.bytes_per_s / 1e6:,.0f} MB/s, so a {checkpoint_gb:g} GB checkpoint takes "
+              f"{rate.seconds(checkpoint_gb * 1e9):.1f} s; {rate.how}")
     key_figure(f"checkpoint write rate, {cloud_rate.label}", cloud_rate.bytes_per_s / 1e6, "MB/s",
                note=cloud_rate.how)
     key_figure("checkpoint write rate, local disk (measured, for comparison)", local_rate.bytes_per_s / 1e6, "MB/s",
@@ -288,7 +306,23 @@ if frameworks.has_torch():
     rates = sorted({0.01, preemptions_per_hour, 0.2, 0.5, 1.0, 2.0})
     grid = spot.sensitivity(scenario, rates, [300.0, 900.0, 1800.0, 3600.0, 7200.0])
     print(table(grid))
-    print(spot.sensitivity_text(grid, with_sigterm.on_demand_cost))
+    found = spot.sensitivity_findings(grid, with_sigterm.on_demand_cost)
+
+# %% [markdown]
+# What the grid shows, read from it: where the SIGTERM checkpoint starts to pay, and where Spot
+# stops paying.
+
+# %%
+if frameworks.has_torch():
+    share, bill = f"{spot.WORTH_SHARE:.0%}", f"the ${found.on_demand_usd:,.0f} on-demand bill"
+    print(f"The SIGTERM checkpoint saves at least {share} of {bill} from {found.sigterm_pays_from:g} preemptions/h."
+          if found.sigterm_pays_from is not None else
+          f"The SIGTERM checkpoint saves under {share} of {bill} at every rate here (at most ${found.sigterm_most_usd:,.2f}).")
+    if found.never_finishes_from is not None:
+        print(f"With hard kills the job never finishes from {found.never_finishes_from:g} preemptions/h at these "
+              "intervals: restarts and lost work outpace it.")
+    print(f"Spot stops saving from {found.stops_saving_from:g} preemptions/h, even with the SIGTERM checkpoint."
+          if found.stops_saving_from is not None else "With the SIGTERM checkpoint, Spot saves at every rate here.")
 
 # %% [markdown]
 # ## The code
@@ -319,22 +353,56 @@ if frameworks.has_torch():
     pre = recipe_view.compare("preemptible", pre_argv)
     print(pre.recipe.lines("SIGTERM", "resumed"))
     recipe_view.plot(pre, workdir / "recipe_preemptible.png")
-    print(recipe_view.explain(pre))
     key_figure("recipe preemptible (SIGTERM, restart, resume) vs uninterrupted labkit train: largest loss difference",
                pre.max_abs_diff, note=f"{pre.recipe.restarts} restart(s), tolerance {pre.tolerance:.0e}")
 
+# %%
+if frameworks.has_torch():
+    logged, trend = [s["step"] for s in pre.recipe.steps], recipe_view.curve_trend(pre.recipe_losses)
+    print(f"The recipe was preempted {pre.recipe.restarts} time(s) (exit 143), started again with the same command "
+          f"and resumed with step(s) {', '.join(map(str, pre.recipe.resumed_at))}; its metrics file holds "
+          f"{len(logged)} steps, {len(set(logged))} distinct ({min(logged)}-{max(logged)}).")
+    print(f"Its losses and uninterrupted `labkit train`'s, {len(pre.recipe_losses)} steps in {pre.precision}: largest "
+          f"difference {pre.max_abs_diff:.1e} at step {pre.worst_step} (the tests allow {pre.tolerance:.0e}): {pre.agreement}.")
+    if pre.engine_spread is not None:
+        print(f"`labkit train` run a second time here differs from its first run by up to {pre.engine_spread:.1e}.")
+    print(f"The recipe's curve {trend.verdict}: mean loss {trend.first:.3f} over its first quarter of steps, "
+          f"{trend.last:.3f} over its last.")
+
 # %% [markdown]
 # ### A common mistake: `torch.save` to a `gs://` string
-# Many snippets checkpoint with `torch.save(state, "gs://bucket/run/model.pt")`. Before running:
-# where do those bytes go?
+# Many snippets checkpoint with `torch.save(state, "gs://bucket/run/model.pt")`. The preemptible
+# recipe keeps the mistake runnable (`--mistake save-to-url`): below, its mistaken lines beside
+# the right ones. With exactly these lines, the recipe's `save` writes step 0's checkpoint to the
+# same `gs://` address twice, from a process whose working folder stands for the job's disk,
+# through gcsfs to a local Cloud Storage server standing in for the bucket; then it looks for the
+# checkpoint a restarted job would resume from. Before running: where do the mistaken save's
+# bytes go, and what does the restarted job find?
+
+# %%
+recipe_view.show_mistake("preemptible", "save-to-url")
 
 # %%
 from labkit.course import mistakes
 
-if frameworks.has_torch():
+if frameworks.has_torch() and frameworks.is_installed("gcsfs"):
     url_demo = mistakes.save_to_bucket_url(workdir / "save_to_url")
-    print("\n".join(mistakes.explain_save_to_bucket_url(url_demo)))
-    key_figure("torch.save to a gs:// string wrote into", f"a local folder named {url_demo['mistake_local_folder']!r}")
+    wrong, right = url_demo.mistake, url_demo.fix
+    for name, saved in (("With the mistake", wrong), ("With the fix", right)):
+        print(f"{name}: on the job's disk {list(saved.disk_files)}; in the bucket {list(saved.bucket_files)}; "
+              f"a restarted job resumes from {saved.resumes_from or 'nothing, so it starts again with step 0'}"
+              + ("" if saved.read_back_equal is None else f" (read back equal: {saved.read_back_equal})") + ".")
+    print(f"gs:// addresses were opened by {url_demo.gs_handler}.")
+    key_figure("torch.save to a gs:// string wrote into", f"a local folder named {wrong.local_folder!r}")
+else:
+    print(frameworks.missing_reason("gcsfs" if frameworks.has_torch() else "torch"))
+
+# %% [markdown]
+# `torch.save` takes a path or a file object: given the address, it made the folders of a path
+# that starts with a folder named `gs:`, on a disk that vanishes with the VM. fsspec opens the
+# address itself (gcsfs for `gs://`), and `torch.save` writes into the file it returns. On
+# Vertex AI the bucket is also mounted at `/gcs/BUCKET/`, where a plain path works (but renames
+# are not atomic there either: commit with a marker written last).
 
 # %% [markdown]
 # ### What the engine does that the recipe does not
@@ -349,13 +417,43 @@ if frameworks.has_torch():
 from labkit.course.preemption import writes
 
 if frameworks.has_torch():
-    saves = writes.background_save()
-    print("\n".join(writes.save_conclusions(saves, writes.checkpoint_reference())))
-    stall, total = writes.save_comparisons(saves)
-    key_comparison("background checkpoint: training stall / synchronous save", stall, "synchronous save",
-                   f"background save's stall ({saves['state_mb']:.0f} MB of state)", "ms")
-    key_comparison(f"background checkpoint: a save + {saves['steps_after']} steps until written / synchronous",
-                   total, "synchronous save", "background save (its writer shares the CPU with training)", "ms")
+    saves = writes.save_findings(writes.background_save())
+    key_comparison("background checkpoint: training stall / synchronous save", saves.stall, "synchronous save",
+                   f"background save's stall ({saves.state_mb:.0f} MB of state)", "ms")
+    key_comparison(f"background checkpoint: a save + {saves.steps_after} steps until written / synchronous",
+                   saves.total, "synchronous save", "background save (its writer shares the CPU with training)", "ms")
+
+# %% [markdown]
+# What the two ways cost here, from the runs above ("faster" only when none of the runs
+# overlap). Three outcomes are possible. **A shorter wait, but not less time in all**: the
+# writer's serialisation and writes run on the cores training already keeps busy; a background
+# save pays where the training thread mostly waits for a GPU, leaving the host's cores to the
+# writer. **Not even a shorter wait**: with every core busy (training and whatever else runs on
+# this machine), the host copy and the writer compete with training. **Less time in all**: the
+# cores had room for the writer beside training.
+
+# %%
+if frameworks.has_torch():
+    f = saves
+    print(f"A {f.parameters / 1e6:.1f}M-parameter model, {f.state_mb:.0f} MB of full state, plain step "
+          f"{f.step_ms:,.0f} ms, {f.threads} torch thread(s).")
+    print(f"What training waits for: the synchronous save {f.stall.a.text()} ms, the background save's stall "
+          f"{f.stall.b.text()} ms: {f.stall_verdict}.")
+    print(f"A save and the {f.steps_after} training steps after it, until written: synchronous {f.total.a.text()} ms, "
+          f"background {f.total.b.text()} ms: {f.total_verdict}.")
+    print(f"So here the background save bought {f.outcome}.")
+
+# %%
+from labkit.course import references
+
+ref = writes.checkpoint_reference()
+if ref is None:
+    print(references.NO_RESULTS + ".")
+else:
+    print(f"The checkpoint benchmark ({ref['source']}, {ref['device']}, {ref['threads']} threads, {ref['date']}): "
+          f"{ref['parameters'] / 1e6:.1f}M parameters, {ref['state_mb']:.0f} MB; synchronous save {ref['write_ms']:.0f} ms, "
+          f"background stall {ref['stall_ms']:.0f} ms ({ref['stall_over_write']:.2f}×), training lost until written "
+          f"{ref['lost_ms']:.0f} ms ({ref['lost_over_write']:.2f}×). Not measured on a GPU machine yet.")
 
 # %% [markdown]
 # ## Fault-tolerant DDP with `torchrun --max-restarts`
@@ -401,8 +499,20 @@ if frameworks.has_torch():
 if frameworks.has_torch():
     print(elastic.recipe.lines("exiting abruptly", "resumed from"))
     recipe_view.plot(elastic, workdir / "recipe_elastic_ddp.png")
-    print(recipe_view.explain(elastic))
-    print(elastic.recipe.redone_text(preempt_step))
     key_figure("recipe elastic_ddp (worker killed, torchrun restart, snapshot resume) vs uninterrupted labkit train: "
                "largest loss difference", elastic.max_abs_diff,
                note=f"{len(elastic.recipe.repeated_steps())} step(s) trained twice, tolerance {elastic.tolerance:.0e}")
+
+# %%
+if frameworks.has_torch():
+    e, resumed = elastic, elastic.recipe.run.get("resumed_at_step") or 0  # None: no snapshot yet, step 0 again
+    logged, trend = [s["step"] for s in e.recipe.steps], recipe_view.curve_trend(e.recipe_losses)
+    print(f"Rank 1 failed at the start of step {preempt_step}; torchrun restarted the group {e.recipe.restarts} time(s) from "
+          f"the snapshot naming step {resumed} next: {preempt_step - resumed} step(s) trained twice, {e.recipe.repeated_steps()}.")
+    print(f"The recipe's losses and `labkit train`'s, {len(e.recipe_losses)} steps in {e.precision}: largest difference "
+          f"{e.max_abs_diff:.1e} at step {e.worst_step} (the tests allow {e.tolerance:.0e}): {e.agreement}; its metrics "
+          f"file holds {len(logged)} steps, {len(set(logged))} distinct.")
+    if e.engine_spread is not None:
+        print(f"`labkit train` run a second time here differs from its first run by up to {e.engine_spread:.1e}.")
+    print(f"The recipe's curve {trend.verdict}: mean loss {trend.first:.3f} over its first quarter of steps, "
+          f"{trend.last:.3f} over its last.")

@@ -88,10 +88,11 @@ if has_torch:
     checks = [{"model": m, **memory.accumulation_gradient_gap(TrainConfig(model=m, scale=scale, device=device,
                                                                    batch_size=plan["tradeoff_batch"]), micro_steps)}
               for m in accumulation_models]
-    display(Markdown(table(checks, ["model", "micro_steps", "max_abs_grad", "max_abs_diff", "max_rel_diff"], markdown=True)))
+    display(Markdown(table(checks, ["model", "micro_steps", "max_abs_grad", "max_abs_diff", "max_rel_diff", "verdict"],
+                           markdown=True)))
     for c in checks:
-        print(f"{c['model']}: {'same gradients (float rounding only)' if c['max_rel_diff'] < 1e-4 else 'different gradients'}"
-              f", largest relative difference {c['max_rel_diff']:.1e}")
+        print(f"{c['model']}: {c['verdict']} (largest difference {c['max_rel_diff']:.1e} of the largest gradient; "
+              f"float rounding stays under {memory.SAME_GRADIENTS_BELOW:.0e})")
 
 # %% [markdown]
 # ## 3. Activation checkpointing: memory against time
@@ -109,11 +110,23 @@ if has_torch:
 if has_torch:
     trade = memory.checkpointing_tradeoff(base, steps=tradeoff_steps, repeats=tradeoff_repeats)
     display(Markdown(table(trade.rows(), markdown=True)))
-    print(trade.text())
     key_figure("activation checkpointing: activation memory kept", trade.memory_ratio, "×",
                note="counted from the tensors autograd saves")
     key_comparison("activation checkpointing: step time with / without", trade.step_ms,
                    "without checkpointing", "with checkpointing", "ms")
+
+# %% [markdown]
+# What the trade shows here: the memory is counted, the time measured ("slower" only when none of
+# the runs with checkpointing overlaps a run without).
+
+# %%
+if has_torch:
+    off, on = trade.step_ms.a, trade.step_ms.b
+    print(f"Checkpointing kept {trade.memory_ratio:.2f}× the activations ({trade.activation_mib[1]:.1f} of "
+          f"{trade.activation_mib[0]:.1f} MiB, counted from the tensors autograd saves) on {trade.device}.")
+    print(f"Step time, each run's median over {trade.steps} steps, {len(on.values)} runs of each in turns: with "
+          f"checkpointing {on.text()} ms, without {off.text()} ms ({trade.step_ms.ratio:.2f}×): {trade.step_verdict}.")
+    print(f"Final loss with checkpointing {trade.final_loss[1]:.6f}, without {trade.final_loss[0]:.6f}.")
 
 # %% [markdown]
 # ## 4. Sharding: FSDP (ZeRO-3) against DDP, per process
@@ -161,9 +174,18 @@ if has_torch:
     print(recipe_view.command("fsdp", fsdp_argv, nproc=sharding_processes))
     fsdp_cmp = recipe_view.compare("fsdp", fsdp_argv, nproc=sharding_processes)
     recipe_view.plot(fsdp_cmp)
-    print(recipe_view.explain(fsdp_cmp))
     key_figure(f"recipe fsdp vs labkit train, {sharding_processes} processes: largest loss difference",
                fsdp_cmp.max_abs_diff, note=f"tolerance {fsdp_cmp.tolerance:.0e}")
+
+# %%
+if has_torch:
+    c, trend = fsdp_cmp, recipe_view.curve_trend(fsdp_cmp.recipe_losses)
+    print(f"The recipe ({c.nproc} processes) and `labkit train`, {len(c.recipe_losses)} steps in {c.precision}: largest "
+          f"loss difference {c.max_abs_diff:.1e} at step {c.worst_step} (the tests allow {c.tolerance:.0e}): {c.agreement}.")
+    if c.engine_spread is not None:
+        print(f"`labkit train` run a second time here differs from its first run by up to {c.engine_spread:.1e}.")
+    print(f"The recipe's curve {trend.verdict}: mean loss {trend.first:.3f} over its first quarter of steps, "
+          f"{trend.last:.3f} over its last.")
 
 # %% [markdown]
 # ## 6. Attention: SDPA instead of the T×T matrix
@@ -196,9 +218,32 @@ if has_torch:
           f"{plan['attention_dtype']}, on {att[0]['device']}")
     display(Markdown(table(att, ["T", "method", "saved_mib", "peak_mib", "score_matrix_mib", "time_ms",
                                  "time_low_ms", "time_high_ms"], markdown=True)))
-    print("\n".join(attention.doubling(att)))
-    longest = [r for r in att if r["T"] == max(plan["attention_block_sizes"])]
-    key_figure(f"attention memory at T={longest[0]['T']}: manual / SDPA", longest[0]["saved_mib"] / longest[1]["saved_mib"], "×")
+    found = attention.findings(att)
+    key_figure(f"attention memory at T={found.longest}: manual / SDPA", found.memory_ratio, "×")
+
+# %% [markdown]
+# What the table shows. The written-out version keeps softmax's output, one T×T score matrix per
+# head, for its own backward and the product with v, and builds a T×T causal mask (a byte per
+# entry); SDPA keeps its output and a maximum and sum per row, which grow with T.
+
+# %%
+if has_torch:
+    for g in found.growth:
+        steps = ", ".join(f"{x:.2f}×" for x in g.ratios)
+        print(f"{g.method}: from T={found.sizes[0]} to T={found.sizes[-1]} the memory kept for backward grew {steps} "
+              f"as T grew {', '.join(f'{t:g}×' for t in found.t_ratios)} ({g.law} would be "
+              f"{', '.join(f'{g.expected(t):g}×' for t in found.t_ratios)}).")
+
+# %%
+if has_torch:
+    print(f"At T={found.longest}: manual kept {found.manual_mib:.1f} MiB, SDPA {found.sdpa_mib:.2f} MiB ({found.memory_ratio:.0f}× "
+          f"less with SDPA); the score matrix ({found.score_matrix_mib:.1f} MiB) and the mask ({found.mask_mib:.1f} MiB) "
+          f"are {found.explained:.0%} of manual's.")
+    if found.peak_mib[0] is not None:
+        print(f"Peak allocated during forward + backward: manual {found.peak_mib[0]:.1f} MiB, SDPA {found.peak_mib[1]:.1f} MiB.")
+    if found.time is not None:
+        print(f"Time at T={found.longest}, forward + backward on {found.device}: SDPA {found.time.b.text()} ms, manual "
+              f"{found.time.a.text()} ms, {found.time.ratio:.2f}×: {found.time_verdict}.")
 
 # %% [markdown]
 # `labkit/recipes/attention.py` trains labkit's GPT with its attention computed either way: the
@@ -215,9 +260,19 @@ if has_torch:
     att_argv = recipe_view.flags(base, steps=tradeoff_steps, attention="manual")
     print(recipe_view.command("attention", att_argv))
     att_cmp = recipe_view.compare("attention", att_argv)
-    print(recipe_view.explain(att_cmp))
     key_figure("recipe attention (written out) vs labkit train (SDPA): largest loss difference",
                att_cmp.max_abs_diff, note=f"tolerance {att_cmp.tolerance:.0e}")
+
+# %%
+if has_torch:
+    c, trend = att_cmp, recipe_view.curve_trend(att_cmp.recipe_losses)
+    print(f"The recipe's written-out attention and `labkit train`'s SDPA, {len(c.recipe_losses)} steps in {c.precision}: "
+          f"largest loss difference {c.max_abs_diff:.1e} at step {c.worst_step} (the tests allow {c.tolerance:.0e}): "
+          f"{c.agreement}.")
+    if c.engine_spread is not None:
+        print(f"`labkit train` run a second time here differs from its first run by up to {c.engine_spread:.1e}.")
+    print(f"The recipe's curve {trend.verdict}: mean loss {trend.first:.3f} over its first quarter of steps, "
+          f"{trend.last:.3f} over its last.")
 
 # %% [markdown]
 # ### A common mistake: "a 110M-parameter model needs 440 MB"
@@ -233,6 +288,22 @@ from labkit.course import mistakes
 if has_torch:
     mem = [mistakes.training_memory(precision=p) for p in ("fp32", "bf16")]
     display(Markdown(table(mistakes.memory_rows(*mem), markdown=True, title="GB, counted from the tensors:")))
-    print("\n".join(mistakes.explain_training_memory(*mem)))
     key_figure("110M-parameter GPT, one AdamW step at batch 8 × 512: memory / (parameters × 4 bytes)",
-               mem[0]["total_over_guess"], "×", note=f"{mem[0]['total_bytes'] / 1e9:.2f} GB counted, fp32")
+               mem[0].total_over_guess, "×", note=f"{mem[0].total_bytes / 1e9:.2f} GB counted, fp32")
+
+# %% [markdown]
+# What the count shows. Not counted: the CUDA context, the allocator's cache and fragmentation,
+# and the temporaries freed within the step, so a device needs more than this.
+
+# %%
+if has_torch:
+    m, half = mem
+    print(f"{m.parameters / 1e6:.0f}M parameters: 'parameters × 4 bytes' says {m.guess_bytes / 1e9:.2f} GB. One training "
+          f"step at batch {m.batch_size} × {m.model.block_size} tokens holds {m.total_bytes / 1e9:.2f} GB, "
+          f"{m.total_over_guess:.1f}× that: weights {m.param_bytes / 1e9:.2f} GB, gradients {m.grad_bytes / 1e9:.2f} GB, "
+          f"AdamW's state {m.optimizer_bytes / 1e9:.2f} GB, activations saved for backward {m.activation_bytes / 1e9:.2f} GB.")
+    print(f"Activations are {m.activation_share:.0%} of it and grow with batch × sequence length; weights, gradients "
+          f"and optimizer state are {m.state_bytes_per_parameter:.0f} bytes per parameter whatever the batch.")
+    print(f"Under bf16 autocast the activations were {half.activation_bytes / 1e9:.2f} GB "
+          f"({half.activation_bytes / m.activation_bytes:.2f}×) and the total {half.total_bytes / 1e9:.2f} GB: "
+          f"weights, gradients and AdamW's state stay float32 ({half.state_bytes_per_parameter:.0f} bytes per parameter).")

@@ -42,7 +42,8 @@ route_kernel_stderr()  # C/C++ library and child-process output goes to this not
 import json
 
 from labkit import vertex
-from labkit.core import config
+from labkit.core import config, stats
+from labkit.core.metrics import LEARNED_BELOW
 from labkit.core.models import build_config
 from labkit.core.train_config import TrainConfig
 from labkit.course import sizing, tables, tuning
@@ -109,13 +110,36 @@ batch_plot = tuning.plot_study(records, "batch_size", log_x=False)
 # Vertex to check a winner. Before running: will the top two still be in the same order?
 
 # %%
-for line in tuning.edge_notes(summary.best, {"lr": ("log", *lr_range)}) + [tuning.search_note(len(records))]:
-    print(line)
+for edge in tuning.range_edges(summary.best, {"lr": ("log", *lr_range)}):
+    print(f"The best {edge.name}, {edge.value:.3g}, sits at the {edge.side} edge of the range searched ({edge.low:g} to "
+          f"{edge.high:g}): the optimum may lie beyond it, so widen the range past that edge before trusting this value.")
+tpe = tuning.tpe_share(len(records))
+if tpe.guided:
+    print(f"TPE suggested {tpe.guided} of the {tpe.trials} trials; the first {tpe.startup} were random.")
+else:
+    print(f"All {tpe.trials} trials were TPE's random start-up trials (it guides the search from trial "
+          f"{tpe.startup + 1} on): at this size the study is a random search.")
+
+# %%
 confirm = tuning.confirm_top(base, records, metric="heldout_loss", goal="minimize", output_uri=output_uri,
                              workdir=workdir / "confirm", env={"LABKIT_NO_PROGRESS": "1"})
 print(tables.table(confirm, ["trial", "values", "seeds", "median", "range"]))
 top_cmp = tuning.top_comparison(confirm, "minimize")
-print(tuning.confirmation_sentence(confirm, top_cmp))
+held = tuning.confirmation(confirm, top_cmp)
+
+# %% [markdown]
+# The study's best trial against its runner-up, seed by seed: "better" only when it was better on
+# every seed (their ranges do not overlap), otherwise "no measurable difference here".
+
+# %%
+if held is None:
+    print("Fewer than two trials finished: there is no runner-up to check the winner against.")
+else:
+    meaning = {"better": "the study's winner holds", "worse": "the study's ranking was one seed's luck",
+               stats.NO_DIFFERENCE: "the study names no single winner between them"}
+    print(f"Re-run with {held.seeds} seeds each, the study's best trial {held.best['trial']} against its runner-up, trial "
+          f"{held.runner_up['trial']} (held-out loss {held.best['range']} against {held.runner_up['range']}): "
+          f"{held.verdict}, so {meaning[held.verdict]}.")
 
 # %% [markdown]
 # ## What the study costs on Spot
@@ -131,19 +155,46 @@ print(tables.table(tuning.cost_rows(spot_cost, on_demand_cost)))
 
 # %% [markdown]
 # ## What this study shows
-# Every sentence below is computed from the trial records and prices above.
+# Every sentence below is written from the trial records and prices above (`tuning.findings`):
+# a study names a best configuration only when its best trial learned, i.e. ended well under the
+# held-out loss of guessing (`LEARNED_BELOW` × chance).
 
 # %%
-chance = chance_loss(build_config(model, scale))
-print("\n".join(tuning.conclusions(summary, records, spot_cost, on_demand_cost, ["lr", "batch_size"],
-                                   chance=chance, floor=best_possible_loss(build_config(model, scale)))))
-if top_cmp is not None and top_cmp.winner == "a":  # named only when it held on every seed
-    key_figure("best learning rate found", summary.best.parameters["lr"],
-               note=f"held-out loss {summary.best.metric:.3g}, chance {chance:.4f}; best on every seed")
+chance, floor = chance_loss(build_config(model, scale)), best_possible_loss(build_config(model, scale))
+found = tuning.findings(summary, records, spot_cost, on_demand_cost, chance=chance, floor=floor)
+best = found.best
+if best is None:
+    print("No trial finished, so the study has no best configuration.")
+elif not found.learned:
+    print(f"No trial learned: the best held-out loss, {best.metric:.4g}, is not under {found.learned_below:.4f} "
+          f"({LEARNED_BELOW:g} × chance, {chance:.4f}), so the ranking of these trials is noise and names no best "
+          f"configuration. Give the trials more steps.")
+else:
+    print(f"Best of {found.trials} trials: trial {best.trial_id} ({tuning.values_text(best.parameters)}), held-out loss "
+          f"{best.metric:.4g} at its last report (chance {chance:.4f}).")
+
+# %%
+if found.learned and found.finished_spread is not None:
+    print(f"The {found.finished} finished trials ended between {found.finished_low:.4f} and {found.finished_high:.4f} "
+          f"({found.finished_spread:.1%} apart): that is how much lr and batch_size moved the held-out loss in {steps} steps.")
+if found.learned and found.above_floor is not None:
+    print(f"No model can score below {floor:.3f} on this data (a share of the training labels are random): the best "
+          f"trial ended {found.above_floor:.3f} above that floor and {found.below_chance:.3f} below chance.")
+if found.stopped:
+    print(f"{found.stopped} trial(s) were stopped early by the median rule after {found.stopped_seconds:.0f} s in all, "
+          "instead of running to the end.")
+if found.spot_saving is not None:
+    print(f"On Spot the study's trial time costs ${found.spot_usd:,.4f} instead of ${found.on_demand_usd:,.4f} on demand "
+          f"({found.spot_saving:.0%} less), at the trial machine's catalog prices, for the trial times measured here.")
+
+# %%
+if found.learned and held is not None and held.verdict == "better":  # named only when it held on every seed
+    key_figure("best learning rate found", best.parameters["lr"],
+               note=f"held-out loss {best.metric:.3g}, chance {chance:.4f}; best on every seed")
 elif top_cmp is not None:
     key_comparison("study's best trial vs its runner-up over seeds", top_cmp, "best", "runner-up", "held-out loss")
-key_figure("trials stopped early by the median rule", sum(r.early_stopped for r in records), note=f"of {len(records)}")
-key_figure("study cost on Spot / on demand", spot_cost.total_usd / on_demand_cost.total_usd, "×")
+key_figure("trials stopped early by the median rule", found.stopped, note=f"of {found.trials}")
+key_figure("study cost on Spot / on demand", found.spot_usd / found.on_demand_usd, "×")
 
 # %% [markdown]
 # ## Submit it
@@ -154,7 +205,17 @@ key_figure("study cost on Spot / on demand", spot_cost.total_usd / on_demand_cos
 
 # %%
 print(vertex.preflight().text())
-print(tuning.submit_or_preview(spec, display_name="labkit-11-tuning"))
+sent = tuning.submit_or_preview(spec, display_name="labkit-11-tuning")
+if sent.job:
+    print(f"submitted: {sent.job}")
+elif sent.not_sent:
+    print(sent.not_sent)
+else:
+    why = ("not configured to submit" if sent.placeholder is None else f"{sent.placeholder} still holds a placeholder "
+           "(set output_uri to a bucket of yours to submit; the stand-in got gs://labkit-local there)")
+    print(f"{why}, so the request went to a local stand-in of the Vertex JobService, which received "
+          f"{sent.display_name!r}: {sent.trials} trials, {sent.parallel} in parallel, metric {sent.metric} ({sent.goal}); "
+          f"state after polling: {sent.state}.")
 
 # %% [markdown]
 # ## Your own script in a study

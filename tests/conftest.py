@@ -4,11 +4,17 @@ Collecting the tests imports no framework: a test module that needs torch, Tenso
 Vertex AI client imports it in a module-scoped autouse fixture (`global` names, then
 `pytest.importorskip`), so a run that selects none of its tests (`make check -k ...`) never pays
 for it. The CUDA probe behind `gpu` runs only when a `gpu` test is about to run.
+
+What keeps the fast tier fast besides: leases skip their settling pause (`_no_lease_settle`),
+each pytest-xdist worker's frameworks compute on its share of the cores
+(`_frameworks_share_the_cores`), and a finished process exits without a last walk of its heap
+(`pytest_unconfigure`).
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import sys
 import textwrap
@@ -74,6 +80,15 @@ def pytest_runtest_setup(item):
         pytest.skip("needs a CUDA GPU (none visible to torch here)")
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """The run is over: set every object aside from the collector before the interpreter exits.
+    Its shutdown collections would otherwise walk torch's, TensorFlow's and the Vertex AI client's
+    objects for seconds (3 s with all three loaded), and a pytest-xdist run waits for each
+    worker to exit. Objects are still freed as their references go; only cycles are left."""
+    gc.freeze()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _no_folder_under_gcs():
     """A test must never write under /gcs on a machine without a Cloud Storage mount there: the
@@ -90,11 +105,40 @@ def _no_folder_under_gcs():
 @pytest.fixture(autouse=True)
 def _no_lease_settle(request, monkeypatch):
     """Every lease taken in this process (a checkpoint folder, a shard set, a course run) skips
-    the pause before its read-back: it guards against a writer racing on Cloud Storage, no test
-    but the lease's own races one, and at 0.2 s a take it was a third of the fast tier's time.
-    The lease's own tests keep the pause, as shipped."""
+    the pause before its read-back: the pause lets a writer racing on Cloud Storage land, no test
+    races one, and the fast tier's 190-odd takes slept 39 s. The lease's own tests keep it."""
     if request.node.path.name not in KEEP_LEASE_SETTLE:
         monkeypatch.setattr(lease, "SETTLE_S", 0.0)
+
+
+def _threads_per_worker() -> int | None:
+    """Each pytest-xdist worker's share of the cores, or None outside xdist (one process)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return max(1, devices.usable_cpu_count() // workers) if workers > 1 else None
+
+
+THREADS_PER_WORKER = _threads_per_worker()
+
+
+@pytest.fixture(autouse=True)
+def _frameworks_share_the_cores():
+    """Under pytest-xdist, torch and TensorFlow in a worker compute on its share of the cores, as
+    `recipe_env` gives a recipe's processes: each would otherwise start a thread per core, and
+    workers' threads that outnumber the cores wait on each other at every parallel op (the
+    framework tests took nearly three times the CPU). Set in-process, once a test module has
+    imported the framework: subprocesses and notebook kernels keep their defaults. A test may
+    set its own count; the next test starts from this share again."""
+    if THREADS_PER_WORKER is None:
+        return
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "set_num_threads") and torch.get_num_threads() != THREADS_PER_WORKER:
+        torch.set_num_threads(THREADS_PER_WORKER)
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and hasattr(tf, "config") and tf.config.threading.get_intra_op_parallelism_threads() == 0:
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(THREADS_PER_WORKER)
+        except RuntimeError:
+            pass  # TensorFlow already ran an op in this worker: its pool is fixed now
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """The course layer: what the notebooks call. It builds on the engines (`labkit.torch`,
 `labkit.tf`), the framework-free packages below them and the core; nothing below it imports it.
-The library packages return data; this layer measures for the notebooks, states conclusions
-computed from the measurements, and presents them.
+The library packages return data; this layer measures for the notebooks and returns the numbers
+and verdicts each notebook's "What this run shows" turns into sentences on the page (02, 03, 04,
+05, 07, 08 and 11; the other notebooks still take some sentences from here), and presents them.
 
 Shared by every notebook:
     tables       the one table formatter (plain text or Markdown)
@@ -19,9 +20,9 @@ By notebook:
     00  tour
     01  hardware_choice (MLP throughput and MFU, roofline, time against cost)
     02  distribution (DDP vs tf.distribute), parameter_server (async PS training against sync)
-    03  input_pipeline: ladder, read_rates, step_probe, conclusions; own_data (your JPEGs as shards);
+    03  input_pipeline: ladder, read_rates, step_probe, findings; own_data (your JPEGs as shards);
         cloud_reads (your shards from Cloud Storage: mount, gcsfs or staged)
-    04  precision (the ladder and its conclusions): loss_scaling, tensor_cores, cuda_graphs
+    04  precision (the ladder and its findings): loss_scaling, tensor_cores, cuda_graphs
     05  profiling
     06  multinode (all-reduce bandwidth, gradient compression)
     07  preemption: drill, spot, writes

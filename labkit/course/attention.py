@@ -6,16 +6,19 @@ kernels that never store it), both the functions of `labkit.recipes.attention`.
 reports the bytes autograd keeps for backward (counted with saved-tensor hooks, any device), on
 CUDA the peak allocated during forward + backward as well, the median time over round-robin
 repeats with its range, and beside them the bytes of one T×T score matrix per head
-(batch × heads × T² × bytes per element), which explains the difference. `doubling(rows)` answers
-"what happens when T doubles" from those rows.
+(batch × heads × T² × bytes per element), which explains the difference. `findings(rows)` answers
+"what happens when T doubles" from those rows, as numbers and verdicts the notebook writes its
+sentences from.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from labkit.core import stats
-from labkit.core.config import check_int
+from labkit.core.config import ParameterError, check_int
+from labkit.course import ladder
 
 METHODS = ("manual", "sdpa")
 DTYPES = {"fp32": 4, "bf16": 2, "fp16": 2}  # bytes per element
@@ -133,35 +136,80 @@ def _row(rows: list[dict], t: int, method: str) -> dict:
     return next(r for r in rows if r["T"] == t and r["method"] == method)
 
 
-def doubling(rows: list[dict]) -> list[str]:
-    """Sentences computed from `measure`'s rows: how the kept memory grew each time T doubled
-    (or grew), for each method; the memory ratio at the longest T and how much of the written-out
-    version's the score matrix and mask account for; and the time ratio there with its verdict
-    from the spreads."""
-    sizes = sorted({r["T"] for r in rows})
-    out = []
-    if len(sizes) >= 2:
-        for m in METHODS:
-            steps = [f"{_row(rows, b, m)['saved_mib'] / _row(rows, a, m)['saved_mib']:.2f}×"
-                     for a, b in zip(sizes, sizes[1:], strict=False)]
-            growth = sizes[-1] / sizes[-2]
-            out.append(f"{m}: from T={sizes[0]} to T={sizes[-1]} the memory kept for backward grew "
-                       f"{', '.join(steps)} at each {growth:g}× step in T "
-                       f"({'T²' if m == 'manual' else 'T'} would be {growth ** (2 if m == 'manual' else 1):g}×).")
+# How the memory each method keeps grows with T: the T×T score matrix (T²), or per-row statistics
+# and the output (T).
+GROWTH_POWER = {"manual": 2, "sdpa": 1}
+
+
+@dataclass(frozen=True)
+class Growth:
+    """How one method's kept memory grew from each T of the measurement to the next."""
+
+    method: str
+    ratios: tuple[float, ...]  # kept memory at each T over the previous T's
+    power: int  # the growth its structure predicts: T ** power
+
+    @property
+    def law(self) -> str:
+        """The growth its structure predicts, as written: "T²" or "T"."""
+        return "T²" if self.power == 2 else "T"
+
+    def expected(self, t_ratio: float) -> float:
+        """The growth the structure predicts when T grows `t_ratio` times."""
+        return t_ratio ** self.power
+
+
+@dataclass(frozen=True)
+class AttentionFindings:
+    """What `measure`'s rows show: each method's growth with T, and at the longest T the memory
+    each kept, the score matrix and causal mask beside them, the CUDA peaks (None elsewhere) and
+    the time comparison (SDPA as `b` against manual as `a`, lower is better; None under
+    `stats.MIN_REPEATS` repeats)."""
+
+    sizes: tuple[int, ...]
+    growth: tuple[Growth, ...]  # empty with one T
+    longest: int
+    manual_mib: float
+    sdpa_mib: float
+    score_matrix_mib: float  # one T×T score matrix per head, softmax's output
+    mask_mib: float  # the T×T causal mask, a byte per (query, key) pair
+    peak_mib: tuple[float | None, float | None]  # (manual, sdpa)
+    time: stats.Comparison | None
+    device: str
+
+    @property
+    def t_ratios(self) -> tuple[float, ...]:
+        """How many times T grew from each size to the next."""
+        return tuple(b / a for a, b in zip(self.sizes, self.sizes[1:], strict=False))
+
+    @property
+    def memory_ratio(self) -> float:
+        """Manual's kept memory over SDPA's at the longest T."""
+        return self.manual_mib / self.sdpa_mib
+
+    @property
+    def explained(self) -> float:
+        """The share of manual's kept memory that the score matrix and the mask account for."""
+        return (self.score_matrix_mib + self.mask_mib) / self.manual_mib
+
+    @property
+    def time_verdict(self) -> str:
+        """SDPA's time against manual's: "faster", "slower", no measurable difference, or no
+        verdict under 3 repeats (`labkit.course.ladder.verdict`)."""
+        return ladder.verdict(self.time)
+
+
+def findings(rows: list[dict]) -> AttentionFindings:
+    """`measure`'s rows as `AttentionFindings`."""
+    if not rows:
+        raise ParameterError("rows", rows, "an empty measurement has no findings")
+    sizes = tuple(sorted({r["T"] for r in rows}))
+    growth = tuple(Growth(m, tuple(_row(rows, b, m)["saved_mib"] / _row(rows, a, m)["saved_mib"]
+                                   for a, b in zip(sizes, sizes[1:], strict=False)), GROWTH_POWER[m])
+                   for m in METHODS) if len(sizes) > 1 else ()
     t = sizes[-1]
     man, sd = _row(rows, t, "manual"), _row(rows, t, "sdpa")
-    mask_mib = t * t / 2**20  # the causal mask: one byte per (query, key) pair
-    explained = man["score_matrix_mib"] + mask_mib
-    out.append(f"At T={t}: manual kept {man['saved_mib']:.1f} MiB, SDPA {sd['saved_mib']:.2f} MiB "
-               f"({man['saved_mib'] / sd['saved_mib']:.0f}× less with SDPA). One T×T score matrix per "
-               f"head ({man['score_matrix_mib']:.1f} MiB, softmax's output, kept for its own backward and "
-               f"the product with v) and the T×T causal mask ({mask_mib:.1f} MiB, a byte per entry) are "
-               f"{explained / man['saved_mib']:.0%} of manual's; SDPA keeps its output and a maximum and "
-               f"sum per row, which grow with T.")
-    if man["peak_mib"] is not None:
-        out.append(f"Peak allocated during forward + backward at T={t}: manual {man['peak_mib']:.1f} MiB, "
-                   f"SDPA {sd['peak_mib']:.1f} MiB.")
-    if len(man["times_ms"]) >= stats.MIN_REPEATS:
-        cmp = stats.compare(man["times_ms"], sd["times_ms"], higher_is_better=False)
-        out.append(f"Time at T={t}, forward + backward on {man['device']}: " + cmp.sentence("manual", "SDPA", "ms"))
-    return out
+    time = (stats.compare(man["times_ms"], sd["times_ms"], higher_is_better=False)
+            if len(man["times_ms"]) >= stats.MIN_REPEATS else None)
+    return AttentionFindings(sizes, growth, t, man["saved_mib"], sd["saved_mib"], man["score_matrix_mib"],
+                             t * t / 2**20, (man["peak_mib"], sd["peak_mib"]), time, man["device"])

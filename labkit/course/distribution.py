@@ -4,6 +4,10 @@ Framework-free at import. Each run is real: `labkit.torch.launch.run_local` star
 processes (gloo on CPU), `labkit.tf.launch.run_local` starts MultiWorkerMirrored workers with a
 TF_CONFIG each; both engines read the same synthetic samples, use `batch_size` as the GLOBAL
 batch, and write the same metrics schema, so the comparison code below is shared.
+
+What the runs show comes back as numbers and verdicts, from which the notebook writes its
+sentences: `learning` (each run's held-out loss against chance), `scaling` (N processes' step
+times against one process's), `framework_race` (DDP's step times against tf.distribute's).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from labkit.core import frameworks, stats
 from labkit.core.metrics import MetricsLog
 from labkit.core.progress import track
 from labkit.core.train_config import TrainConfig
+from labkit.course import ladder
 from labkit.course.plots import finish, new_figure
 
 FRAMEWORK_MODULES = {"torch": "torch", "tf": "tensorflow"}
@@ -97,12 +102,42 @@ def run_job(config: TrainConfig, framework: str, processes: int, *,
     return DistRun(framework, processes, log, time.perf_counter() - start)
 
 
-def learning_lines(comp: Comparison) -> list[str]:
-    """One line per run: its held-out loss against chance (`metrics.learning_text`), so a
-    comparison of curves is read only where the curves show a model learning."""
-    from labkit.core.metrics import learning_text
+@dataclass(frozen=True)
+class Learning:
+    """What one run learned: its held-out loss on samples it never trained on, against chance
+    (the loss of guessing uniformly); `learned` is `labkit.core.metrics.learned`'s verdict
+    (held-out loss under `LEARNED_BELOW` × chance), None when no held-out loss was measured."""
 
-    return [f"{LABELS[fw]} ×{n}: {learning_text(run.log.to_dict())}" for (fw, n), run in comp.runs.items()]
+    framework: str
+    processes: int
+    steps: int
+    heldout_loss: float | None
+    heldout_samples: int | None
+    chance: float | None
+    learned: bool | None
+
+    @property
+    def label(self) -> str:
+        return f"{LABELS[self.framework]} x{self.processes}"
+
+    @property
+    def verdict(self) -> str:
+        """"learned", "did not learn", or "no held-out loss measured"."""
+        return {True: "learned", False: "did not learn", None: "no held-out loss measured"}[self.learned]
+
+
+def learning(comp: Comparison) -> list[Learning]:
+    """One `Learning` per run, so a comparison of curves is read only where the curves show a
+    model learning."""
+    from labkit.core.metrics import learned
+
+    out = []
+    for (fw, n), run in comp.runs.items():
+        metrics = run.log.to_dict()
+        heldout = metrics.get("run", {}).get("heldout") or {}
+        out.append(Learning(fw, n, len(run.log.steps), heldout.get("loss"), heldout.get("samples"),
+                            heldout.get("chance"), learned(metrics)))
+    return out
 
 
 def compare(config: TrainConfig, processes: tuple[int, ...] = (1, 2),
@@ -123,35 +158,79 @@ def step_times(run: DistRun) -> list[float]:
     return [s["step_time_s"] for s in run.log.steps[1:] if "step_time_s" in s]
 
 
-def framework_verdict(comp: Comparison, processes: int) -> tuple[str | None, str]:
-    """Which framework stepped faster at `processes` processes, judged on the step times of
-    each run (the median and range over its steps): (the framework, or None for no verdict or
-    no measurable difference, and the sentence with the figures)."""
-    times = {fw: step_times(comp.runs[(fw, processes)]) for fw in ("torch", "tf")}
-    if min(len(t) for t in times.values()) < stats.MIN_REPEATS:
-        return None, f"fewer than {stats.MIN_REPEATS} timed steps per framework at {processes} processes: no verdict"
-    c = stats.compare([1e3 * t for t in times["torch"]], [1e3 * t for t in times["tf"]], higher_is_better=False)
-    sentence = c.sentence(LABELS["torch"], LABELS["tf"], "ms") + " (per step, over the steps of one run each)"
-    return (None if c.winner is None else "tf" if c.b_is_better else "torch"), sentence
+@dataclass(frozen=True)
+class StepRace:
+    """The step times (ms, each run's steps after its first) of run `b` against run `a`: the
+    medians and ranges, and the verdict on `b` ("faster", "slower", `stats.NO_DIFFERENCE`, or
+    no verdict with fewer than `stats.MIN_REPEATS` timed steps on either side)."""
+
+    a: DistRun
+    b: DistRun
+
+    @property
+    def a_ms(self) -> tuple[float, ...]:
+        return tuple(1e3 * t for t in step_times(self.a))
+
+    @property
+    def b_ms(self) -> tuple[float, ...]:
+        return tuple(1e3 * t for t in step_times(self.b))
+
+    @property
+    def a_median_ms(self) -> float:
+        return statistics.median(self.a_ms)
+
+    @property
+    def b_median_ms(self) -> float:
+        return statistics.median(self.b_ms)
+
+    @property
+    def comparison(self) -> stats.Comparison | None:
+        if min(len(self.a_ms), len(self.b_ms)) < stats.MIN_REPEATS:
+            return None
+        return stats.compare(self.a_ms, self.b_ms, higher_is_better=False)
+
+    @property
+    def speedup(self) -> float:
+        """How many times faster b's median step is than a's."""
+        return self.a_median_ms / self.b_median_ms
+
+    @property
+    def verdict(self) -> str:
+        c = self.comparison
+        if c is None:
+            return f"fewer than {stats.MIN_REPEATS} timed steps: no verdict"
+        return ladder.verdict(c)
+
+    @property
+    def faster(self) -> DistRun | None:
+        """The run whose steps were measurably faster; None for no verdict or no measurable
+        difference."""
+        return {"faster": self.b, "slower": self.a}.get(self.verdict)
+
+    @property
+    def ideal_ms(self) -> float:
+        """Strong scaling's ideal for b: a's median step over b's share of a's work (b's process
+        count over a's), the same global batch."""
+        return self.a_median_ms * self.a.processes / self.b.processes
+
+    @property
+    def efficiency(self) -> float:
+        """The ideal step over b's median step: 1 when N processes take 1/N of the time."""
+        return self.ideal_ms / self.b_median_ms
 
 
-def scaling_answer(comp: Comparison, processes: int) -> list[str]:
-    """Per framework, the answer to "how long does a step take with `processes` processes,
-    same global batch?": its step times against one process's (median and range over the
-    steps of each run), next to the ideal of 1/`processes` of the time."""
-    out = []
-    for fw in ("torch", "tf"):
-        one, many = comp.runs.get((fw, 1)), comp.runs.get((fw, processes))
-        if one is None or many is None or processes == 1:
-            continue
-        a, b = step_times(one), step_times(many)
-        if min(len(a), len(b)) < stats.MIN_REPEATS:
-            out.append(f"{LABELS[fw]}: fewer than {stats.MIN_REPEATS} timed steps: no verdict")
-            continue
-        c = stats.compare([1e3 * t for t in a], [1e3 * t for t in b], higher_is_better=False)
-        out.append(f"{c.sentence('x1', f'{LABELS[fw]} x{processes}', 'ms')} per step; ideal strong "
-                   f"scaling would take {1e3 * statistics.median(a) / processes:.3g} ms")
-    return out
+def scaling(comp: Comparison, processes: int) -> dict[str, StepRace]:
+    """Per framework with both runs: `processes` processes' steps (b) against one process's (a),
+    the same global batch."""
+    return {fw: StepRace(comp.runs[(fw, 1)], comp.runs[(fw, processes)]) for fw in ("torch", "tf")
+            if processes > 1 and {(fw, 1), (fw, processes)} <= set(comp.runs)}
+
+
+def framework_race(comp: Comparison, processes: int) -> StepRace | None:
+    """tf.distribute's steps (b) against DDP's (a) at `processes` processes; None unless both ran."""
+    if not {("torch", processes), ("tf", processes)} <= set(comp.runs):
+        return None
+    return StepRace(comp.runs[("torch", processes)], comp.runs[("tf", processes)])
 
 
 def batch_semantics(global_batch: int, world_sizes: tuple[int, ...], grad_accum: int = 1
@@ -190,18 +269,9 @@ def scaling_rows(comp: Comparison) -> list[dict[str, Any]]:
         rows.append({"run": run.label, "median step (ms)": 1000 * run.median_step_s,
                      "samples/s": run.log.to_dict()["summary"].get("median_samples_per_s"),
                      "speed-up vs 1": speedup, "efficiency": speedup / n,
-                     "vs 1 process": _step_verdict(one, run) if one and n > 1 else "",
+                     "vs 1 process": StepRace(one, run).verdict if one and n > 1 else "",
                      "final loss": run.log.losses[-1] if run.log.steps else math.nan})
     return rows
-
-
-def _step_verdict(one, many) -> str:
-    """Whether `many`'s steps were measurably faster than `one`'s (their step times compared)."""
-    a, b = step_times(one), step_times(many)
-    if min(len(a), len(b)) < stats.MIN_REPEATS:
-        return f"fewer than {stats.MIN_REPEATS} timed steps: no verdict"
-    c = stats.compare(a, b, higher_is_better=False)
-    return stats.NO_DIFFERENCE if c.winner is None else ("faster" if c.winner == "b" else "slower")
 
 
 def lr_scaling_rows(base_lr: float, base_batch: int, world_sizes: tuple[int, ...]

@@ -5,8 +5,9 @@ sharded data parallelism (FSDP2 `fully_shard`, ZeRO-3 style) next to DDP, measur
 `checkpointing_tradeoff(config, steps, repeats)` trains without and with activation
 checkpointing, taking turns (off, on, off, on, ...) after one discarded warm-up run of each, so a
 busy spell of the machine hits both; its `CheckpointingTradeoff` holds the step times of every
-run as a `labkit.core.stats.Comparison` (a verdict only when the runs' ranges part) beside the
-activation bytes, which are counted, not timed.
+run as a `labkit.core.stats.Comparison` (a verdict only when the runs' ranges part: `step_verdict`)
+beside the activation bytes, which are counted, not timed. `accumulation_gradient_gap` gives the
+gradients' largest difference and its verdict. The notebook writes the sentences.
 
 `compare_sharding(config, nproc)` runs the same few training steps twice with `nproc` local
 processes (gloo on CPU, nccl on GPUs): once replicated with DDP, once with every block and the
@@ -29,14 +30,22 @@ from labkit.core import stats
 from labkit.core.config import check_int
 from labkit.core.progress import track
 from labkit.core.train_config import TrainConfig
+from labkit.course import ladder
 from labkit.torch import engine
 from labkit.torch.distributed import DistInfo
 from labkit.torch.memory import activation_bytes, gradients
 
+# Accumulated gradients count as the large batch's when their largest difference is under this
+# share of the largest gradient: float32 rounding from adding in another order stays far below it.
+SAME_GRADIENTS_BELOW = 1e-4
+SAME_GRADIENTS = "the same gradients, to float rounding"
+DIFFERENT_GRADIENTS = "different gradients"
 
-def accumulation_gradient_gap(config, micro_steps: int = 4) -> dict[str, float]:
+
+def accumulation_gradient_gap(config, micro_steps: int = 4) -> dict[str, Any]:
     """Gradients of one batch vs the same batch as `micro_steps` accumulated micro-batches, from
-    the same weights: the largest absolute and relative difference over all parameters."""
+    the same weights: the largest absolute and relative difference over all parameters, and the
+    verdict (`SAME_GRADIENTS` when the relative one is under `SAME_GRADIENTS_BELOW`)."""
     from labkit.torch.data import make_dataset
 
     if config.batch_size % micro_steps:
@@ -47,8 +56,9 @@ def accumulation_gradient_gap(config, micro_steps: int = 4) -> dict[str, float]:
     parts = gradients(c, list(zip(x.chunk(micro_steps), y.chunk(micro_steps), strict=True)))
     diff = max((whole[k] - parts[k]).abs().max().item() for k in whole)
     scale = max(whole[k].abs().max().item() for k in whole)
-    return {"max_abs_diff": diff, "max_rel_diff": diff / scale if scale else 0.0,
-            "max_abs_grad": scale, "micro_steps": micro_steps}
+    rel = diff / scale if scale else 0.0
+    return {"max_abs_diff": diff, "max_rel_diff": rel, "max_abs_grad": scale, "micro_steps": micro_steps,
+            "verdict": SAME_GRADIENTS if rel < SAME_GRADIENTS_BELOW else DIFFERENT_GRADIENTS}
 
 
 @dataclass(frozen=True)
@@ -78,11 +88,11 @@ class CheckpointingTradeoff:
                  "final_loss": self.final_loss[i], "device": self.device}
                 for i, (on, spread) in enumerate(((False, self.step_ms.a), (True, self.step_ms.b)))]
 
-    def text(self) -> str:
-        return (f"checkpointing kept {self.memory_ratio:.2f}× the activations (counted from the tensors autograd "
-                f"saves) on {self.device}. Step time, each run's median over {self.steps} steps, the settings "
-                f"taking turns after one discarded warm-up each: "
-                + self.step_ms.sentence("without checkpointing", "with checkpointing", "ms") + ".")
+    @property
+    def step_verdict(self) -> str:
+        """The step time with checkpointing against without: "slower", "faster" or no measurable
+        difference when the runs overlap (`labkit.course.ladder.verdict`)."""
+        return ladder.verdict(self.step_ms)
 
 
 def checkpointing_tradeoff(config, steps: int = 4, repeats: int = stats.MIN_REPEATS) -> CheckpointingTradeoff:

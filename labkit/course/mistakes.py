@@ -1,21 +1,24 @@
 """Mistakes that guides commonly make, each measured beside its fix in the run that shows it,
 and the plots that put the mistake beside the fix. Notebooks 02, 04, 06, 07 and 08 each show
-theirs. Notebook 04's two return numbers and verdicts, from which the notebook writes its
-sentences; the others come with sentences computed from their numbers (`explain_*`, nothing
-typed in).
+theirs. Notebook 02's, 04's two, 07's and 08's return numbers and verdicts, from which the notebook
+writes its sentences; the others come with sentences computed from their numbers (`explain_*`,
+nothing typed in).
 
 - `softmax_into_cross_entropy`: probabilities fed to `F.cross_entropy` (which applies its own
   log-softmax), trained with the mixed_precision recipe's `--mistake softmax` line: the loss
   curves, the gradients at the first step, and the floor the logged loss can never go below.
 - `save_to_bucket_url`: `torch.save` to a ``gs://`` string writes a local folder named ``gs:``;
-  the same bytes through fsspec land in the bucket.
+  the same bytes through fsspec land in the bucket. Both are the preemptible recipe's `save`,
+  with and without its `--mistake save-to-url` lines; the numbers only, for notebook 07.
 - `tf32_defaults`: what PyTorch and TensorFlow actually do with TF32, read from a fresh process.
 - `embedding_gradient_traffic`: the bytes DDP all-reduces for an embedding gradient against the
   rows a batch touches.
-- `per_process_batch`: a per-process batch taken for the global batch, against the
-  single-process curve.
+- `per_process_batch`: a per-process batch taken for the global batch (the ddp recipe's
+  `--mistake per-process-batch` line), against the single-process curve; the numbers only, for
+  notebook 02.
 - `training_memory`: parameter, gradient, optimizer-state and activation bytes of a 110M-parameter
-  model, counted from the tensors themselves, against the "parameters x 4 bytes" guess.
+  model, counted from the tensors themselves, against the "parameters x 4 bytes" guess; the
+  numbers only, for notebook 08.
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ import math
 import os
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from labkit.core import stats
 from labkit.core.config import ParameterError
 from labkit.core.models import GPTConfig
 from labkit.core.train_config import TrainConfig
@@ -37,10 +41,6 @@ from labkit.course.plots import finish, new_figure
 
 # A BERT-base-sized decoder (BERT's 30522-token vocabulary, 512 positions): 109M parameters.
 MODEL_110M = GPTConfig(vocab_size=30522, block_size=512, n_layer=12, n_head=12, n_embd=768)
-
-
-def _gb(n: float) -> str:
-    return f"{n / 1e9:.2f} GB"
 
 
 # ---------------------------------------------------------------- softmax into cross_entropy
@@ -165,64 +165,96 @@ def plot_softmax(sgd: SoftmaxRun, adamw: SoftmaxRun, path: str | os.PathLike | N
 
 # ---------------------------------------------------------------- torch.save to gs://
 
+# The preemptible recipe's `save`, with and without its `--mistake save-to-url` lines, in a process
+# of its own whose working folder is the job's disk, with a local Cloud Storage server standing in
+# for the bucket; after each save, the files it left on the disk and in the bucket, and the
+# checkpoint a restarted job finds there (`newest_committed`), read back.
 _SAVE_TO_URL = """
-import os, sys, torch
-url = sys.argv[1]
-os.makedirs(os.path.dirname(url), exist_ok=True)  # what checkpoint code usually does first
-torch.save({"w": torch.arange(1000.0)}, url)
+import json, os, sys, fsspec, torch
+from labkit.recipes.preemptible import newest_committed, save
+
+def disk():
+    return {os.path.relpath(os.path.join(d, f)) for d, _, files in os.walk(".") for f in files}
+
+state, out = {"w": torch.arange(1000.0)}, {}
+fs, root = fsspec.core.url_to_fs(sys.argv[1])
+for name, mistake in (("mistake", "save-to-url"), ("fix", None)):
+    disk_before, bucket_before = disk(), set(fs.find(root))
+    fs.invalidate_cache()
+    save(fs, root, 0, state, mistake)
+    fs.invalidate_cache()
+    found = newest_committed(fs, root)
+    equal = None
+    if found:
+        with fs.open(f"{found}/state.pt", "rb") as f:
+            equal = bool(torch.equal(torch.load(f, weights_only=True)["w"], state["w"]))
+    out[name] = {"disk": sorted(disk() - disk_before),
+                 "bucket": sorted(fs.unstrip_protocol(p) for p in set(fs.find(root)) - bucket_before),
+                 "found": found and fs.unstrip_protocol(found), "equal": equal}
+out["handler"] = f"{type(fs).__module__}.{type(fs).__name__}"
+print(json.dumps(out))
 """
 
 
-def save_to_bucket_url(workdir: str | os.PathLike, bucket_path: str = "labkit-demo/run1/model.pt"
-                       ) -> dict[str, Any]:
-    """`os.makedirs(dirname(url)); torch.save(state, url)` with ``url = gs://BUCKET_PATH``, run in
-    `workdir` (its own process), against `fsspec.open(url, "wb")` on fsspec's memory filesystem
-    standing in for the bucket. Reports where each write landed."""
-    import fsspec
-    import torch
+@dataclass(frozen=True)
+class Saved:
+    """One save of step 0's checkpoint by the recipe's `save`: the files it left on the job's
+    disk (relative to its working folder) and in the bucket, the checkpoint a restarted job
+    finds (None: none, so it starts again with step 0), and whether that read back equal."""
 
+    disk_files: tuple[str, ...]
+    bucket_files: tuple[str, ...]
+    resumes_from: str | None
+    read_back_equal: bool | None
+
+    @property
+    def local_folder(self) -> str | None:
+        """The top folder of the files left on the disk ("gs:" after the mistake)."""
+        return self.disk_files[0].split("/")[0] if self.disk_files else None
+
+
+@dataclass(frozen=True)
+class SaveToUrl:
+    """`save_to_bucket_url`: the same checkpoint saved to `address` with the mistake and with the
+    fix; `gs_handler` is the fsspec class that opened the ``gs://`` address."""
+
+    address: str
+    mistake: Saved
+    fix: Saved
+    gs_handler: str
+
+
+def save_to_bucket_url(workdir: str | os.PathLike, bucket_path: str = "labkit-demo/run1/checkpoints") -> SaveToUrl:
+    """Save a checkpoint to ``gs://BUCKET_PATH`` with the preemptible recipe's `save`, first with
+    its `--mistake save-to-url` lines (`torch.save` given the address: a path), then without them
+    (fsspec opens the address, `torch.save` writes into the file object, the commit marker last).
+    Both run in one process whose working folder is `workdir`/job (the job's disk), against a
+    local Cloud Storage server whose buckets are folders of `workdir`/buckets (`LocalStorage`),
+    reached through gcsfs as on Vertex. `workdir` is emptied first."""
+    import shutil
+
+    from labkit.core import frameworks
+    from labkit.core.launcher import child_env
+    from labkit.vertex.storage import LocalStorage
+
+    frameworks.require("gcsfs")  # what opens gs:// addresses for fsspec
+    bucket = bucket_path.strip("/").split("/")[0]
+    if not bucket or bucket == bucket_path.strip("/"):
+        raise ParameterError("bucket_path", bucket_path, "must be BUCKET/PATH (a folder inside a bucket)")
     workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    url = f"gs://{bucket_path}"
-    r = subprocess.run([sys.executable, "-c", _SAVE_TO_URL, url], cwd=workdir, capture_output=True,
-                       text=True, timeout=120)
+    shutil.rmtree(workdir, ignore_errors=True)
+    (workdir / "buckets" / bucket).mkdir(parents=True)
+    (workdir / "job").mkdir()
+    address = f"gs://{bucket_path.strip('/')}"
+    with LocalStorage(workdir / "buckets", workdir / "storage") as server:
+        r = subprocess.run([sys.executable, "-c", _SAVE_TO_URL, address], cwd=workdir / "job",
+                           env=child_env(server.client_env()), capture_output=True, text=True, timeout=300)
     if r.returncode:
-        raise RuntimeError(f"the torch.save demo failed:\n{r.stderr[-2000:]}")
-    landed = sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*") if p.is_file())
-
-    state = {"w": torch.arange(1000.0)}
-    fixed_url = f"memory://{bucket_path}"
-    with fsspec.open(fixed_url, "wb") as f:  # the fix: fsspec picks the filesystem from the URL
-        torch.save(state, f)
-    fs = fsspec.filesystem("memory")
-    with fsspec.open(fixed_url, "rb") as f:
-        back = torch.load(f, weights_only=True)
-    size = fs.size(fixed_url)
-    fs.rm(fixed_url)
-    try:
-        gs_class = fsspec.get_filesystem_class("gs")
-        gs_handler = f"{gs_class.__module__}.{gs_class.__name__}"
-    except (ImportError, ValueError):
-        gs_handler = None  # gcsfs is not installed
-    return {"url": url, "mistake_files_in_workdir": landed,
-            "mistake_local_folder": landed[0].split(os.sep)[0] if landed else None,
-            "fix_url": fixed_url, "fix_bytes": size, "fix_round_trip_equal": bool(torch.equal(back["w"], state["w"])),
-            "gs_urls_handled_by": gs_handler}
-
-
-def explain_save_to_bucket_url(r: dict[str, Any]) -> list[str]:
-    """`save_to_bucket_url`'s result."""
-    out = [f"torch.save(state, '{r['url']}') wrote {', '.join(r['mistake_files_in_workdir']) or 'nothing'} "
-           f"under the working directory: a local folder named '{r['mistake_local_folder']}', not an "
-           f"object in the bucket. On a Vertex VM it vanishes with the VM."]
-    out.append(f"The fix, fsspec.open(url, 'wb') then torch.save into the file object, wrote "
-               f"{r['fix_bytes']:,} bytes to {r['fix_url']} (an in-memory filesystem standing in for "
-               f"the bucket); read back equal: {r['fix_round_trip_equal']}.")
-    out.append(f"gs:// URLs are handled by {r['gs_urls_handled_by']}." if r["gs_urls_handled_by"]
-               else "gcsfs is not installed here: `pip install gcsfs` and fsspec opens gs:// URLs.")
-    out.append("On Vertex AI the bucket is also mounted at /gcs/BUCKET/, where a plain path works "
-               "(but renames are not atomic: commit with a marker written last).")
-    return out
+        raise RuntimeError(f"the save-to-url measurement failed:\n{r.stderr[-2000:]}")
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    saved = {name: Saved(tuple(out[name]["disk"]), tuple(out[name]["bucket"]), out[name]["found"],
+                         out[name]["equal"]) for name in ("mistake", "fix")}
+    return SaveToUrl(address, saved["mistake"], saved["fix"], out["handler"])
 
 
 # ---------------------------------------------------------------- TF32 defaults
@@ -363,66 +395,112 @@ def explain_embedding_gradient_traffic(r: dict[str, Any]) -> list[str]:
 # ---------------------------------------------------------------- per-process batch
 
 
-def per_process_batch(model: str = "cnn", steps: int = 10, batch_size: int = 32, nproc: int = 2,
-                      **config: Any) -> dict[str, Any]:
-    """The single-process run with `batch_size`, beside `nproc` DDP processes given the same
-    GLOBAL batch (right: each takes batch_size / nproc) and `nproc` processes that each took
-    `batch_size` (the mistake: the global batch is nproc times larger). The mistaken run is
-    trained on the same number of samples as the others (steps // nproc steps of the larger
-    batch), so the curves compare per sample seen, and each run's held-out loss (the same unseen
-    samples) is taken at the end: what the mistake does to a run of a fixed number of epochs."""
-    from labkit.train import run_replicas, run_training
-
-    if steps // nproc < 1:
-        raise ValueError(f"steps={steps} must be at least nproc={nproc}: the mistaken run trains steps // nproc")
-    base = TrainConfig(model=model, steps=steps, batch_size=batch_size, progress=False, **config)
-    single, right = run_training(base), run_replicas(base, nproc)
-    mistaken = run_replicas(replace(base, batch_size=batch_size * nproc, steps=steps // nproc), nproc)
-    at_equal_samples = [single.losses[(k + 1) * nproc - 1] for k in range(len(mistaken.losses))]
-    return {"single": single.losses, "right": right.losses, "mistaken": mistaken.losses, "nproc": nproc,
-            "batch_size": batch_size, "mistaken_global_batch": batch_size * nproc,
-            "right_max_gap": max(abs(a - b) for a, b in zip(single.losses, right.losses, strict=True)),
-            "mistaken_max_gap": max(abs(a - b) for a, b in zip(at_equal_samples, mistaken.losses, strict=True)),
-            "heldout_single": _heldout(single), "heldout_mistaken": _heldout(mistaken),
-            "samples": steps * batch_size}
+# The right run computes the single process's sum in another order: the fp32 tolerance the
+# recipes are held to against `labkit train`.
+RIGHT_TOLERANCE = 1e-5
 
 
-def _heldout(log) -> float | None:
-    heldout = log.run.get("heldout")
-    return None if not heldout else float(heldout["loss"])
+@dataclass(frozen=True)
+class PerProcessBatch:
+    """`per_process_batch`'s three runs of the ddp recipe, their per-step losses: one process
+    (`single`), `nproc` processes sharing the global batch `batch_size` (`right`), and `nproc`
+    processes each taking all of it (`mistaken`, the recipe's `--mistake per-process-batch`
+    lines), trained on the same number of samples in `nproc`× fewer steps."""
+
+    nproc: int
+    batch_size: int
+    single: tuple[float, ...]
+    right: tuple[float, ...]
+    mistaken: tuple[float, ...]
+
+    @property
+    def per_process(self) -> int:
+        """What each process takes when the global batch is split right."""
+        return self.batch_size // self.nproc
+
+    @property
+    def mistaken_global_batch(self) -> int:
+        return self.batch_size * self.nproc
+
+    @property
+    def samples(self) -> int:
+        """Samples each run trained on."""
+        return len(self.single) * self.batch_size
+
+    @property
+    def right_max_gap(self) -> float:
+        """Largest per-step loss difference of the right run from the single process."""
+        return max(abs(a - b) for a, b in zip(self.single, self.right, strict=True))
+
+    @property
+    def right_within_tolerance(self) -> bool:
+        """Whether that is float rounding: within `RIGHT_TOLERANCE`."""
+        return self.right_max_gap <= RIGHT_TOLERANCE
+
+    @property
+    def single_at_equal_samples(self) -> tuple[float, ...]:
+        """The single process's loss at each mistaken step's count of samples seen (that step's
+        batch included): its steps nproc - 1, 2 nproc - 1, ..."""
+        return tuple(self.single[(k + 1) * self.nproc - 1] for k in range(len(self.mistaken)))
+
+    @property
+    def matched_tail(self) -> int:
+        """How many of the last matched steps `end_comparison` compares: a quarter, at least
+        `stats.MIN_REPEATS`."""
+        return min(len(self.mistaken), max(stats.MIN_REPEATS, len(self.mistaken) // 4))
+
+    @property
+    def end_comparison(self) -> stats.Comparison | None:
+        """The mistaken run's losses (b) against the single process's (a) over the last
+        `matched_tail` matched steps, lower is better; None with fewer than a verdict needs."""
+        k = self.matched_tail
+        if k < stats.MIN_REPEATS:
+            return None
+        return stats.compare(self.single_at_equal_samples[-k:], self.mistaken[-k:], higher_is_better=False)
+
+    @property
+    def verdict(self) -> str:
+        """The mistaken run against the single process after the same samples: "worse" (higher
+        loss), "better", `stats.NO_DIFFERENCE` (the ranges overlap) or no verdict."""
+        c = self.end_comparison
+        if c is None:
+            return f"fewer than {stats.MIN_REPEATS} matched steps: no verdict"
+        return stats.NO_DIFFERENCE if c.winner is None else ("better" if c.b_is_better else "worse")
 
 
-def explain_per_process_batch(r: dict[str, Any]) -> list[str]:
-    """`per_process_batch`'s result, the harm computed from its held-out losses."""
-    n, b = r["nproc"], r["batch_size"]
-    out = [f"Global batch {b} split over {n} processes ({b // n} each): the curve followed the "
-           f"single process within {r['right_max_gap']:.1e}."]
-    mine, theirs = r.get("heldout_mistaken"), r.get("heldout_single")
-    if mine is None or theirs is None:
-        harm = "(no held-out loss was measured)"
-    elif mine > theirs:
-        harm = (f"after the same {r['samples']:,} samples its held-out loss is {mine:.3f} against "
-                f"{theirs:.3f}: worse, because it made {n}× fewer updates with a learning rate tuned for "
-                f"batch {b}")
-    else:
-        harm = (f"after the same {r['samples']:,} samples its held-out loss is {mine:.3f} against "
-                f"{theirs:.3f}: no worse in this short run, but it is not the run you configured")
-    out.append(f"Each of the {n} processes taking {b} (global batch {r['mistaken_global_batch']}) is another "
-               f"training run: {n}× the samples per step, {n}× fewer steps per epoch; {harm}. In DDP "
-               f"`DataLoader(batch_size=...)` is per process; divide the global batch by the world size "
-               f"(and by the accumulation steps), as the ddp recipe does.")
-    return out
+def per_process_batch(config: TrainConfig, nproc: int = 2, *, timeout_s: float = 600.0) -> PerProcessBatch:
+    """Run the ddp recipe with `config`'s settings three times: as one process, as `nproc`
+    processes (each takes batch_size / nproc: right), and as `nproc` processes with
+    `--mistake per-process-batch` (each takes batch_size: the global batch is nproc× larger)
+    for steps // nproc steps, so that all three train on the same number of samples."""
+    from labkit.course import recipe_view
+
+    if nproc < 2:
+        raise ParameterError("nproc", nproc, "must be at least 2: with one process the two batches are the same")
+    if config.steps < nproc:
+        raise ParameterError("steps", config.steps, f"must be at least nproc={nproc}: the mistaken run trains "
+                             "steps // nproc steps")
+    if config.batch_size % nproc:
+        raise ParameterError("batch_size", config.batch_size, f"must divide by nproc={nproc}")
+
+    def losses(cfg: TrainConfig, processes: int, *mistake: str) -> tuple[float, ...]:
+        argv = [*recipe_view.flags(cfg), *mistake]
+        return tuple(recipe_view.run("ddp", argv, nproc=processes, timeout_s=timeout_s).losses)
+
+    fewer = replace(config, steps=config.steps // nproc)
+    return PerProcessBatch(nproc, config.batch_size, losses(config, 1), losses(config, nproc),
+                           losses(fewer, nproc, "--mistake", "per-process-batch"))
 
 
-def plot_per_process_batch(r: dict[str, Any], path: str | os.PathLike | None = None):
+def plot_per_process_batch(r: PerProcessBatch, path: str | os.PathLike | None = None):
     """Training loss against samples seen, so runs with different global batches compare on
     the same data."""
     fig, ax = new_figure((6, 3.5))
-    b, n = r["batch_size"], r["nproc"]
-    seen = [b * (i + 1) for i in range(len(r["single"]))]
-    ax.plot(seen, r["single"], "-", lw=3, alpha=0.4, label=f"1 process, batch {b}")
-    ax.plot(seen, r["right"], "o--", ms=3, label=f"{n} processes × {b // n}")
-    ax.plot([b * n * (i + 1) for i in range(len(r["mistaken"]))], r["mistaken"], "s:", ms=4,
+    b, n = r.batch_size, r.nproc
+    seen = [b * (i + 1) for i in range(len(r.single))]
+    ax.plot(seen, r.single, "-", lw=3, alpha=0.4, label=f"1 process, batch {b}")
+    ax.plot(seen, r.right, "o--", ms=3, label=f"{n} processes × {r.per_process}")
+    ax.plot([b * n * (i + 1) for i in range(len(r.mistaken))], r.mistaken, "s:", ms=4,
             label=f"{n} processes × {b} (mistake)")
     ax.set_xlabel("samples seen")
     ax.set_ylabel("training loss")
@@ -433,8 +511,49 @@ def plot_per_process_batch(r: dict[str, Any], path: str | os.PathLike | None = N
 # ---------------------------------------------------------------- memory of a 110M model
 
 
+@dataclass(frozen=True)
+class TrainingMemory:
+    """The bytes one training step of `model` holds (`training_memory`), by kind."""
+
+    model: GPTConfig
+    parameters: int
+    batch_size: int
+    precision: str
+    param_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int  # AdamW's two moments and its step counts
+    activation_bytes: int  # what autograd saves for backward
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.model.block_size
+
+    @property
+    def guess_bytes(self) -> int:
+        """The guess "parameters × 4 bytes": the float32 weights alone."""
+        return 4 * self.parameters
+
+    @property
+    def total_bytes(self) -> int:
+        return self.param_bytes + self.grad_bytes + self.optimizer_bytes + self.activation_bytes
+
+    @property
+    def total_over_guess(self) -> float:
+        return self.total_bytes / self.guess_bytes
+
+    @property
+    def activation_share(self) -> float:
+        """The activations' share of the total (the part that grows with batch × sequence)."""
+        return self.activation_bytes / self.total_bytes
+
+    @property
+    def state_bytes_per_parameter(self) -> float:
+        """Weights, gradients and optimizer state per parameter, whatever the batch."""
+        return (self.param_bytes + self.grad_bytes + self.optimizer_bytes) / self.parameters
+
+
 def training_memory(config: GPTConfig = MODEL_110M, batch_size: int = 8,
-                    precision: str = "fp32") -> dict[str, Any]:
+                    precision: str = "fp32") -> TrainingMemory:
     """Bytes one training step of `config` holds, counted from the tensors by the same function
     `labkit estimate` uses (`labkit.torch.footprint.measure`, on fake tensors: shapes and dtypes,
     no data, so a 110M model is counted in seconds): the parameters, a gradient per parameter,
@@ -446,42 +565,16 @@ def training_memory(config: GPTConfig = MODEL_110M, batch_size: int = 8,
     from labkit.torch.models import build_model
 
     if precision not in ("fp32", "bf16"):
-        raise ValueError(f"precision must be 'fp32' or 'bf16' (got {precision!r})")
+        raise ParameterError("precision", precision, "must be 'fp32' or 'bf16'")
     fp = measure(lambda: build_model(config), (config.block_size,), batch_size, precision, name="GPT",
                  vocab_limit=config.vocab_size)
-    n = fp.parameters
-    total = fp.param_bytes + fp.grad_bytes + fp.optimizer_bytes + fp.activation_bytes
-    return {"model": asdict(config), "parameters": n, "batch_size": batch_size,
-            "tokens_per_step": batch_size * config.block_size, "precision": precision,
-            "guess_bytes": n * 4, "param_bytes": fp.param_bytes, "grad_bytes": fp.grad_bytes,
-            "optimizer_bytes": fp.optimizer_bytes, "activation_bytes": fp.activation_bytes,
-            "total_bytes": total, "total_over_guess": total / (n * 4)}
+    return TrainingMemory(config, fp.parameters, batch_size, precision, fp.param_bytes, fp.grad_bytes,
+                          fp.optimizer_bytes, fp.activation_bytes)
 
 
-def explain_training_memory(fp32: dict[str, Any], bf16: dict[str, Any] | None = None) -> list[str]:
-    """`training_memory`'s results, in float32 and (optionally) under bf16 autocast."""
-    m = fp32
-    out = [f"{m['parameters'] / 1e6:.0f}M parameters: 'parameters × 4 bytes' says {_gb(m['guess_bytes'])}. "
-           f"One training step at batch {m['batch_size']} × {m['tokens_per_step'] // m['batch_size']} tokens "
-           f"holds {_gb(m['total_bytes'])}, {m['total_over_guess']:.1f}× that: weights "
-           f"{_gb(m['param_bytes'])}, gradients {_gb(m['grad_bytes'])}, AdamW's two moments "
-           f"{_gb(m['optimizer_bytes'])}, activations saved for backward {_gb(m['activation_bytes'])}.",
-           f"Activations are {m['activation_bytes'] / m['total_bytes']:.0%} of it and grow with batch × "
-           f"sequence length; weights, gradients and optimizer state are "
-           f"{(m['param_bytes'] + m['grad_bytes'] + m['optimizer_bytes']) / m['parameters']:.0f} bytes "
-           f"per parameter whatever the batch."]
-    if bf16 is not None:
-        out.append(f"Under bf16 autocast the activations were {_gb(bf16['activation_bytes'])} "
-                   f"({bf16['activation_bytes'] / m['activation_bytes']:.2f}×) and the total "
-                   f"{_gb(bf16['total_bytes'])}: weights, gradients and AdamW's state stay float32.")
-    out.append("Not counted: the CUDA context, the allocator's cache and fragmentation, and the "
-               "temporaries freed within the step; the device needs more than this.")
-    return out
-
-
-def memory_rows(*results: dict[str, Any]) -> list[dict[str, Any]]:
+def memory_rows(*results: TrainingMemory) -> list[dict[str, Any]]:
     """A table row (GB) per `training_memory` result."""
-    return [{"precision": r["precision"], "guess (params × 4)": r["guess_bytes"] / 1e9,
-             "params": r["param_bytes"] / 1e9, "grads": r["grad_bytes"] / 1e9,
-             "AdamW state": r["optimizer_bytes"] / 1e9, "activations": r["activation_bytes"] / 1e9,
-             "total": r["total_bytes"] / 1e9, "total / guess": r["total_over_guess"]} for r in results]
+    return [{"precision": r.precision, "guess (params × 4)": r.guess_bytes / 1e9,
+             "params": r.param_bytes / 1e9, "grads": r.grad_bytes / 1e9,
+             "AdamW state": r.optimizer_bytes / 1e9, "activations": r.activation_bytes / 1e9,
+             "total": r.total_bytes / 1e9, "total / guess": r.total_over_guess} for r in results]

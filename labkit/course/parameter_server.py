@@ -5,7 +5,7 @@ slow worker does to each.
     specs = jobs(config, StragglerConfig(delay_ms=100))  # the two CustomJob specs
     print(layout_text(specs))                            # each replica: pool, role, TF_CONFIG task
     runs = run(specs, workdir)                           # the two jobs, one after the other
-    print("\\n".join(conclusions(runs))); plot(runs, path)
+    found = findings(runs); plot(runs, path)             # the numbers and verdicts; the curves
 
 Both jobs have two replicas that compute gradients, laid out as Vertex AI lays out pools
 (https://cloud.google.com/vertex-ai/docs/training/distributed-training, read 2026-11-29: one
@@ -23,8 +23,11 @@ measures windows of wall time, alternately with all workers at full speed and wi
 waiting `delay_ms` in each step. From the chief's results (`StragglerRun`): the updates per
 second of each kind of window (`slowdown`; `others_slowdown` for the workers that were not
 slowed), the throughput of the two strategies at full speed (`throughput`), the staleness of the
-asynchronous updates (`staleness_rows`), the loss curves, and `rpc_lines`: why the course trains
-PyTorch with DDP rather than with a parameter server on its RPC framework, from these numbers.
+asynchronous updates (`staleness_rows`, `staleness`), the loss curves, all gathered in
+`findings`; and `traffic`: the bytes a parameter server moves per update against a ring
+all-reduce's, the numbers behind why the course trains PyTorch with DDP rather than with a
+parameter server on its RPC framework. All are numbers and verdicts: the notebook writes the
+sentences.
 """
 
 from __future__ import annotations
@@ -40,12 +43,14 @@ from labkit.core import stats
 from labkit.core.config import check_choice
 from labkit.core.gcs import fuse_path
 from labkit.core.train_config import TrainConfig, to_argv
+from labkit.course import ladder
 from labkit.course.plots import finish, new_figure
 from labkit.tf.straggler import ASYNC, SYNC, StragglerConfig
 
-__all__ = ["ASYNC", "SYNC", "StragglerConfig", "StragglerRun", "conclusions", "demo_config", "job_spec", "jobs",
-           "layout_text", "others_slowdown", "plot", "recipe_summary", "rpc_lines", "run", "slowdown",
-           "staleness_figure", "staleness_rows", "throughput", "window_rows"]
+__all__ = ["ASYNC", "SYNC", "RecipeStaleness", "Staleness", "StragglerConfig", "StragglerFindings", "StragglerRun",
+           "Traffic", "demo_config", "findings", "job_spec", "jobs", "layout_text", "others_slowdown", "plot",
+           "recipe_staleness", "run", "slowdown", "staleness", "staleness_rows", "throughput", "traffic",
+           "window_rows"]
 
 LABELS = {SYNC: "MultiWorkerMirrored (synchronous)", ASYNC: "ParameterServer (asynchronous)"}
 BUCKET = "gs://labkit-course"
@@ -53,22 +58,17 @@ BUCKET = "gs://labkit-course"
 # (the coordinator dispatches remote steps on them; one alone deadlocks it).
 REPLICA_ENV = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "4"}
 RESULTS = "straggler.json"
-PYTORCH_RPC = ("https://docs.pytorch.org/docs/2.9/rpc.html", "read 2026-11-29")
-PYTORCH_RPC_PS = "https://docs.pytorch.org/tutorials/intermediate/rpc_param_server_tutorial.html"
-PYTORCH_OVERVIEW = "https://docs.pytorch.org/tutorials/beginner/dist_overview.html"
 
 
 # ---------------------------------------------------------------- the two jobs
 
 
-def demo_config(config: TrainConfig) -> tuple[TrainConfig, str]:
+def demo_config(config: TrainConfig) -> TrainConfig:
     """The settings both jobs train with: `config`'s model, data, batch and optimizer at the
     smoke size, on the CPU (each job is 3 or 4 processes on this machine; what is measured is
-    the workers' timing, not the model), and a line saying so."""
-    demo = replace(config, framework="tf", device="cpu", scale="smoke", metrics_out=None,
+    the workers' timing, not the model)."""
+    return replace(config, framework="tf", device="cpu", scale="smoke", metrics_out=None,
                    checkpoint_dir=None, progress=False)
-    return demo, (f"Both jobs: {demo.model} at the smoke size, global batch {demo.batch_size} per update, lr "
-                  f"{demo.lr:g}, {demo.num_samples_or_default()} samples; every replica on the CPU of this machine.")
 
 
 def job_spec(config: TrainConfig, straggler: StragglerConfig, strategy: str, *, output_uri: str) -> dict[str, Any]:
@@ -235,25 +235,73 @@ def staleness_rows(run: StragglerRun) -> list[dict[str, Any]]:
     return rows
 
 
-def staleness_figure(run: StragglerRun) -> tuple[float, str]:
-    """The median staleness of the asynchronous updates at full speed, and a note with the mean,
-    the maximum and the slowed windows' figures."""
-    full, slow, others = run.staleness(False), run.staleness(True, True), run.staleness(True, False)
-    note = (f"mean {statistics.fmean(full):.2f}, max {max(full)}, over {len(full)} updates; with the straggler: "
-            f"its updates {statistics.fmean(slow):.1f} on average, the other worker's {statistics.fmean(others):.2f}"
-            if full and slow and others else f"{len(full)} updates")
-    return (statistics.median(full) if full else float("nan")), note
+@dataclass(frozen=True)
+class Staleness:
+    """How old the weights of the asynchronous updates were (updates other workers applied
+    between a step's read of the weights and its own update): at full speed, and in the slowed
+    windows for the slowed worker's updates and the other worker's."""
+
+    full_speed: tuple[int, ...]
+    slowed_worker: tuple[int, ...]
+    other_worker: tuple[int, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.full_speed)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.full_speed)
+
+    @property
+    def max(self) -> int:
+        return max(self.full_speed)
+
+    @property
+    def slowed_mean(self) -> float:
+        return statistics.fmean(self.slowed_worker)
+
+    @property
+    def other_mean(self) -> float:
+        return statistics.fmean(self.other_worker)
 
 
-def recipe_summary(steps: list[dict[str, Any]]) -> str:
-    """What a run of the tf_parameter_server recipe did, from its metrics file's steps: the
-    updates each worker applied and their staleness."""
+def staleness(run: StragglerRun) -> Staleness | None:
+    """The asynchronous run's `Staleness`; None when a kind of window has no updates."""
+    found = Staleness(tuple(run.staleness(False)), tuple(run.staleness(True, True)), tuple(run.staleness(True, False)))
+    return found if found.full_speed and found.slowed_worker and found.other_worker else None
+
+
+@dataclass(frozen=True)
+class RecipeStaleness:
+    """A run of the tf_parameter_server recipe, from its metrics file's steps: the updates each
+    worker applied and their staleness."""
+
+    by_worker: dict[int, int]
+    values: tuple[int, ...]
+
+    @property
+    def updates(self) -> int:
+        return len(self.values)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values)
+
+    @property
+    def max(self) -> int:
+        return max(self.values)
+
+    @property
+    def stale_share(self) -> float:
+        """The share of updates applied to weights another worker had changed since they were read."""
+        return sum(1 for v in self.values if v) / len(self.values)
+
+
+def recipe_staleness(steps: list[dict[str, Any]]) -> RecipeStaleness:
     workers = sorted({s["worker"] for s in steps})
-    by = ", ".join(f"worker {w}: {sum(1 for s in steps if s['worker'] == w)}" for w in workers)
-    stale = [s["staleness"] for s in steps]
-    return (f"{len(steps)} updates ({by}); staleness: mean {statistics.fmean(stale):.2f}, max {max(stale)}, "
-            f"{sum(1 for v in stale if v) / len(stale):.0%} of the updates applied to weights another worker "
-            f"had changed since they were read.")
+    return RecipeStaleness({w: sum(1 for s in steps if s["worker"] == w) for w in workers},
+                           tuple(s["staleness"] for s in steps))
 
 
 def _tail_loss(run: StragglerRun, n: int) -> float:
@@ -262,35 +310,53 @@ def _tail_loss(run: StragglerRun, n: int) -> float:
     return statistics.fmean(run.losses[max(0, n - k):n])
 
 
-def conclusions(runs: dict[str, StragglerRun]) -> list[str]:
-    """What this run's windows say, in sentences computed from them."""
+@dataclass(frozen=True)
+class StragglerFindings:
+    """What the two jobs' windows say. The slowdowns are updates per second in the slowed
+    windows (b) against the full-speed ones (a); `others` the same for the asynchronous workers
+    that were never slowed; `throughput` the asynchronous job's samples per second (b) against
+    the synchronous one's (a), all at full speed. `sync_tail_loss` and `async_tail_loss`: the
+    mean training loss of updates `compared_updates` − a tenth (at least 5) … `compared_updates`."""
+
+    delay_ms: float
+    slow_worker: int
+    sync: stats.Comparison
+    asynchronous: stats.Comparison
+    others: stats.Comparison
+    throughput: stats.Comparison
+    staleness: Staleness | None
+    compared_updates: int
+    sync_tail_loss: float
+    async_tail_loss: float
+
+    @property
+    def sync_verdict(self) -> str:
+        return ladder.verdict(self.sync)
+
+    @property
+    def async_verdict(self) -> str:
+        return ladder.verdict(self.asynchronous)
+
+    @property
+    def others_verdict(self) -> str:
+        return ladder.verdict(self.others)
+
+    @property
+    def others_kept_pace(self) -> bool:
+        """Whether the workers that were never slowed kept their rate beside the straggler."""
+        return self.others.winner != "a"
+
+    @property
+    def throughput_verdict(self) -> str:
+        return ladder.verdict(self.throughput)
+
+
+def findings(runs: dict[str, StragglerRun]) -> StragglerFindings:
+    """The numbers and verdicts of both jobs' windows."""
     sync, asyn = runs[SYNC], runs[ASYNC]
-    who = f"workerpool1[{sync.slow_worker}] waiting {sync.delay_ms:g} ms per step"
-    out = [slowdown(r).sentence("all at full speed", f"{r.label}, with {who}", "steps/s") + "."
-           for r in (sync, asyn)]
-    others = others_slowdown(asyn)
-    kept = others.winner != "a"
-    out.append(others.sentence("in its full-speed windows", "The asynchronous worker that was never slowed, "
-                               "beside the straggler", "steps/s")
-               + (": it did not wait for the straggler." if kept else
-                  ": it slowed down too here (the workers share this machine's cores and the parameter server)."))
-    if slowdown(sync).winner == "a":
-        out.append(f"The synchronous job kept {slowdown(sync).ratio:.0%} of its update rate with a straggler, the "
-                   f"asynchronous one {slowdown(asyn).ratio:.0%}: every synchronous step waits for the slowest "
-                   "worker's gradient" + ("; asynchronous steps wait for nobody, and the job loses only the "
-                                          "straggler's own share." if kept else "."))
-    full, slowed, beside = asyn.staleness(False), asyn.staleness(True, True), asyn.staleness(True, False)
-    if full and slowed and beside:
-        out.append(f"Staleness: at full speed an asynchronous update was computed on weights {statistics.median(full):g} "
-                   f"update(s) old (median; mean {statistics.fmean(full):.2f}, max {max(full)}); with the "
-                   f"straggler, its updates were {statistics.fmean(slowed):.1f} updates old on average and the "
-                   f"other worker's {statistics.fmean(beside):.2f}. The slow worker's gradients arrive late, and "
-                   "asynchronous training applies them anyway, to weights that have moved on.")
-    out.append(throughput(runs).sentence(LABELS[SYNC], LABELS[ASYNC] + ", all workers at full speed") + ".")
     n = min(len(sync.losses), len(asyn.losses))
-    out.append(f"Training loss after the same {n} updates (mean over the last tenth, each on its own batch): "
-               f"synchronous {_tail_loss(sync, n):.3f}, asynchronous {_tail_loss(asyn, n):.3f}.")
-    return out
+    return StragglerFindings(sync.delay_ms, sync.slow_worker, slowdown(sync), slowdown(asyn), others_slowdown(asyn),
+                             throughput(runs), staleness(asyn), n, _tail_loss(sync, n), _tail_loss(asyn, n))
 
 
 def plot(runs: dict[str, StragglerRun], path: str | Path | None = None):
@@ -329,37 +395,32 @@ def plot(runs: dict[str, StragglerRun], path: str | Path | None = None):
 # ---------------------------------------------------------------- PyTorch's parameter server
 
 
-def rpc_lines(runs: dict[str, StragglerRun], ddp_gap: float | None = None) -> list[str]:
-    """Why the course trains PyTorch with DDP and not with a parameter server built on
-    torch.distributed.rpc, from this run's measurements. `ddp_gap`: the largest loss gap of
-    DDP with several processes against one, measured in the notebook (None when not run)."""
+@dataclass(frozen=True)
+class Traffic:
+    """What one update moves: through the parameter server, the whole fp32 gradient in and the
+    whole fp32 weights out; in a ring all-reduce over `workers`, 2 (workers − 1) / workers of the
+    gradient sent by each worker, over every link at once. `updates_per_s`: the asynchronous job's
+    median rate at full speed."""
+
+    params: int
+    workers: int
+    updates_per_s: float
+
+    @property
+    def server_bytes_per_update(self) -> int:
+        return 2 * 4 * self.params
+
+    @property
+    def server_bytes_per_s(self) -> float:
+        return self.server_bytes_per_update * self.updates_per_s
+
+    @property
+    def ring_bytes_per_worker(self) -> float:
+        return 2 * (self.workers - 1) / self.workers * 4 * self.params
+
+
+def traffic(runs: dict[str, StragglerRun]) -> Traffic:
+    """The parameter server's bytes per update against a ring all-reduce's, for this model."""
     asyn, sync = runs[ASYNC], runs[SYNC]
-    params = int(asyn.result["params"])
-    per_update = 2 * 4 * params  # fp32 gradient in, fp32 weights out, through the parameter server
-    rate = statistics.median(asyn.rates(False))
-    workers = int(sync.result["workers_computing"])
-    ring = 2 * (workers - 1) / workers * 4 * params  # bytes each worker sends per all-reduced step
-    stale = asyn.staleness(False)
-    gap = (f"DDP with several processes followed the single-process curve within {ddp_gap:.1e} (measured above)"
-           if ddp_gap is not None else "DDP's curves were not measured in this run (no PyTorch here)")
-    return [
-        "PyTorch has no parameter-server strategy: its parameter server is written on the RPC framework "
-        f"(trainers fetch parameters from a server process and send it gradients: {PYTORCH_RPC_PS}), whose API "
-        f"the PyTorch docs call \"stable and in maintenance mode\" ({PYTORCH_RPC[0]}, {PYTORCH_RPC[1]}); the "
-        f"distributed overview ({PYTORCH_OVERVIEW}, {PYTORCH_RPC[1]}) sends data parallelism to DDP and keeps RPC "
-        "for structures that \"cannot fit into data-parallel training\". The course does not run that code: the "
-        "design is the one measured above with TensorFlow, and its numbers say why the course trains dense models "
-        "with DDP:",
-        f"- Asynchronous updates are stale (median {statistics.median(stale):g}, mean {statistics.fmean(stale):.2f} "
-        f"updates here with {asyn.result['workers_computing']} workers at full speed), so the run is not the "
-        f"single-process run; {gap}.",
-        f"- Every update sends the whole gradient to the parameter server and takes the whole weights back: "
-        f"{per_update / 1e6:.2f} MB per update for this model's {params:,} parameters, {per_update * rate / 1e6:.1f} MB/s "
-        f"at the {rate:.0f} updates/s measured here, all through the parameter servers; a ring all-reduce sends "
-        f"{ring / 1e6:.2f} MB per worker per step over every link at once, whatever the number of workers.",
-        f"- What asynchrony buys is measured above too: with a straggler the asynchronous job kept "
-        f"{slowdown(asyn).ratio:.0%} of its update rate and the synchronous one {slowdown(sync).ratio:.0%}. That is "
-        "the case for parameter servers (many unreliable CPU workers, or variables too large for one machine, "
-        "where TensorFlow's ParameterServerStrategy is the supported path); for dense models on equal GPUs, "
-        "synchronous data parallelism gives the single-process result at the all-reduce's cost.",
-    ]
+    return Traffic(int(asyn.result["params"]), int(sync.result["workers_computing"]),
+                   statistics.median(asyn.rates(False)))

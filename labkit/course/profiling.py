@@ -1,12 +1,16 @@
-"""Notebook 05's reading of `labkit.profiling` results: two runs side by side with a speed verdict
-from repeated runs, one stacked bar of the step breakdown per run, the labkit phase ranges a
-trace holds, and the loader-worker sweep of the CPU-bound decode case. Your own script:
-`profile_own_script` runs `labkit profile -- python step1_plain.py ...` on notebook 12's first
-script (`examples/your_job`, a plain script over a folder of JPEG files that does not know labkit).
+"""Notebook 05's reading of `labkit.profiling` results, as numbers and verdicts from which the
+notebook writes its sentences: one stacked bar of the step breakdown per run, the labkit phase
+ranges a trace holds, and the loader-worker sweep of the CPU-bound decode case with where adding
+workers stopped paying off (`decode_findings`). Your own script: `profile_own_script` runs
+`labkit profile -- python step1_plain.py ...` on notebook 12's first script (`examples/your_job`,
+a plain script over a folder of JPEG files that does not know labkit); `own_script_change` is the
+loader fix the next script makes, as removed and added lines; `hta_side_by_side` puts Holistic
+Trace Analysis's reading of the same trace beside labkit's.
 
 A profiled run is one run: good for *where* the time goes, not for *how much faster* a fix is.
 The speed verdict comes from separate, unprofiled runs of both settings, taking turns after a
-discarded warm-up run of each (`timed_comparison`, `labkit.core.stats`).
+discarded warm-up run of each (`timed_comparison`, `labkit.core.stats`; its one word is
+`labkit.course.ladder.verdict`).
 """
 
 from __future__ import annotations
@@ -16,11 +20,15 @@ import json
 import os
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from labkit.core import stats
+from labkit.core.config import ParameterError
+from labkit.course import ladder
 from labkit.course.plots import finish, new_figure
+from labkit.profiling.hta_check import SideBySide
 from labkit.profiling.phases import CATEGORIES
 from labkit.profiling.run import ProfileResult
 from labkit.profiling.workload import WorkloadConfig, run_workload
@@ -56,18 +64,6 @@ def timed_comparison(before: Callable[[], float], after: Callable[[], float],
     return stats.compare(a, b)
 
 
-def compare(before: ProfileResult, after: ProfileResult, timed: stats.Comparison | None = None) -> str:
-    """Two profiled runs side by side (verdicts, step time, throughput of the profiled run) and,
-    with `timed`, the speed verdict from repeated unprofiled runs."""
-    text = (f"before [{before.label}]: {before.verdict.kind}, {1e3 * before.step_s:.1f} ms/step, "
-            f"{before.samples_per_s:,.0f} samples/s (profiled run)\n"
-            f"after  [{after.label}]: {after.verdict.kind}, {1e3 * after.step_s:.1f} ms/step, "
-            f"{after.samples_per_s:,.0f} samples/s (profiled run)")
-    if timed is None:
-        return text + f"\nprofiled runs only: {after.speedup_over(before):.2f}× samples/s (one run each, no verdict)"
-    return text + "\nrepeated runs, in turns: " + timed.sentence(before.label, after.label)
-
-
 DECODE_IMAGE_SIZE = 224  # a photo-sized JPEG, as ImageNet-style training reads
 
 
@@ -83,7 +79,7 @@ def decode_worker_sweep(config: WorkloadConfig, workers: Sequence[int] = (0, 1, 
     """The CPU-bound decode workload with each number of loader workers, the counts taking
     turns `repeats` times after a discarded run of each: one row per count with the median and
     range of samples/s, the speed-up over the first count, and the verdict against the count
-    before it."""
+    before it (`ladder.verdict`; "reference" for the first count)."""
     runs = stats.round_robin({w: workload_rate(dataclasses.replace(config, num_workers=w)) for w in workers},
                              repeats=repeats)
     rows: list[dict[str, Any]] = []
@@ -91,34 +87,39 @@ def decode_worker_sweep(config: WorkloadConfig, workers: Sequence[int] = (0, 1, 
         spread = stats.Spread(tuple(runs[w]))
         row = {"workers": w, "samples_per_s": spread.median, "range": spread.range_text(),
                "runs": list(spread.values), "speedup": spread.median / stats.Spread(tuple(runs[workers[0]])).median}
-        if rows:
-            c = stats.compare(rows[-1]["runs"], row["runs"])
-            row["vs previous"] = (stats.NO_DIFFERENCE if c.winner is None else "faster" if c.b_is_better else "slower")
-        else:
-            row["vs previous"] = "reference"
+        row["vs previous"] = ladder.verdict(stats.compare(rows[-1]["runs"], row["runs"])) if rows else "reference"
         rows.append(row)
     return rows
 
 
-def decode_verdict(rows: list[dict[str, Any]], cores: int) -> str:
-    """Where adding loader workers stopped paying off in `decode_worker_sweep`'s rows, said
-    against this machine's `cores`."""
-    paid = [r for r in rows[1:] if r["vs previous"] == "faster"]
+@dataclass(frozen=True)
+class DecodeFindings:
+    """Where adding loader workers stopped paying off in a `decode_worker_sweep`, on a machine
+    with `cores` usable cores (the training step needs one too)."""
+
+    first_workers: int  # the sweep's first count, the reference of every speed-up
+    best_workers: int  # the count with the highest median
+    best_samples_per_s: float
+    best_speedup: float  # its median over the first count's
+    best_range: str  # its slowest to its fastest run
+    # The largest count that was measurably faster than the count before it (None: none was).
+    paid_up_to: int | None
+    # Each count above `paid_up_to` (above the first count when none paid), with its verdict
+    # against the count before it: by construction none of them is "faster".
+    beyond: tuple[tuple[int, str], ...]
+    cores: int
+
+
+def decode_findings(rows: Sequence[dict[str, Any]], cores: int) -> DecodeFindings:
+    """What `decode_worker_sweep`'s rows show, against this machine's `cores`."""
+    if not rows:
+        raise ParameterError("rows", rows, "an empty sweep has no findings")
+    paid = [r["workers"] for r in rows[1:] if r["vs previous"] == "faster"]
     best = max(rows, key=lambda r: r["samples_per_s"])
-    last_paid = paid[-1]["workers"] if paid else rows[0]["workers"]
-    after = [r for r in rows if r["workers"] > last_paid]
-    text = (f"Decoding JPEGs is CPU work: the best median was {best['samples_per_s']:,.0f} samples/s with "
-            f"{best['workers']} worker(s), {best['speedup']:.2f}× {rows[0]['workers']} workers. ")
-    if paid:
-        text += f"Adding workers was measurably faster up to {last_paid} worker(s)"
-    else:
-        text += "No number of workers was measurably faster than the one before it"
-    if after:  # by construction none of these was measurably faster than the count before it
-        text += (f"; each step beyond that ({', '.join(str(r['workers']) for r in after)} workers) was "
-                 + ", ".join(r["vs previous"] for r in after))
-    text += (f". This machine has {cores} usable core(s), and the training step needs one too: decode "
-             f"workers beyond the cores only share them.")
-    return text
+    last = paid[-1] if paid else rows[0]["workers"]
+    return DecodeFindings(rows[0]["workers"], best["workers"], best["samples_per_s"], best["speedup"], best["range"],
+                          paid[-1] if paid else None,
+                          tuple((r["workers"], r["vs previous"]) for r in rows if r["workers"] > last), cores)
 
 
 def plot_breakdowns(results: list[ProfileResult], title: str = "where each step's time goes",
@@ -177,6 +178,52 @@ def own_script_command(images: os.PathLike, *, num_workers: int = 0, epochs: int
             "--out", os.path.join(os.fspath(images), "model.pt")]
 
 
+@dataclass(frozen=True)
+class ScriptChange:
+    """The code one example script changes from another (their module docstrings aside): each
+    hunk as the lines of `before` it removes and the lines of `after` it adds."""
+
+    before: str  # file names
+    after: str
+    hunks: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]
+
+    def text(self) -> str:
+        """As a diff: "- " before the removed lines, "+ " before the added ones, "..." between hunks."""
+        return "\n...\n".join("\n".join([*(f"- {ln}" for ln in removed), *(f"+ {ln}" for ln in added)])
+                              for removed, added in self.hunks)
+
+
+def own_script_change(before: str = "step1_plain.py", after: str = "step2_loader.py") -> ScriptChange:
+    """What `after` changes in `before` (`examples/your_job`), line by line after the module
+    docstring: by default the loader fix that section 7 profiles."""
+    import ast
+    import difflib
+    import textwrap
+
+    from labkit.course.own_job import example
+
+    def code(name: str) -> list[str]:
+        text = (example("your_job") / name).read_text(encoding="utf-8")
+        first = ast.parse(text).body[0]
+        skip = first.end_lineno if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) else 0
+        return text.splitlines()[skip:]
+
+    old, new = code(before), code(after)
+    hunks = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag != "equal":
+            lines = textwrap.dedent("\n".join(old[i1:i2] + new[j1:j2])).splitlines()
+            hunks.append((tuple(lines[:i2 - i1]), tuple(lines[i2 - i1:])))
+    return ScriptChange(before, after, tuple(hunks))
+
+
+def show_own_script_change(before: str = "step1_plain.py", after: str = "step2_loader.py"):
+    """`own_script_change` for a notebook: a diff, highlighted, with the two file names."""
+    from labkit.course.recipe_view import show_change
+
+    return show_change(f"examples/your_job: {before} (-) and {after} (+)", own_script_change(before, after).text())
+
+
 def profile_own_script(out: os.PathLike, images: os.PathLike, *, steps: int, num_workers: int = 0):
     """`labkit profile --out OUT --steps STEPS -- python step1_plain.py ...` (or step 2):
     the `labkit.profiling.command.CommandProfile`."""
@@ -185,18 +232,39 @@ def profile_own_script(out: os.PathLike, images: os.PathLike, *, steps: int, num
     return profile_command(own_script_command(images, num_workers=num_workers), out, steps=steps, warmup=1)
 
 
-def hta_side_by_side(profile_out: os.PathLike) -> str:
-    """labkit's and Holistic Trace Analysis's readings of the trace `labkit profile --out
-    PROFILE_OUT` wrote (`labkit.profiling.hta_check`), and whether they agree; where HTA is not
-    installed, the command that installs it."""
+# labkit's and HTA's figures "agree" when each is within this share of the other.
+HTA_TOLERANCE = 0.01
+HTA_AGREE = f"agree within {HTA_TOLERANCE:.0%}"
+HTA_DIFFER = f"differ by more than {HTA_TOLERANCE:.0%}"
+
+
+@dataclass(frozen=True)
+class HtaCheck:
+    """labkit's and Holistic Trace Analysis's readings of one trace side by side (`table`: rows
+    of what, labkit's value, HTA's value), or, where HTA is not installed, why not (`missing`:
+    the command that installs it)."""
+
+    table: SideBySide | None
+    missing: str = ""
+
+    @property
+    def agreement(self) -> str | None:
+        """`HTA_AGREE` when every figure both compute is within `HTA_TOLERANCE`, else
+        `HTA_DIFFER`; None without HTA."""
+        if self.table is None:
+            return None
+        return HTA_AGREE if self.table.agrees(HTA_TOLERANCE) else HTA_DIFFER
+
+
+def hta_side_by_side(profile_out: os.PathLike) -> HtaCheck:
+    """labkit's and HTA's readings of the trace `labkit profile --out PROFILE_OUT` wrote
+    (`labkit.profiling.hta_check`); where HTA is not installed, the command that installs it."""
     from labkit.profiling.hta_check import side_by_side
 
     try:
-        both = side_by_side(Path(profile_out) / "tensorboard")
+        return HtaCheck(side_by_side(Path(profile_out) / "tensorboard"))
     except ImportError as e:
-        return str(e)
-    agree = "agree within 1%" if both.agrees() else "DIFFER by more than 1%"
-    return f"{both.text()}\nwhere both compute a figure, they {agree}"
+        return HtaCheck(None, str(e))
 
 
 def trace_verdict(trace: os.PathLike) -> str:

@@ -220,20 +220,29 @@ def mistake_lines(name: str, mistake: str) -> MistakeChange:
 
 def show_mistake(name: str, mistake: str):
     """A recipe's `--mistake` lines beside the lines it runs otherwise, as a diff (`mistake_lines`):
-    the mistake marked "-", the fix "+", highlighted in a notebook."""
-    from IPython.display import Code
-
+    the mistake marked "-", the fix "+" (`show_change`)."""
     change = mistake_lines(name, mistake)
-    title = (f"recipes/{name}.py, {change.function}(): with --mistake {mistake} (-) and without (+)")
+    return show_change(f"recipes/{name}.py, {change.function}(): with --mistake {mistake} (-) and "
+                       f"without (+)", change.text())
 
-    class MistakeCode(Code):
+
+def show_change(title: str, diff: str):
+    """`diff` ("- " before removed lines, "+ " before added ones) under `title`, highlighted as
+    Python in a notebook with the added lines shaded (a diff lexer's two colours would hide the
+    code's own); plain text elsewhere."""
+    from IPython.display import Code
+    from pygments.lexers import PythonLexer
+
+    added = [i for i, line in enumerate(diff.splitlines(), 1) if line.startswith("+ ")]
+
+    class ChangeCode(Code):
         def _repr_html_(self) -> str:
-            return f"<p>{title}:</p>" + super()._repr_html_()
+            return f"<p>{title}:</p>" + _marked_html(self.data, PythonLexer(), added)
 
         def __repr__(self) -> str:
             return f"{title}:\n{self.data}"
 
-    return MistakeCode(change.text(), language="diff")
+    return ChangeCode(diff, language="python")
 
 
 def _marked_html(text: str, lexer, lines: list[int]) -> str:

@@ -10,6 +10,10 @@ torchrun, it is one process and the same maths.
 
 --batch-size is the GLOBAL batch: each process takes batch / (processes x grad-accum) samples
 per micro-step, so the loss curve does not change with the process count.
+
+`--mistake per-process-batch` trains with a common mistake instead: a one-process script's
+batch kept in every process, so each takes --batch-size and the global batch is processes x
+larger (see `micro_batch` in `main`).
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ def main(argv: list[str] | None = None) -> common.StepLog:
     p = common.parser(__doc__)
     p.add_argument("--grad-accum", type=int, default=1,
                    help="micro-steps per optimizer step; gradients are all-reduced on the last")
+    p.add_argument("--mistake", choices=["per-process-batch"], default=None,
+                   help="per-process-batch: every process takes --batch-size (the mistake)")
     args = common.parse(p, argv)
 
     # torchrun's variables; without torchrun this is a world of one process.
@@ -48,7 +54,10 @@ def main(argv: list[str] | None = None) -> common.StepLog:
     if args.batch_size % (world_size * args.grad_accum):
         p.error(f"--batch-size {args.batch_size} must divide by processes x --grad-accum "
                 f"= {world_size} x {args.grad_accum}")
-    micro_batch = args.batch_size // (world_size * args.grad_accum)
+    if args.mistake == "per-process-batch":  # the one-process script's line, kept
+        micro_batch = args.batch_size // args.grad_accum
+    else:
+        micro_batch = args.batch_size // (world_size * args.grad_accum)
 
     # Same seed on every rank: same initial weights (DDP also broadcasts rank 0's at start).
     model = common.torch_model(args).to(device)

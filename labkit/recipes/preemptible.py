@@ -14,6 +14,10 @@ fsspec opens one path string on a local disk, on gs://bucket/... (gcsfs) or on V
 /gcs/bucket/... mount; `torch.save("gs://...")` would write a local folder named "gs:". A step
 counts only once its COMMITTED marker exists: Cloud Storage cannot rename a folder atomically,
 so a half-written checkpoint must never look like a finished one.
+
+`--mistake save-to-url` saves with a common mistake instead (see `save`): the gs://... address
+handed to `torch.save` as a path, which writes a local folder named "gs:" and nothing to the
+bucket, so the restarted job finds no checkpoint.
 """
 
 from __future__ import annotations
@@ -37,8 +41,15 @@ else:  # a copy, run as a script: common.py, plain.py and samples.py beside it
 PREEMPTED_EXIT_CODE = 143  # what a process killed by SIGTERM reports; Vertex restarts the job
 
 
-def save(fs, root: str, step: int, state: dict) -> None:
+def save(fs, root: str, step: int, state: dict, mistake: str | None = None) -> None:
+    """`state` as step `step`'s checkpoint under `root` of `fs`, its marker last.
+    `mistake="save-to-url"` runs the common mistake instead, so it can be measured beside the fix."""
     folder = f"{root}/step-{step:08d}"
+    if mistake == "save-to-url":
+        address = fs.unstrip_protocol(folder)  # the address as given: gs://bucket/.../step-...
+        os.makedirs(address, exist_ok=True)
+        torch.save(state, f"{address}/state.pt")  # a path to torch.save: a local folder named "gs:"
+        return
     fs.makedirs(folder, exist_ok=True)
     with fs.open(f"{folder}/state.pt", "wb") as f:
         torch.save(state, f)
@@ -57,6 +68,8 @@ def main(argv: list[str] | None = None) -> common.StepLog:
     p.add_argument("--checkpoint-dir", required=True, help="local path, gs://... or /gcs/...")
     p.add_argument("--checkpoint-every", type=int, default=0, help="also save every K steps")
     p.add_argument("--preempt-at", type=int, default=None, help="drill: SIGTERM during this step")
+    p.add_argument("--mistake", choices=["save-to-url"], default=None,
+                   help="save-to-url: torch.save to the checkpoint's address string (the mistake)")
     args = common.parse(p, argv)
     device = common.device(args.device)
     torch.backends.cudnn.allow_tf32 = False  # fp32 as labkit train's: cuDNN convolutions default to TF32
@@ -126,7 +139,7 @@ def main(argv: list[str] | None = None) -> common.StepLog:
             if device.type == "cuda":
                 rng["cuda"] = torch.cuda.get_rng_state(device)
             save(fs, root, step, {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                  "scheduler": scheduler.state_dict(), "rng": rng, "step": step})
+                                  "scheduler": scheduler.state_dict(), "rng": rng, "step": step}, args.mistake)
         if preempted.is_set():
             log.write()
             print(f"SIGTERM: saved step {step}, exiting {PREEMPTED_EXIT_CODE}", flush=True)

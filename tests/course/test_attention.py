@@ -46,14 +46,33 @@ def test_kept_memory_grows_with_t_squared_by_hand_and_with_t_through_sdpa():
     assert extra == pytest.approx(attention.score_matrix_bytes(2, 2, 256), rel=0.1)
 
 
-def test_measure_gives_a_row_per_length_and_method_and_sentences_from_them():
+def test_measure_gives_a_row_per_length_and_method_and_findings_from_them():
     rows = attention.measure((32, 64), batch=1, heads=2, head_dim=8, repeats=1, device="cpu")
     assert [(r["T"], r["method"]) for r in rows] == [(32, "manual"), (32, "sdpa"), (64, "manual"), (64, "sdpa")]
     assert all(r["peak_mib"] is None and r["time_low_ms"] <= r["time_ms"] <= r["time_high_ms"] for r in rows)
     assert rows[2]["score_matrix_mib"] == 4 * rows[0]["score_matrix_mib"]
-    text = attention.doubling(rows)
-    assert text[0].startswith("manual: from T=32 to T=64") and text[1].startswith("sdpa:")
-    assert "At T=64" in text[2] and len(text) == 3  # one repeat: no timing verdict
+    found = attention.findings(rows)
+    assert found.sizes == (32, 64) and found.t_ratios == (2.0,) and found.longest == 64
+    manual, sdpa = found.growth
+    assert (manual.method, sdpa.method) == ("manual", "sdpa") and manual.expected(2.0) == 4 and sdpa.expected(2.0) == 2
+    assert (manual.law, sdpa.law) == ("T²", "T")
+    assert manual.ratios == (rows[2]["saved_mib"] / rows[0]["saved_mib"],)
+    assert found.memory_ratio == rows[2]["saved_mib"] / rows[3]["saved_mib"] > 1
+    assert found.mask_mib == 64 * 64 / 2**20 and 0 < found.explained <= 1.01
+    assert found.peak_mib == (None, None) and found.device == "cpu"
+    assert found.time is None and found.time_verdict.endswith("no verdict")  # one repeat
+
+
+def test_findings_give_a_time_verdict_from_three_repeats():
+    rows = [{"T": t, "method": m, "saved_mib": s, "peak_mib": None, "score_matrix_mib": 1.0, "device": "cpu",
+             "times_ms": times}
+            for t, m, s, times in ((64, "manual", 2.0, [10.0, 11.0, 12.0]), (64, "sdpa", 0.5, [4.0, 5.0, 4.5]))]
+    found = attention.findings(rows)
+    assert found.growth == () and found.t_ratios == ()
+    assert found.time.ratio == pytest.approx(4.5 / 11.0) and found.time_verdict == "faster"
+    assert found.memory_ratio == 4.0
+    with pytest.raises(ValueError, match="rows"):
+        attention.findings([])
 
 
 def test_bad_input_names_the_parameter():

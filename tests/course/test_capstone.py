@@ -3,6 +3,7 @@ arithmetic, the Vertex job for an epoch, and one real climb on this CPU."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import pytest
@@ -127,8 +128,10 @@ def test_nothing_kept_means_the_optimised_run_is_the_baseline():
     assert "optimised run is the baseline itself" in text and "Dropped" in text
 
 
-def test_the_climb_on_a_cpu_pins_torch_threads_and_restores_them():
+def test_the_climb_on_a_cpu_pins_torch_threads_and_restores_them(request):
     torch = pytest.importorskip("torch")
+    request.addfinalizer(functools.partial(torch.set_num_threads, torch.get_num_threads()))
+    torch.set_num_threads(2)  # not the pin's one thread, so the pin shows (a test worker may run on one)
     before, seen = torch.get_num_threads(), []
 
     def measure(cfg: TrainConfig):

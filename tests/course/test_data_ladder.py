@@ -1,5 +1,6 @@
-"""Notebook 03's helpers: data written twice, conclusions computed from measurements, the
-in-memory cache, the reading rates, and a tiny end-to-end ladder on each framework."""
+"""Notebook 03's helpers: data written twice, the findings (numbers and verdicts) drawn from the
+measurements, the in-memory cache, the reading rates, and a tiny end-to-end ladder on each
+framework."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import statistics
 
 import pytest
 
-from labkit.course.input_pipeline.conclusions import conclusions
+from labkit.core.config import ParameterError
+from labkit.core.stats import NO_DIFFERENCE, Spread
+from labkit.course.input_pipeline import findings
 from labkit.course.input_pipeline.ladder import (
     INPUT_RUNGS,
     CachedBatches,
@@ -63,37 +66,82 @@ def _ladder(engine, rates):
                                 zip(INPUT_RUNGS, rates, [0.9, 0.5, 0.4, 0.2, 0.05], strict=True)])
 
 
-def test_conclusions_are_computed_from_the_numbers():
+def test_the_ladder_findings_are_computed_from_the_numbers():
     lad = _ladder("torch", [10, 50, 40, 100, 150])
     assert lad.best.key == "cache" and lad.speedup() == pytest.approx(15)
-    mech = {"sample + collate": 100.0, "batch, background thread": 400.0}
-    assert best_torch_mechanism(mech) == "batch, background thread"
+    found = findings.ladder_findings(lad, TINY)
+    assert found.naive.key == "naive" and found.best.key == "cache" and found.speedup == pytest.approx(15)
+    assert [s.after.key for s in found.steps] == list(INPUT_RUNGS)[1:]
+    shards = found.step("shards")
+    assert shards.ratio == pytest.approx(5) and shards.verdict == "fewer than 3 epochs: no verdict"
+    assert not shards.measured and shards.reason is None and found.not_faster == ()
+    assert not found.workers_cost_more  # slower (40 < 50), but one epoch each: no verdict
+    assert (found.epochs, found.steps_per_epoch) == (1, 3)  # 12 samples in batches of 4
     raw = ReadRates({"raw": 6.0, "crc32c": 6.0, "torch_batch": 2.4, "tf_data": 1.2}, {})
     assert raw.ceiling == pytest.approx(3.0)
-    text = conclusions([lad], mech, raw, TINY)
-    assert "5.00× naive" in text and "fewer than 3 epochs: no verdict" in text
-    assert "15.0× the naive rung" in text
-    assert "started afresh" in text  # parallel reads (40) slower than shards (50)
-    assert "batch, background thread" in text and "400 samples/s" in text and "4.0× sample + collate" in text
-    assert "one pass each, so no verdict" in text
-    assert "80% of the single-core ceiling 3.00 GB/s" in text and "2.00× tf.data" in text
     rows = table(lad.rows(), title="torch").splitlines()
     assert rows[0] == "torch" and rows[1].startswith("rung") and "15" in rows[-1]
     assert "ceiling 1/(1/raw+1/crc)" in table(raw.rows())
+
+
+def _measured(engine, epochs, waits):
+    return InputLadder(engine, [InputRung(engine, k, 100, statistics.median(e), waits[k], e) for k, e in epochs.items()])
 
 
 def test_a_rung_that_did_not_help_gets_a_reason_from_what_it_adds():
     epochs = {"naive": (10.0, 10.5, 11.0), "shards": (5.0, 5.2, 5.4), "parallel_reads": (5.1, 5.3, 5.5),
               "prefetch": (3.0, 3.1, 3.2), "cache": (3.05, 3.1, 3.15)}
     waits = {"naive": 0.9, "shards": 0.6, "parallel_reads": 0.6, "prefetch": 0.1, "cache": 0.1}
-    for engine, helpers in (("torch", "2 loader processes share"), ("tf", "its reader threads share")):
-        lad = InputLadder(engine, [InputRung(engine, k, 100, statistics.median(e), waits[k], e)
-                                   for k, e in epochs.items()])
-        text = conclusions([lad], None, ReadRates({"raw": 1.0, "crc32c": 1.0}, {}), TINY)
-        flat = [line for line in text.splitlines() if "not measurably faster" in line]
-        assert len(flat) == 2, text  # parallel reads after shards, cache after prefetch
-        assert helpers in flat[0] and "waited for data 60% of the time before it and 60% with it" in flat[0]
-        assert "waited for data 10% of the time before it and 10% with it: there was little to win" in flat[1]
+    for engine in ("torch", "tf"):
+        found = findings.ladder_findings(_measured(engine, epochs, waits), TINY)
+        flat = found.not_faster
+        assert [s.after.key for s in flat] == ["parallel_reads", "cache"]
+        assert flat[0].reason == findings.HELPERS_SHARE_CORES and flat[0].verdict == NO_DIFFERENCE
+        assert (flat[0].before.data_fraction, flat[0].after.data_fraction) == (0.6, 0.6)
+        assert flat[1].reason == findings.LITTLE_TO_WIN  # it waited 10% before it
+        assert found.step("prefetch").verdict == "faster" and found.step("prefetch").reason is None
+        assert not found.workers_cost_more  # no measurable difference, not slower
+
+
+def test_a_rung_that_cut_the_wait_within_the_noise_is_not_said_to_have_missed_it():
+    epochs = {"naive": (10.0, 10.5, 11.0), "shards": (5.0, 5.2, 5.4), "parallel_reads": (3.0, 3.1, 3.2),
+              "prefetch": (2.0, 2.1, 2.2), "cache": (1.5, 1.9, 2.6)}
+    waits = {"naive": 0.9, "shards": 0.6, "parallel_reads": 0.5, "prefetch": 0.35, "cache": 0.0}
+    (cache,) = findings.ladder_findings(_measured("torch", epochs, waits), TINY).not_faster
+    assert cache.after.key == "cache" and cache.reason == findings.WITHIN_NOISE
+
+
+def test_a_wait_the_rung_did_not_cut_is_said_so():
+    epochs = {"naive": (10.0, 10.5, 11.0), "shards": (10.1, 10.4, 11.1), "parallel_reads": (3.0, 3.1, 3.2),
+              "prefetch": (2.0, 2.1, 2.2), "cache": (1.0, 1.1, 1.2)}
+    waits = {"naive": 0.9, "shards": 0.88, "parallel_reads": 0.5, "prefetch": 0.35, "cache": 0.0}
+    (shards,) = findings.ladder_findings(_measured("torch", epochs, waits), TINY).not_faster
+    assert shards.after.key == "shards" and shards.reason == findings.WAIT_NOT_CUT
+
+
+def test_torch_workers_started_afresh_each_epoch_are_said_to_cost_more_only_when_measurably_slower():
+    epochs = {"naive": (10.0, 10.5, 11.0), "shards": (5.0, 5.2, 5.4), "parallel_reads": (7.0, 7.1, 7.2),
+              "prefetch": (3.0, 3.1, 3.2), "cache": (1.0, 1.1, 1.2)}
+    waits = dict.fromkeys(epochs, 0.5)
+    assert findings.ladder_findings(_measured("torch", epochs, waits), TINY).workers_cost_more
+    assert not findings.ladder_findings(_measured("tf", epochs, waits), TINY).workers_cost_more
+
+
+def test_the_best_mechanism_against_the_runner_up():
+    mech = {"sample + collate": Spread((90.0, 100.0, 110.0)), "batch, in-process": Spread((300.0, 310.0, 320.0)),
+            "batch, background thread": Spread((390.0, 400.0, 410.0))}
+    assert best_torch_mechanism(mech) == "batch, background thread"
+    found = findings.mechanism_findings(mech)
+    assert (found.best, found.runner_up, found.worst) == ("batch, background thread", "batch, in-process",
+                                                          "sample + collate")
+    assert found.best_over_worst == pytest.approx(4.0) and found.verdict == "faster"
+    mech["batch, in-process"] = Spread((380.0, 395.0, 405.0))  # overlaps the best's passes
+    assert findings.mechanism_findings(mech).verdict == NO_DIFFERENCE
+    one_pass = {k: Spread((v.median,)) for k, v in mech.items()}
+    assert findings.mechanism_findings(one_pass).comparison is None
+    assert "no verdict" in findings.mechanism_findings(one_pass).verdict
+    with pytest.raises(ParameterError, match="mechanisms"):
+        findings.mechanism_findings({"batch, in-process": Spread((1.0,))})
 
 
 def test_workers_to_feed():
@@ -141,14 +189,3 @@ def test_tiny_tf_ladder(tmp_path):
     lad = tf_ladder(write_ladder_data(tmp_path, TINY), tf_image_step(10, width=4))
     assert [r.key for r in lad.rungs] == list(INPUT_RUNGS)
     assert all(r.samples == 12 for r in lad.rungs)
-
-
-def test_a_rung_that_cut_the_wait_within_the_noise_is_not_said_to_have_missed_it():
-    epochs = {"naive": (10.0, 10.5, 11.0), "shards": (5.0, 5.2, 5.4), "parallel_reads": (3.0, 3.1, 3.2),
-              "prefetch": (2.0, 2.1, 2.2), "cache": (1.5, 1.9, 2.6)}
-    waits = {"naive": 0.9, "shards": 0.6, "parallel_reads": 0.5, "prefetch": 0.35, "cache": 0.0}
-    lad = InputLadder("torch", [InputRung("torch", k, 100, statistics.median(e), waits[k], e)
-                                for k, e in epochs.items()])
-    text = conclusions([lad], None, ReadRates({"raw": 1.0, "crc32c": 1.0}, {}), TINY)
-    assert "cache: not measurably faster than prefetch here (the step waited for data 35% of the time " \
-           "before it and 0% with it, but the epochs' times vary more than that gain)" in text

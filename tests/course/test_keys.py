@@ -9,9 +9,8 @@ from dataclasses import replace
 import pytest
 
 from labkit.course import capstone, levers, precision
-from labkit.course.input_pipeline import conclusions as input_conclusions
+from labkit.course.input_pipeline import findings as input_findings
 from labkit.course.input_pipeline import ladder as input_ladder
-from labkit.course.input_pipeline.read_rates import ReadRates
 
 
 def _precision_rows(relabel: str) -> list[dict]:
@@ -37,14 +36,14 @@ def test_precision_findings_and_lookups_survive_new_labels():
         found.rung("fp8")
 
 
-def test_input_conclusions_survive_new_labels(monkeypatch):
+def test_input_findings_survive_new_labels(monkeypatch):
     for key in input_ladder.INPUT_RUNGS:
         monkeypatch.setitem(input_ladder.INPUT_RUNGS, key, f"renamed {key}")
     lad = input_ladder.InputLadder("torch", [input_ladder.InputRung("torch", key, 100, 100 / r, 0.5) for key, r in
                                              zip(input_ladder.INPUT_RUNGS, [10, 50, 60, 100, 150], strict=True)])
-    raw = ReadRates({"raw": 6.0, "crc32c": 6.0, "torch_batch": 2.4}, {})
-    text = input_conclusions.conclusions([lad], None, raw, input_ladder.InputLadderConfig())
-    assert "Shards of 32: 5.00× renamed naive" in text and "Highest median: renamed cache" in text
+    found = input_findings.ladder_findings(lad, input_ladder.InputLadderConfig())
+    assert found.step("shards").ratio == pytest.approx(5) and found.step("shards").before.label == "renamed naive"
+    assert found.best.label == "renamed cache" and found.speedup == pytest.approx(15)
     assert lad.rows()[1]["rung"] == "renamed shards"
 
 

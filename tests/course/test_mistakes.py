@@ -1,8 +1,9 @@
 """The mistake-beside-the-fix measurements: each returns numbers computed in the run that can
 show the mistake (and would fail these tests if the mistake stopped showing). The sentences and
 plots beside each are computed from the measurement they describe, so a different measurement
-gives a different sentence; notebook 04's two (softmax, TF32) return numbers and verdicts only,
-and the notebook writes the sentences."""
+gives a different sentence; notebook 02's (a per-process batch), 04's two (softmax, TF32), 07's
+(torch.save to a gs:// string) and 08's (training memory) return numbers and verdicts only, and the notebook writes the
+sentences."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 matplotlib.use("Agg")
 
+from labkit.core.config import ParameterError  # noqa: E402
 from labkit.core.models import GPTConfig  # noqa: E402
 from labkit.course import mistakes  # noqa: E402
 
@@ -74,12 +76,45 @@ def test_the_recipe_trains_with_the_mistake_on_request():
 
 @pytest.mark.slow
 def test_torch_save_to_a_gs_string_lands_in_a_local_folder(tmp_path):
-    r = mistakes.save_to_bucket_url(tmp_path, "my-bucket/run/model.pt")
-    assert r["mistake_local_folder"] == "gs:"
-    assert (tmp_path / "gs:" / "my-bucket" / "run" / "model.pt").is_file()
-    assert r["mistake_files_in_workdir"] == ["gs:/my-bucket/run/model.pt"]  # nothing from the fix
-    assert r["fix_url"] == "memory://my-bucket/run/model.pt" and r["fix_bytes"] > 4000
-    assert r["fix_round_trip_equal"]
+    pytest.importorskip("gcsfs")
+    r = mistakes.save_to_bucket_url(tmp_path, "my-bucket/run/ckpt")
+    assert r.address == "gs://my-bucket/run/ckpt" and r.gs_handler == "gcsfs.core.GCSFileSystem"
+    wrong, right = r.mistake, r.fix
+    assert wrong.disk_files == ("gs:/my-bucket/run/ckpt/step-00000000/state.pt",) and wrong.local_folder == "gs:"
+    assert (tmp_path / "job" / "gs:" / "my-bucket" / "run" / "ckpt" / "step-00000000" / "state.pt").is_file()
+    assert wrong.bucket_files == () and wrong.resumes_from is None  # a restarted job starts again
+    assert right.disk_files == () and right.local_folder is None
+    assert right.bucket_files == ("gs://my-bucket/run/ckpt/step-00000000/COMMITTED",
+                                  "gs://my-bucket/run/ckpt/step-00000000/state.pt")
+    assert (tmp_path / "buckets" / "my-bucket" / "run" / "ckpt" / "step-00000000" / "COMMITTED").is_file()
+    assert right.resumes_from == "gs://my-bucket/run/ckpt/step-00000000" and right.read_back_equal
+    with pytest.raises(ParameterError, match="bucket_path"):
+        mistakes.save_to_bucket_url(tmp_path, "just-a-bucket")
+
+
+def test_the_save_mistake_measured_is_the_recipes_mistake_lines(tmp_path, monkeypatch):
+    """The lines notebook 07 shows as the change are the preemptible recipe's `save`, and the same
+    function, with and without them, is what the measurement runs: the address as a path lands on
+    the local disk, fsspec's file object in the bucket's filesystem, marker last."""
+    import fsspec
+    import torch
+
+    from labkit.course import recipe_view
+    from labkit.recipes import preemptible
+
+    change = recipe_view.mistake_lines("preemptible", "save-to-url")
+    assert change.function == "save" and change.removed[-1] == "return"
+    assert 'torch.save(state, f"{address}/state.pt")' in change.removed[-2]
+    assert change.added[:3] == ("fs.makedirs(folder, exist_ok=True)", 'with fs.open(f"{folder}/state.pt", "wb") as f:',
+                                "    torch.save(state, f)")
+    monkeypatch.chdir(tmp_path)
+    fs, root = fsspec.filesystem("memory"), f"/labkit-test-{tmp_path.name}/ckpt"
+    preemptible.save(fs, root, 3, {"w": torch.ones(2)}, "save-to-url")
+    assert (tmp_path / "memory:" / root.strip("/") / "step-00000003" / "state.pt").is_file()
+    assert preemptible.newest_committed(fs, root) is None
+    preemptible.save(fs, root, 3, {"w": torch.ones(2)})
+    assert preemptible.newest_committed(fs, root) == f"{root}/step-00000003"
+    fs.rm(root.rsplit("/", 1)[0], recursive=True)
 
 
 @pytest.mark.slow
@@ -118,39 +153,74 @@ def test_embedding_gradient_rows_against_the_dense_all_reduce():
 def test_training_memory_counts_every_kind_of_byte():
     cfg = GPTConfig(vocab_size=1000, block_size=32, n_layer=2, n_head=2, n_embd=64)
     small, big = (mistakes.training_memory(cfg, batch_size=b) for b in (2, 4))
-    n = small["parameters"]
-    assert small["param_bytes"] == small["grad_bytes"] == small["guess_bytes"] == 4 * n
+    n = small.parameters
+    assert small.param_bytes == small.grad_bytes == small.guess_bytes == 4 * n
     tensors = 2 + 2 * 6 + 1  # embeddings, six per block, final norm (the head is tied)
-    assert small["optimizer_bytes"] == 2 * 4 * n + 4 * tensors  # exp_avg, exp_avg_sq, step
-    assert big["activation_bytes"] == pytest.approx(2 * small["activation_bytes"], rel=0.01)
+    assert small.optimizer_bytes == 2 * 4 * n + 4 * tensors  # exp_avg, exp_avg_sq, step
+    assert small.state_bytes_per_parameter == pytest.approx(16, abs=0.01)  # 4 + 4 + 8, whatever the batch
+    assert big.state_bytes_per_parameter == small.state_bytes_per_parameter
+    assert big.activation_bytes == pytest.approx(2 * small.activation_bytes, rel=0.01)
+    assert big.activation_share > small.activation_share and big.tokens_per_step == 4 * 32
     half = mistakes.training_memory(cfg, batch_size=4, precision="bf16")
-    assert half["activation_bytes"] < big["activation_bytes"]
+    assert half.activation_bytes < big.activation_bytes and half.param_bytes == big.param_bytes
+    with pytest.raises(ParameterError, match="precision"):
+        mistakes.training_memory(cfg, precision="fp16")
 
 
 def test_a_110m_model_needs_far_more_than_parameters_times_four():
     r = mistakes.training_memory(batch_size=8)
-    assert 105e6 < r["parameters"] < 115e6
-    assert r["total_over_guess"] > 5 and r["activation_bytes"] > r["param_bytes"]
+    assert 105e6 < r.parameters < 115e6
+    assert r.total_over_guess > 5 and r.activation_bytes > r.param_bytes
+    assert r.total_bytes == r.param_bytes + r.grad_bytes + r.optimizer_bytes + r.activation_bytes
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_per_process_batch_taken_for_the_global_one_changes_the_curve():
-    r = mistakes.per_process_batch(model="cnn", steps=4, batch_size=16, nproc=2, num_samples=128)
-    assert r["right_max_gap"] <= 1e-5
-    assert r["mistaken_max_gap"] > 1e-3 and r["mistaken_global_batch"] == 32
-    assert len(r["mistaken"]) == 2 and r["samples"] == 64  # the same samples, in half the steps
-    assert r["heldout_single"] is not None and r["heldout_mistaken"] is not None
-    text = mistakes.explain_per_process_batch(r)[1]
-    assert f"{r['heldout_mistaken']:.3f} against {r['heldout_single']:.3f}" in text
-    assert ("worse" in text) == (r["heldout_mistaken"] > r["heldout_single"])
+    from labkit.core.train_config import TrainConfig
+
+    job = TrainConfig(model="cnn", steps=4, batch_size=16, num_samples=128, device="cpu")
+    r = mistakes.per_process_batch(job, 2)
+    assert r.right_max_gap <= mistakes.RIGHT_TOLERANCE and r.right_within_tolerance
+    assert len(r.single) == len(r.right) == 4 and len(r.mistaken) == 2  # the same samples, in half the steps
+    assert (r.samples, r.per_process, r.mistaken_global_batch) == (64, 8, 32)
+    assert r.right[0] == pytest.approx(r.single[0], abs=1e-5) and r.mistaken[0] != r.single[0]
+    assert max(abs(a - b) for a, b in zip(r.single_at_equal_samples, r.mistaken, strict=True)) > 1e-3
+    assert r.end_comparison is None and "no verdict" in r.verdict  # 2 matched steps
 
 
-def test_the_mistakes_harm_is_said_from_its_held_out_losses():
-    r = {"nproc": 2, "batch_size": 32, "right_max_gap": 0.0, "mistaken_global_batch": 64, "samples": 640,
-         "heldout_single": 2.0, "heldout_mistaken": 2.2}
-    assert "2.200 against 2.000: worse" in mistakes.explain_per_process_batch(r)[1]
-    assert "no worse in this short run" in mistakes.explain_per_process_batch({**r, "heldout_mistaken": 1.9})[1]
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_ddp_recipes_mistake_trains_a_global_batch_nproc_times_larger():
+    """Under torchrun, `--mistake per-process-batch` gives every process the whole batch: the run
+    is `labkit train`'s with twice the global batch, not the one asked for."""
+    from labkit.course import recipe_view
+
+    argv = ["--model", "cnn", "--steps", "3", "--num-samples", "128", "--device", "cpu"]
+    wrong = recipe_view.run("ddp", [*argv, "--batch-size", "16", "--mistake", "per-process-batch"], nproc=2)
+    assert (wrong.run["micro_batch"], wrong.run["world_size"], wrong.run["config"]["mistake"]) == (16, 2,
+                                                                                                    "per-process-batch")
+    engine, _ = recipe_view.engine_losses("ddp", [*argv, "--batch-size", "32"], nproc=2)
+    assert max(abs(a - b) for a, b in zip(wrong.losses, engine, strict=True)) <= 1e-5
+
+
+def test_the_per_process_batch_mistake_is_the_recipes_batch_line():
+    from labkit.course import recipe_view
+
+    change = recipe_view.mistake_lines("ddp", "per-process-batch")
+    assert change.function == "main"
+    assert change.removed == ("micro_batch = args.batch_size // args.grad_accum",)
+    assert change.added == ("micro_batch = args.batch_size // (world_size * args.grad_accum)",)
+
+
+def test_a_per_process_batch_demo_is_refused_by_name_before_it_runs():
+    from labkit.core.train_config import TrainConfig
+
+    for job, nproc, name in ((TrainConfig(steps=4, batch_size=16), 1, "nproc"),
+                             (TrainConfig(steps=1, batch_size=16), 2, "steps"),
+                             (TrainConfig(steps=4, batch_size=15), 2, "batch_size")):
+        with pytest.raises(ParameterError, match=f"parameter '{name}'"):
+            mistakes.per_process_batch(job, nproc)
 
 
 # ---------------------------------------------------------------- the sentences and plots
@@ -173,29 +243,39 @@ def test_a_learning_curve_is_told_apart_from_a_flat_one():
 
 @pytest.mark.slow
 def test_bucket_url_and_embedding_sentences(tmp_path):
-    saved = mistakes.explain_save_to_bucket_url(mistakes.save_to_bucket_url(tmp_path, "b/m.pt"))
-    assert "a local folder named 'gs:'" in saved[0] and "read back equal: True" in saved[1]
     emb = mistakes.embedding_gradient_traffic(vocab_size=4096, dim=32, batch_size=2, block_size=128, world_size=4)
     text = " ".join(mistakes.explain_embedding_gradient_traffic(emb))
     assert f"touched {emb['rows_touched']:,} of the 4,096" in text and "with 4 ranks" in text
 
 
-def test_memory_sentences_and_rows_add_up():
+def test_memory_rows_add_up():
     cfg = GPTConfig(vocab_size=1000, block_size=32, n_layer=2, n_head=2, n_embd=64)
     fp32, bf16 = (mistakes.training_memory(cfg, batch_size=2, precision=p) for p in ("fp32", "bf16"))
     rows = mistakes.memory_rows(fp32, bf16)
-    for row in rows:
+    assert [r["precision"] for r in rows] == ["fp32", "bf16"]
+    for row, r in zip(rows, (fp32, bf16), strict=True):
         parts = row["params"] + row["grads"] + row["AdamW state"] + row["activations"]
-        assert parts == pytest.approx(row["total"])
-    text = " ".join(mistakes.explain_training_memory(fp32, bf16))
-    assert f"{fp32['total_over_guess']:.1f}× that" in text and "Under bf16 autocast" in text
+        assert parts == pytest.approx(row["total"]) and row["total / guess"] == r.total_over_guess
 
 
-def test_per_process_batch_sentences_and_plot():
-    r = {"single": [2.3, 2.2], "right": [2.3, 2.2], "mistaken": [2.25], "nproc": 2, "batch_size": 64,
-         "mistaken_global_batch": 128, "right_max_gap": 1e-7, "mistaken_max_gap": 0.05, "samples": 128,
-         "heldout_single": 2.1, "heldout_mistaken": 2.2}
-    text = " ".join(mistakes.explain_per_process_batch(r))
-    assert "(32 each)" in text and "global batch 128" in text and "after the same 128 samples" in text
+def test_the_per_process_batch_verdict_comes_from_the_matched_steps():
+    from labkit.core.stats import NO_DIFFERENCE
+
+    single = tuple(2.3 - 0.05 * i for i in range(16))  # falls steadily, 16 steps of batch 64
+    slow = mistakes.PerProcessBatch(2, 64, single, single, tuple(2.3 - 0.02 * k for k in range(8)))
+    assert slow.single_at_equal_samples == single[1::2] and slow.right_max_gap == 0
+    assert slow.matched_tail == 3 and slow.verdict == "worse"  # higher loss after the same samples
+    c = slow.end_comparison
+    assert c.a.values == single[-5::2] and c.b.values == slow.mistaken[-3:]
+    same = mistakes.PerProcessBatch(2, 64, single, single, single[1::2])
+    assert same.verdict == NO_DIFFERENCE
+    assert "no verdict" in mistakes.PerProcessBatch(2, 64, single[:4], single[:4], single[1:4:2]).verdict
+    off = mistakes.PerProcessBatch(2, 64, (2.3, 2.2), (2.3, 2.2 + 1e-4), (2.25,))
+    assert off.right_max_gap == pytest.approx(1e-4) and not off.right_within_tolerance
+
+
+def test_per_process_batch_plot_is_by_samples_seen():
+    r = mistakes.PerProcessBatch(2, 64, (2.3, 2.2), (2.3, 2.2), (2.25,))
     lines = mistakes.plot_per_process_batch(r).axes[0].lines
-    assert len(lines) == 3 and list(lines[2].get_xdata()) == [128]  # plotted by samples seen
+    assert len(lines) == 3 and list(lines[2].get_xdata()) == [128] and list(lines[0].get_xdata()) == [64, 128]
+    assert "2 processes × 32" in lines[1].get_label()

@@ -18,8 +18,8 @@ def _config() -> TrainConfig:
 
 
 def test_the_two_jobs_have_vertex_pools_and_run_the_straggler_program():
-    config, note = ps.demo_config(_config())
-    assert (config.device, config.scale, config.framework) == ("cpu", "smoke", "tf") and "CPU" in note
+    config = ps.demo_config(_config())
+    assert (config.device, config.scale, config.framework, config.batch_size) == ("cpu", "smoke", "tf", 64)
     specs = ps.jobs(config, ps.StragglerConfig(delay_ms=120))
     assert list(specs) == [ps.SYNC, ps.ASYNC]
     counts = {s: [p["replica_count"] for p in spec["worker_pool_specs"]] for s, spec in specs.items()}
@@ -35,7 +35,7 @@ def test_the_two_jobs_have_vertex_pools_and_run_the_straggler_program():
 def test_each_replica_gets_the_tf_config_task_of_its_pool():
     from labkit.vertex.emulator import LocalPaths, replica_envs
 
-    config, _ = ps.demo_config(_config())
+    config = ps.demo_config(_config())
     envs = replica_envs(ps.jobs(config, ps.StragglerConfig())[ps.ASYNC], LocalPaths("/tmp/unused"))
     tasks = {key: json.loads(env["TF_CONFIG"])["task"]["type"] for key, env in envs.items()}
     assert tasks == {(0, 0): "chief", (1, 0): "worker", (1, 1): "worker", (2, 0): "ps"}
@@ -83,17 +83,41 @@ def test_the_windows_give_the_rates_and_the_verdicts(runs):
     assert len(table) == 12 and table[7]["by the slowed worker"] == 4
 
 
-def test_the_conclusions_are_computed_from_the_windows(runs):
-    text = "\n".join(ps.conclusions(runs))
-    assert "0.40× all at full speed" in text and "slower" in text
-    assert "it did not wait for the straggler" in text
-    assert "kept 40% of its update rate" in text
-    assert "3.0 updates old on average and the other worker's 0.00" in text
-    assert NO_DIFFERENCE in text  # the throughput at full speed overlapped
-    lines = ps.rpc_lines(runs, ddp_gap=2e-7)
-    assert "stable and in maintenance mode" in lines[0] and "2.0e-07" in lines[1]
-    assert "0.01 MB per update for this model's 1,000 parameters" in lines[2]
-    assert "(no PyTorch here)" in ps.rpc_lines(runs)[1]
+def test_the_findings_are_computed_from_the_windows(runs):
+    found = ps.findings(runs)
+    assert (found.delay_ms, found.slow_worker) == (100.0, 0)
+    assert found.sync_verdict == "slower" and found.sync.ratio == pytest.approx(8 / 20)  # medians
+    assert found.asynchronous.ratio == pytest.approx(20 / 23) and found.async_verdict == "slower"
+    assert found.others_verdict == "faster" and found.others_kept_pace  # it did not wait for the straggler
+    assert found.throughput_verdict == NO_DIFFERENCE  # the throughput at full speed overlapped
+    stale = found.staleness
+    assert (stale.median, stale.mean, stale.max) == (1, 1, 1)
+    assert (stale.slowed_mean, stale.other_mean) == (3, 0)
+    assert found.compared_updates == 90  # the synchronous job's updates, fewer than the asynchronous one's
+    last_tenth = slice(90 - 9, 90)
+    assert found.sync_tail_loss == pytest.approx(sum(runs[ps.SYNC].losses[last_tenth]) / 9)
+    assert found.async_tail_loss == pytest.approx(sum(runs[ps.ASYNC].losses[last_tenth]) / 9)
+
+
+def test_a_window_kind_without_updates_has_no_staleness(runs):
+    asyn = runs[ps.ASYNC]
+    asyn.result["updates"] = [u for u in asyn.updates if u["window"] % 2 == 0]  # nothing in slowed windows
+    assert ps.staleness(asyn) is None
+
+
+def test_the_parameter_servers_traffic_against_a_ring(runs):
+    t = ps.traffic(runs)
+    assert (t.params, t.workers, t.updates_per_s) == (1000, 2, 23)
+    assert t.server_bytes_per_update == 8000 and t.server_bytes_per_s == 8000 * 23
+    assert t.ring_bytes_per_worker == 4000  # 2 (2 - 1) / 2 of 4,000 bytes
+
+
+def test_a_recipe_run_gives_each_workers_updates_and_their_staleness():
+    steps = [{"worker": 0, "staleness": 0}, {"worker": 1, "staleness": 1}, {"worker": 0, "staleness": 2},
+             {"worker": 1, "staleness": 0}]
+    r = ps.recipe_staleness(steps)
+    assert r.by_worker == {0: 2, 1: 2} and r.updates == 4
+    assert (r.mean, r.max, r.stale_share) == (0.75, 2, 0.5)
 
 
 def test_the_plot_has_the_three_panels(runs, tmp_path):

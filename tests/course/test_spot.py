@@ -111,15 +111,19 @@ def test_sensitivity_shows_where_spot_and_the_sigterm_checkpoint_pay():
     assert slow[0]["SIGTERM checkpoint saves $"] == 0.0
 
 
-def test_sensitivity_text_is_read_from_the_grid():
+def test_sensitivity_findings_are_read_from_the_grid():
     rows = spot.sensitivity(scenario(checkpoint_write_s=10.0), [0.01, 0.1, 1.0, 3.0, 6.0], [600, 1800])
-    text = spot.sensitivity_text(rows, 100.0)
-    first_worth = min(r["preemptions/h"] for r in rows if (r["SIGTERM checkpoint saves $"] or 0) >= 1.0)
-    assert f"from {first_worth:g} preemptions/h" in text
-    assert "never finishes from 6 preemptions/h" in text and "Spot saves at every rate" in text
+    found = spot.sensitivity_findings(rows, 100.0)
+    first_pays = min(r["preemptions/h"] for r in rows if (r["SIGTERM checkpoint saves $"] or 0) >= 1.0)
+    assert found.sigterm_pays_from == first_pays and found.on_demand_usd == 100.0
+    assert found.sigterm_most_usd == max(r["SIGTERM checkpoint saves $"] or 0 for r in rows)
+    assert found.never_finishes_from == 6.0 and found.stops_saving_from is None  # Spot saves at every rate
     calm = spot.sensitivity(scenario(checkpoint_write_s=60.0), [0.01, 20.0], [600])
-    text = spot.sensitivity_text(calm, 100.0)
-    assert "under 1%" in text and "Spot stops saving from 20 preemptions/h" in text
+    found = spot.sensitivity_findings(calm, 100.0)
+    assert found.sigterm_pays_from is None and found.sigterm_most_usd < spot.WORTH_SHARE * 100.0
+    assert found.stops_saving_from == 20.0
+    with pytest.raises(ParameterError, match="rows"):
+        spot.sensitivity_findings([], 100.0)
 
 
 def test_time_checkpoint_write_to_a_folder_writes_there_and_removes_it(tmp_path):

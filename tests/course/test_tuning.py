@@ -1,6 +1,11 @@
-"""Notebook 11's presentation of a study: sentences and cost rows computed from trial records."""
+"""Notebook 11's reading of a study: the numbers and verdicts its sentences are written from, and
+the cost rows, all computed from trial records."""
 
 from __future__ import annotations
+
+import math
+
+import pytest
 
 from labkit.course import tuning
 from labkit.vertex.tuning import StudyCost, TrialRecord, study_summary
@@ -17,34 +22,39 @@ def _cost(spot: bool, rate: float) -> StudyCost:
     return StudyCost(spot, rate, hours, hours * rate, {}, [], [])
 
 
-def test_conclusions_come_from_the_records_and_prices():
-    records = _records()
-    text = "\n".join(tuning.conclusions(study_summary(records), records, _cost(True, 0.2), _cost(False, 0.5),
-                                        ["lr", "batch_size"]))
-    assert "trial 1 (lr=1.00e-03, batch_size=32)" in text and "2.1000" in text
-    assert "between 2.1000 and 2.3100 (10.0% apart)" in text
-    assert "1 trial(s) were stopped early" in text and "after 4 s" in text
-    assert "(60% less)" in text
+def _findings(records, **kw):
+    return tuning.findings(study_summary(records), records, _cost(True, 0.2), _cost(False, 0.5), **kw)
+
+
+def test_findings_come_from_the_records_and_prices():
+    found = _findings(_records())
+    assert found.trials == 3 and found.best.trial_id == "1" and found.learned is True  # no chance: not judged
+    assert tuning.values_text(found.best.parameters) == "lr=1.00e-03, batch_size=32"
+    assert (found.finished, found.finished_low, found.finished_high) == (2, 2.10, 2.31)
+    assert found.finished_spread == pytest.approx(0.1)
+    assert (found.stopped, found.stopped_seconds) == (1, 4.0)
+    assert found.spot_saving == pytest.approx(0.6)
+    assert found.above_floor is None and found.below_chance is None and found.learned_below is None
 
 
 def test_a_study_in_which_no_trial_learned_names_no_best_configuration():
+    flat = _findings(_records(), chance=2.302585)
+    assert flat.learned is False and flat.learned_below == pytest.approx(0.8 * 2.302585)
+    learned = _findings(_records(), chance=6.0, floor=0.5)
+    assert learned.learned is True and learned.best.trial_id == "1"
+    assert learned.above_floor == pytest.approx(1.6) and learned.below_chance == pytest.approx(3.9)
+
+
+def test_a_study_with_no_finished_trial_has_no_best():
+    found = _findings([TrialRecord("1", {"lr": 1e-3}, None, "FAILED", 1.0)], chance=2.3)
+    assert found.best is None and found.learned is None and found.finished == 0
+    assert found.finished_spread is None and found.stopped == 0
+
+
+def test_spot_saving_needs_an_on_demand_price():
     records = _records()
-    flat = tuning.conclusions(study_summary(records), records, _cost(True, 0.2), _cost(False, 0.5),
-                              ["lr", "batch_size"], chance=2.302585)
-    assert "No trial learned" in flat[0] and "lr=1.00e-03" not in " ".join(flat)
-    learned = tuning.conclusions(study_summary(records), records, _cost(True, 0.2), _cost(False, 0.5),
-                                 ["lr", "batch_size"], chance=6.0)
-    assert "trial 1 (lr=1.00e-03" in learned[0] and "chance 6.0000" in learned[0]
-    placed = tuning.conclusions(study_summary(records), records, _cost(True, 0.2), _cost(False, 0.5),
-                                ["lr", "batch_size"], chance=6.0, floor=0.5)
-    assert "ended 1.600 above that floor and 3.900 below chance" in " ".join(placed)
-    assert not any("floor" in line for line in flat + learned)
-
-
-def test_a_study_with_no_finished_trial_says_so():
-    records = [TrialRecord("1", {"lr": 1e-3}, None, "FAILED", 1.0)]
-    text = tuning.conclusions(study_summary(records), records, _cost(True, 0.2), _cost(False, 0.5), ["lr"])
-    assert "finished" in text[0] and "1.00e-03" not in " ".join(text)  # no best configuration named
+    free = tuning.findings(study_summary(records), records, _cost(True, 0.0), _cost(False, 0.0))
+    assert free.spot_saving is None
 
 
 def test_cost_rows_and_plot(tmp_path):
@@ -63,8 +73,10 @@ def test_without_a_cloud_the_request_goes_to_the_local_stand_in(monkeypatch, tmp
         monkeypatch.delenv(name, raising=False)
     spec = vertex.tuning_job(TrainConfig(steps=3), output_uri="gs://bkt/s", metric="loss", goal="minimize",
                              parameters={"lr": ("log", 1e-4, 1e-2)}, max_trial_count=3, parallel_trial_count=1)
-    line = tuning.submit_or_preview(spec, "t")
-    assert "local stand-in" in line and "3 trials, 1 in parallel" in line and "JOB_STATE_SUCCEEDED" in line
+    sent = tuning.submit_or_preview(spec, "t")
+    assert sent.to_stand_in and sent.job is None and sent.placeholder is None
+    assert (sent.display_name, sent.trials, sent.parallel, sent.metric) == ("t", 3, 1, "loss")
+    assert sent.goal == "MINIMIZE" and sent.state == "JOB_STATE_SUCCEEDED"
 
 
 def test_a_placeholder_bucket_is_never_submitted_even_with_a_cloud(monkeypatch, tmp_path):
@@ -77,8 +89,8 @@ def test_a_placeholder_bucket_is_never_submitted_even_with_a_cloud(monkeypatch, 
     monkeypatch.setattr(vertex, "submit", _refuse_real_submissions(vertex.submit))
     spec = vertex.tuning_job(TrainConfig(steps=3), output_uri="gs://YOUR_BUCKET/s", metric="loss", goal="minimize",
                              parameters={"lr": ("log", 1e-4, 1e-2)}, max_trial_count=2, parallel_trial_count=1)
-    line = tuning.submit_or_preview(spec, "t")
-    assert line.startswith("output_uri still holds a placeholder") and "local stand-in" in line
+    sent = tuning.submit_or_preview(spec, "t")
+    assert sent.to_stand_in and sent.placeholder == "output_uri" and sent.trials == 2
 
 
 def _refuse_real_submissions(submit):
@@ -100,19 +112,23 @@ def test_a_best_value_at_the_edge_of_its_range_is_flagged_on_the_ranges_own_scal
         return TrialRecord("1", {"lr": lr, "batch_size": 32.0}, 2.0, "SUCCEEDED", 1.0)
 
     ranges = {"lr": ("log", 1e-4, 3e-2)}
-    assert "top edge" in tuning.edge_notes(best(2.9e-2), ranges)[0]
-    assert "bottom edge" in tuning.edge_notes(best(1.2e-4), ranges)[0]
-    assert tuning.edge_notes(best(2e-3), ranges) == []  # mid-range on a log scale
-    assert tuning.edge_notes(best(0.05), {"lr": ("linear", 0.0, 0.1)}) == []
-    assert tuning.edge_notes(None, ranges) == []
+    [top] = tuning.range_edges(best(2.9e-2), ranges)
+    assert (top.name, top.value, top.low, top.high, top.side) == ("lr", 2.9e-2, 1e-4, 3e-2, "top")
+    assert top.position == pytest.approx(math.log(2.9e-2 / 1e-4) / math.log(3e-2 / 1e-4))
+    assert tuning.range_edges(best(1.2e-4), ranges)[0].side == "bottom"
+    assert tuning.range_edges(best(2e-3), ranges) == []  # mid-range on a log scale
+    assert tuning.range_edges(best(0.05), {"lr": ("linear", 0.0, 0.1)}) == []
+    assert tuning.range_edges(best(0.095), {"lr": ("linear", 0.0, 0.1)})[0].side == "top"
+    assert tuning.range_edges(None, ranges) == []
 
 
-def test_the_search_note_counts_tpes_random_start_up():
+def test_the_tpe_share_counts_its_random_start_up():
     from labkit.vertex.tuning import tpe_startup_trials
 
     startup = tpe_startup_trials()
-    assert "random search" in tuning.search_note(startup)
-    assert tuning.search_note(startup + 5).startswith(f"TPE suggested 5 of the {startup + 5} trials")
+    assert tuning.tpe_share(startup).guided == 0  # a random search
+    share = tuning.tpe_share(startup + 5)
+    assert (share.trials, share.startup, share.guided) == (startup + 5, startup, 5)
 
 
 def _confirmed(a, b):
@@ -123,13 +139,15 @@ def test_a_winner_is_named_only_when_it_holds_on_every_seed():
     from labkit.core import stats
 
     holds = _confirmed([1.0, 1.01, 1.02], [1.2, 1.21, 1.19])
-    cmp = tuning.top_comparison(holds, "minimize")
-    assert cmp.winner == "a" and "stays best on every one of 3 seeds" in tuning.confirmation_sentence(holds, cmp)
+    held = tuning.confirmation(holds, tuning.top_comparison(holds, "minimize"))
+    assert held.verdict == "better" and held.seeds == 3
+    assert (held.best["trial"], held.runner_up["trial"]) == ("3", "7")
     luck = _confirmed([1.0, 1.3, 1.31], [1.1, 1.12, 1.11])
-    assert stats.NO_DIFFERENCE in tuning.confirmation_sentence(luck, tuning.top_comparison(luck, "minimize"))
+    assert tuning.confirmation(luck, tuning.top_comparison(luck, "minimize")).verdict == stats.NO_DIFFERENCE
     flipped = _confirmed([1.3, 1.31, 1.32], [1.1, 1.12, 1.11])
-    assert "one seed's luck" in tuning.confirmation_sentence(flipped, tuning.top_comparison(flipped, "minimize"))
+    assert tuning.confirmation(flipped, tuning.top_comparison(flipped, "minimize")).verdict == "worse"
     assert tuning.top_comparison(holds[:1], "minimize") is None
+    assert tuning.confirmation(holds[:1], None) is None
 
 
 def test_the_planned_full_study_leaves_tpes_start_up():

@@ -33,7 +33,8 @@ def _torch():
     from labkit.torch.data import DataPosition
     from labkit.torch.distributed import DistInfo
 
-BASE = TrainConfig(model="gpt", steps=4, batch_size=8, device="cpu", progress=False, eval_samples=0)
+BASE = TrainConfig(model="gpt", steps=4, batch_size=8, num_samples=64, device="cpu", progress=False,
+                   eval_samples=0)  # 64 samples: the default 4096 are generated for each run
 DCP = replace(BASE, checkpoint_format="dcp")
 
 

@@ -97,7 +97,7 @@ def test_fit_with_fp8_head_trains(tmp_path):
     from labkit.torch.trainer import fit
 
     log = fit(TrainConfig(model="gpt", precision="bf16", fp8_head=True, steps=8, batch_size=8,
-                          lr=3e-3, device="cpu", progress=False))
+                          lr=3e-3, device="cpu", num_samples=64, eval_samples=0, progress=False))
     losses = [s["loss"] for s in log.steps]
     assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
 

@@ -69,7 +69,7 @@ def test_the_engine_trains_gpt_in_fp8_and_its_linears_are_fp8():
     from labkit.torch.trainer import fit
 
     config = TrainConfig(model="gpt", precision="fp8", steps=6, batch_size=8, lr=3e-3, device="cpu",
-                         progress=False)
+                         num_samples=64, eval_samples=0, progress=False)  # no held-out loss asked
     c = build(config, distributed.DistInfo(), torch.device("cpu"))
     assert sum(isinstance(m, fp8.Float8Linear) for m in c.model.modules()) == 2 * 4 + 1
     losses = [s["loss"] for s in fit(config).steps]

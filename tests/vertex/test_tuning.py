@@ -201,6 +201,7 @@ def test_both_engines_report_the_trial_metric_once_per_evaluation(framework, met
     monkeypatch.setenv(hypertune.TUNING_METRIC_ENV, metric)
     monkeypatch.setenv(hypertune.METRIC_FILE_ENV, str(tmp_path / "hypertune" / "output.metrics"))
     log = run_training(TrainConfig(framework=framework, steps=4, batch_size=8, checkpoint_every=2,
+                                   num_samples=64, eval_samples=32,  # the default sizes cost seconds
                                    checkpoint_dir=str(tmp_path / "ck"), metrics_out=str(tmp_path / "m.json"),
                                    device="cpu", progress=False))
     reported = hypertune.reported_values(hypertune.read_reports(tmp_path / "hypertune" / "output.metrics"), metric)

@@ -4,5 +4,5 @@ tf.data behind injected storage latency, and what share of a step waits for data
     ladder       the input ladder (naive → shards → parallel reads → prefetch → cache), per framework
     read_rates   page-cache reading rates, reading mechanisms, loader processes to feed a GPU, CRC demo
     step_probe   a real training step to put behind a pipeline, in both frameworks
-    conclusions  the sentences computed from the ladders and the reading rates
+    findings     the numbers and verdicts drawn from the ladders and the reading mechanisms
 """

@@ -213,20 +213,6 @@ class FeedEstimate:
         """The loader processes the appetite needs: the more of reading and decoding."""
         return max(self.reading_workers, self.decoding_workers or 0)
 
-    def text(self, record_kb: int) -> str:
-        if self.reference is None:
-            return self.why
-        return (f"reference: {self.reference.text()}\n"
-                f"{self.margin:g}× that is {self.images_per_s:,.0f} images/s, "
-                f"{self.images_per_s * self.image_bytes / 1e9:.2f} GB/s of pixels\n"
-                f"one loader process here reads {self.gb_per_s:.2f} GB/s of {record_kb} KB records: about "
-                f"{self.reading_workers} worker(s) would read {self.margin:g}× that rate"
-                + ("" if self.decoding_workers is None else
-                   f"\nbut the images arrive as JPEGs: one process here decodes {self.decodes_per_s:,.0f} of "
-                   f"224² a second, so decoding alone needs about {self.decoding_workers} worker(s); the "
-                   f"pipeline needs the more of the two, {self.workers} (a rough figure: this machine's "
-                   f"cores, no augmentation, which costs more on top)"))
-
 
 def feed_estimate(gb_per_s: float, decodes_per_s: float | None = None) -> FeedEstimate:
     """`FeedEstimate` for one loader process reading `gb_per_s` and decoding `decodes_per_s`

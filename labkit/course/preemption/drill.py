@@ -4,13 +4,15 @@ when it is reclaimed). The preempted job checkpoints, restarts as a whole, resum
 newest committed checkpoint, and `DrillResult` compares the two: per-step losses and final
 weights must be identical, bit for bit.
 
-Every step number this module writes follows labkit's one numbering (`STEP_NUMBERING`): the
-first step is step 0, as in the metrics file's ``step`` field, the checkpoint folders
-(``step-00000008`` holds the state after step 8) and `labkit train`'s "preempted during step 8".
-The emulator reads a replica's progress from its bar, which counts the steps *done*: when it
-shows 7 done, steps 0-6 are done and step 7 is running, so its "at step 7" is "during step 7"
-here (`DrillResult.events` says it that way). `DrillResult.story` tells the drill in that
-numbering: the signal during step S, the checkpoint of step C, the resume with step C + 1.
+Every step number here follows labkit's one numbering: the first step is step 0, as in the
+metrics file's ``step`` field, the checkpoint folders (``step-00000008`` holds the state after
+step 8) and `labkit train`'s "preempted during step 8". The emulator reads a replica's progress
+from its bar, which counts the steps *done*: when it shows 7 done, steps 0-6 are done and step 7
+is running, so its "at step 7" is "during step 7" here (`DrillResult.events` says it that way).
+`DrillResult` holds the drill in that numbering, as numbers for the notebook's sentences: the
+signal during step S (`signal_step`), the checkpoint of step C it restored (`checkpoint_step`,
+and how that checkpoint came to be: `restored`), the resume with step C + 1, the steps computed
+twice, and whether losses and weights came out identical.
 """
 
 from __future__ import annotations
@@ -27,8 +29,13 @@ from labkit.course.plots import finish, new_figure
 from labkit.vertex.emulator import Fault, LocalJob, LocalPaths, run_local
 from labkit.vertex.specs import training_job
 
-STEP_NUMBERING = ("steps are numbered from 0, as in the metrics file's `step` field and the checkpoint "
-                  "folders (step-00000008 holds the state after step 8)")
+# The checkpoint the restarted job restored (`DrillResult.restored`): the one every replica agreed
+# to take after the signal, a periodic one (a SIGKILL gives no warning), none at all (it started
+# again with step 0), or no restart from a checkpoint.
+ON_THE_SIGNAL = "taken on the signal"
+PERIODIC = "a periodic one"
+NONE_COMMITTED = "none committed: started again with step 0"
+NOT_RESUMED = "never resumed"
 # How the emulator words a step-triggered fault (labkit.vertex.faults.FaultTrigger): N is the
 # count of steps the replica's progress bar showed done.
 _SENT_AT_STEP = re.compile(r"sent (SIG[A-Z]+) to (\S+) at step (\d+)")
@@ -77,12 +84,6 @@ class DrillConfig:
         every = self.checkpoint_every
         return sorted({s for s in range(self.steps) if every and (s + 1) % every == 0} | {self.steps - 1})
 
-    def text(self) -> str:
-        """The drill's plan in labkit's step numbering."""
-        return (f"{self.steps} steps (0-{self.steps - 1}), a checkpoint after steps "
-                f"{', '.join(map(str, self.periodic_checkpoints))}; {self.signal} to {self.target} during step "
-                f"{self.preempt_step} (once {self.preempt_step} steps are done); {STEP_NUMBERING}")
-
 
 @dataclass
 class DrillResult:
@@ -121,21 +122,23 @@ class DrillResult:
         return max(float((self.clean_weights[k] - self.preempted_weights[k]).abs().max())
                    for k in self.clean_weights)
 
-    def text(self) -> str:
-        resumed = ("never resumed" if self.resumed_at_step is None else
-                   f"resumed with step {self.resumed_at_step} from the checkpoint of step {self.checkpoint_step}")
-        return "\n".join([
-            f"uninterrupted job: {self.clean.state}, {len(self.clean_losses)} steps (0-{len(self.clean_losses) - 1})",
-            f"preempted job:     {self.preempted.state}, {self.preempted.job_restarts} job restart(s), "
-            f"{resumed}, {self.redone_steps} step(s) computed twice",
-            f"per-step losses identical: {self.losses_equal}",
-            f"final weights identical:   {self.weights_equal} (max |difference| {self.max_weight_difference:g})",
-        ])
+    @property
+    def restored(self) -> str:
+        """How the checkpoint the restarted job restored came to be: `ON_THE_SIGNAL` (a SIGTERM,
+        and every replica stopped after the same step, at or after the one it arrived in, and
+        checkpointed it), `PERIODIC`, `NONE_COMMITTED` or `NOT_RESUMED`."""
+        if self.resumed_at_step is None:
+            return NOT_RESUMED
+        if self.checkpoint_step < 0:
+            return NONE_COMMITTED
+        on_signal = self.signal_step is not None and self.checkpoint_step >= self.signal_step
+        return ON_THE_SIGNAL if self.config.signal == "SIGTERM" and on_signal else PERIODIC
 
-    def story(self) -> list[str]:
-        """What happened, step by step, in labkit's step numbering."""
-        return drill_story(self.config.signal, self.config.target, self.signal_step, self.resumed_at_step,
-                           self.redone_steps)
+    @property
+    def steps_computed_twice(self) -> list[int]:
+        """The steps trained in the first attempt and again after the resume."""
+        start = self.resumed_at_step or 0
+        return list(range(start, start + self.redone_steps))
 
     def events(self) -> list[str]:
         """The emulator's events, its count of steps done said as the step that was running."""
@@ -153,34 +156,6 @@ class DrillResult:
                          "steps recorded": "" if first_last is None else "{}-{}".format(*first_last),
                          "seconds": round(r.seconds, 1)})
         return rows
-
-
-def drill_story(signal: str, target: str, signal_step: int | None, resumed_at: int | None,
-                redone: int) -> list[str]:
-    """The drill in labkit's step numbering (`STEP_NUMBERING`): the step the signal arrived in,
-    the checkpoint the restarted job restored, and the step it continued with."""
-    if signal_step is None:
-        return [f"{signal} was sent to {target}; the step it arrived in was not reported."]
-    done = {0: "no step was done", 1: "step 0 was done"}.get(signal_step, f"steps 0-{signal_step - 1} were done")
-    out = [f"{signal} reached {target} during step {signal_step} ({done})."]
-    if resumed_at is None:
-        return out + ["The job never resumed from a checkpoint."]
-    ckpt = resumed_at - 1
-    if ckpt < 0:
-        return out + [f"No checkpoint was committed: the restarted job started again with step 0, "
-                      f"{redone} step(s) computed twice."]
-    if signal == "SIGTERM" and ckpt >= signal_step:
-        out.append(f"Every replica agreed to stop after step {ckpt} (the stop flag rides in a step's "
-                   f"all-reduce), checkpointed step {ckpt} (step-{ckpt:08d}) and exited 143.")
-    elif signal == "SIGTERM":
-        out.append(f"No replica checkpointed on the signal; the newest committed checkpoint was step {ckpt}.")
-    else:
-        out.append(f"No warning, no checkpoint of its own: the newest committed checkpoint was step {ckpt} "
-                   f"(step-{ckpt:08d}), a periodic one.")
-    twice = f"steps {resumed_at}-{resumed_at + redone - 1}" if redone > 1 else f"step {resumed_at}"
-    out.append(f"The restarted job restored the checkpoint of step {ckpt} and continued with step {resumed_at}: "
-               + (f"{redone} step(s) computed twice ({twice})." if redone else "no step computed twice."))
-    return out
 
 
 @dataclass

@@ -3,7 +3,9 @@
 `tradeoff` prices a job at each checkpoint interval with `labkit.hardware.spot.SpotModel` (the
 one model of preemption overhead: lost work and restarts stretch the wall time, checkpoint
 writes add their own), so the cheapest interval and the Spot saving are numbers, not advice.
-`sensitivity` shows how that saving moves with the assumed preemption rate and the interval.
+`sensitivity` shows how that saving moves with the assumed preemption rate and the interval, and
+`sensitivity_findings` the rates at which that changes what Spot is worth (numbers; the notebook
+writes the sentences).
 `time_checkpoint_write` measures what writing a checkpoint costs (at a size that measures
 bandwidth, not latency), to this machine's disk or to a ``gs://`` folder. A Spot job checkpoints
 to Cloud Storage, so the interval comes from Cloud Storage's write rate (`WriteRate`):
@@ -119,26 +121,36 @@ def sensitivity(s: SpotScenario, rates_per_hour: Sequence[float],
     return rows
 
 
-def sensitivity_text(rows: list[dict[str, Any]], on_demand_usd: float) -> str:
-    """What a `sensitivity` grid says, computed from it: from which rate the SIGTERM checkpoint
-    saves at least 1% of the on-demand bill, from which a job with hard kills never finishes,
-    and whether Spot with the SIGTERM checkpoint stops saving."""
+# The SIGTERM checkpoint "pays" from the rate where it saves this share of the on-demand bill.
+WORTH_SHARE = 0.01
+
+
+@dataclass(frozen=True)
+class SensitivityFindings:
+    """What a `sensitivity` grid shows, as rates (preemptions per hour; None: at no rate of the
+    grid): from which the SIGTERM checkpoint saves at least `WORTH_SHARE` of the on-demand bill
+    (`sigterm_pays_from`; `sigterm_most_usd`, the most it saves at any rate), from which a job
+    with hard kills never finishes at any interval of the grid, and from which Spot with the
+    SIGTERM checkpoint no longer saves."""
+
+    on_demand_usd: float
+    sigterm_pays_from: float | None
+    sigterm_most_usd: float
+    never_finishes_from: float | None
+    stops_saving_from: float | None
+
+
+def sensitivity_findings(rows: list[dict[str, Any]], on_demand_usd: float) -> SensitivityFindings:
+    """The rates at which a `sensitivity` grid changes what Spot is worth (`SensitivityFindings`)."""
+    if not rows:
+        raise ParameterError("rows", rows, "an empty grid has no findings")
     gains = [(r["preemptions/h"], r["SIGTERM checkpoint saves $"] or 0.0) for r in rows]
-    worth = [rate for rate, usd in gains if usd >= 0.01 * on_demand_usd]
-    best = max(usd for _, usd in gains)
-    first = (f"The SIGTERM checkpoint saves at least 1% of the ${on_demand_usd:,.0f} on-demand bill from "
-             f"{min(worth):g} preemptions/h" if worth else
-             f"The SIGTERM checkpoint saves under 1% of the ${on_demand_usd:,.0f} on-demand bill at every rate "
-             f"here (at most ${best:,.2f})")
+    pays = [rate for rate, usd in gains if usd >= WORTH_SHARE * on_demand_usd]
     never = [r["preemptions/h"] for r in rows
              if all(v is None for k, v in r.items() if k.startswith("saving at"))]
     lost = [r["preemptions/h"] for r in rows if not (r["saving with it (%)"] or 0) > 0]
-    second = (f"With hard kills the job never finishes from {min(never):g} preemptions/h at these intervals "
-              "(restarts and lost work outpace it); " if never else "")
-    second += (f"Spot stops saving from {min(lost):g} preemptions/h even with the SIGTERM checkpoint."
-               if lost else "with the SIGTERM checkpoint Spot saves at every rate here.")
-    second = second[0].upper() + second[1:]
-    return f"{first}. {second}"
+    return SensitivityFindings(on_demand_usd, min(pays, default=None), max(usd for _, usd in gains),
+                               min(never, default=None), min(lost, default=None))
 
 
 @dataclass(frozen=True)
@@ -224,10 +236,6 @@ class WriteRate:
     def seconds(self, nbytes: float) -> float:
         """How long `nbytes` take to write at this rate."""
         return nbytes / self.bytes_per_s
-
-    def text(self, nbytes: float) -> str:
-        return (f"{self.label}: {self.bytes_per_s / 1e6:,.0f} MB/s, so a {nbytes / 1e9:g} GB checkpoint takes "
-                f"{self.seconds(nbytes):.1f} s; {self.how}")
 
 
 def measured_rate(place: str, write: CheckpointWrite, where: str) -> WriteRate:

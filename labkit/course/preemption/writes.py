@@ -1,6 +1,8 @@
 """Notebook 07's background checkpoint writes (`labkit.torch.state.Saver`) against the
-synchronous save the preemptible recipe makes: measured here, taking turns, with repeats, and
-set beside the checkpoint benchmark's figures (its results file named)."""
+synchronous save the preemptible recipe makes: measured here, taking turns, with repeats
+(`background_save`), as numbers and verdicts (`save_findings`), and the checkpoint benchmark's
+figures beside them (`checkpoint_reference`, its results file named); the notebook writes the
+sentences."""
 
 from __future__ import annotations
 
@@ -9,11 +11,12 @@ import shutil
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from labkit.core import stats
-from labkit.course import references
+from labkit.course import ladder, references
 
 CHECKPOINT_STALL = "2026-11-22-cpu-checkpoint-stall.json"
 
@@ -104,34 +107,48 @@ def save_comparisons(measured: dict[str, Any]) -> tuple[stats.Comparison, stats.
             stats.compare(m["sync_total_ms"], m["background_total_ms"], higher_is_better=False))
 
 
-def save_conclusions(measured: dict[str, Any], reference: dict[str, Any] | None) -> list[str]:
-    """What the engine's background writes buy here, from the measurement and the results file."""
+# What the background save bought here (`SaveFindings.outcome`), from the two verdicts.
+SHORTER_WAIT_ONLY = "a shorter wait, but not measurably less time in all"
+NO_SHORTER_WAIT = "not even a measurably shorter wait"
+LESS_IN_ALL = "less time in all, not only a shorter wait"
+
+
+@dataclass(frozen=True)
+class SaveFindings:
+    """`background_save`'s measurement as numbers and verdicts: `stall` (what training waits for:
+    the synchronous save as `a`, the background save's stall as `b`) and `total` (a save and the
+    steps after it until written, each way), in ms, lower is better."""
+
+    parameters: int
+    state_mb: float
+    step_ms: float
+    threads: int
+    steps_after: int
+    stall: stats.Comparison
+    total: stats.Comparison
+
+    @property
+    def stall_verdict(self) -> str:
+        """The background save's stall against the synchronous save: "faster" (a shorter wait),
+        "slower", or no measurable difference (`labkit.course.ladder.verdict`)."""
+        return ladder.verdict(self.stall)
+
+    @property
+    def total_verdict(self) -> str:
+        """The same for the time until written, the steps after the save included."""
+        return ladder.verdict(self.total)
+
+    @property
+    def outcome(self) -> str:
+        """`SHORTER_WAIT_ONLY`, `NO_SHORTER_WAIT` or `LESS_IN_ALL`."""
+        if not self.stall.b_is_better:
+            return NO_SHORTER_WAIT
+        return LESS_IN_ALL if self.total.b_is_better else SHORTER_WAIT_ONLY
+
+
+def save_findings(measured: dict[str, Any]) -> SaveFindings:
+    """`background_save`'s result as `SaveFindings`."""
     m = measured
     stall, total = save_comparisons(m)
-    out = [f"A {m['parameters'] / 1e6:.1f}M-parameter model, {m['state_mb']:.0f} MB of full state, "
-           f"plain step {m['step_ms']:.0f} ms, {m['threads']} torch thread(s).",
-           "What training waits for: " + stall.sentence("synchronous save", "background save's stall", "ms") + ".",
-           f"A save and the {m['steps_after']} training steps after it, up to the end of the write: "
-           + total.sentence("synchronous save", "background save", "ms") + "."]
-    if stall.winner == "b" and total.winner != "b":
-        out.append("So here the background thread shortened the wait, but not measurably the total: "
-                   "the writer's serialisation and writes run on the cores training already keeps busy. "
-                   "It pays where the training thread mostly waits for a GPU, leaving the host's "
-                   "cores to the writer.")
-    elif stall.winner != "b":
-        out.append("Here not even the wait was measurably shorter: with every core busy (training "
-                   "and whatever else runs on this machine), the host copy and the writer thread "
-                   "compete with training for the same cores.")
-    else:
-        out.append("Here the background write cost training less time in all, not only a shorter "
-                   "wait: the cores had room for the writer beside training.")
-    if reference is None:
-        out.append(references.NO_RESULTS + ".")
-    else:
-        r = reference
-        out.append(f"The checkpoint benchmark ({r['source']}, {r['device']}, {r['threads']} threads, "
-                   f"{r['date']}): {r['parameters'] / 1e6:.1f}M parameters, {r['state_mb']:.0f} MB; "
-                   f"synchronous save {r['write_ms']:.0f} ms, background stall {r['stall_ms']:.0f} ms "
-                   f"({r['stall_over_write']:.2f}×), training lost until written {r['lost_ms']:.0f} ms "
-                   f"({r['lost_over_write']:.2f}×). Not measured on a GPU machine yet.")
-    return out
+    return SaveFindings(int(m["parameters"]), m["state_mb"], m["step_ms"], m["threads"], m["steps_after"],
+                        stall, total)

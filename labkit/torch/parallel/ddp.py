@@ -30,6 +30,7 @@ def wrap(model: nn.Module, device: torch.device, config: TrainConfig) -> tuple[D
                     gradient_as_bucket_view=True)
     comm_state = None
     if config.grad_compression != "none":  # the compression hook reduces the gradients
-        hook, comm_state = compression.hook(config.grad_compression, config.powersgd_rank, device.type)
+        names = {id(p): name for name, p in model.named_parameters()}
+        hook, comm_state = compression.hook(config.grad_compression, config.powersgd_rank, device.type, names)
         ddp_model.register_comm_hook(comm_state, hook)
     return ddp_model, comm_state
