@@ -1289,8 +1289,9 @@ def probe_vertex_grid_search_keeps_records(tmp_path):
     return behaviour(got == [("SUCCEEDED", 1.0, 1.0), ("SUCCEEDED", 2.0, 2.0)], f"records {got}")
 
 
+# A trial process: slow, as tests/vertex/test_tuning.py checks the same run in make check.
 @probe("run_local_tuning, a trial whose code exits 2 for its value",
-       "the trial runs once (a user-code error is permanent on Vertex); its record says why")
+       "the trial runs once (a user-code error is permanent on Vertex); its record says why", pytest.mark.slow)
 def probe_vertex_failing_trial_runs_once(tmp_path):
     from labkit import vertex
 

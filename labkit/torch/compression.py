@@ -36,7 +36,12 @@ def hook(kind: str, rank: int, device: str, names: dict[int, str] | None = None)
     if kind == "fp16":
         return default_hooks.fp16_compress_hook, None
     if kind == "bf16":
-        return default_hooks.bf16_compress_hook, None
+        def bf16_hook(state, bucket):
+            # DDP refuses a hook named bf16_compress_hook without CUDA and NCCL 2.10+; gloo
+            # reduces the bf16 buckets on a CPU (notebook 06), so it is registered under this name.
+            return default_hooks.bf16_compress_hook(state, bucket)
+
+        return bf16_hook, None
     if kind == "powersgd":
         state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=rank,
                                             start_powerSGD_iter=POWERSGD_START_ITER,

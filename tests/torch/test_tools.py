@@ -174,7 +174,8 @@ def test_overflow_demo_skips_then_recovers():
 def test_ladder_rows_and_findings():
     rows = precision.run_ladder(precision.PrecisionLadderConfig(model="cnn", scale="smoke", steps=2, batch_size=8,
                                                                 include_compile=False, device="cpu"))
-    assert [r["key"] for r in rows] == [r.key for r in precision.RUNGS["torch"] if not r.compile]
+    assert [r["key"] for r in rows] == [r.key for r in precision.rungs("torch", False, model="cnn")]
+    assert "fp8" not in [r["key"] for r in rows]  # a CPU, and a cnn: no fp8 rung
     assert rows[0]["speedup"] == 1.0 and all(r["samples_per_s"] > 0 for r in rows)
     # every rung ran `repeats` times after its discarded warm-up; the row is their median
     assert all(r["repeats"] == 3 and len(r["runs_samples_per_s"]) == 3 for r in rows)

@@ -241,7 +241,7 @@ def test_a_grid_search_runs_the_grid_once_and_keeps_every_record(tmp_path):
     assert "--x=16.0" in logs and "--x=32.0" in logs
 
 
-def test_a_trial_that_fails_by_itself_runs_once_and_says_why(tmp_path):
+def test_a_trial_that_fails_by_itself_runs_once_and_says_why(tmp_path):  # the battery's row is slow
     pytest.importorskip("optuna")
     bad = [{"parameter_id": "x", "categorical_value_spec": {"values": ["FAIL"]}}]
     (record,) = vertex.run_local_tuning(_study(bad, trials=1), tmp_path)
