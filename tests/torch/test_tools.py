@@ -79,7 +79,8 @@ def test_powersgd_on_cpu_gradients_in_a_process_that_sees_a_gpu_fails_in_one_lin
     with pytest.raises(ValueError, match="grad_compression: .*CUDA_VISIBLE_DEVICES"):
         compression.hook("powersgd", 1, "cpu")
     assert compression.hook("powersgd", 1, "cuda")[0].__name__ == "powerSGD_hook"
-    assert compression.hook("bf16", 1, "cpu")[0].__name__ == "bf16_compress_hook"
+    # DDP refuses a hook named bf16_compress_hook without CUDA + NCCL; labkit's runs on gloo too
+    assert compression.hook("bf16", 1, "cpu")[0].__name__ == "bf16_hook"
 
 
 @pytest.mark.slow  # a process that imports torch
