@@ -29,6 +29,7 @@ NOTEBOOK_DIR = REPO / "notebooks"
 RESULTS_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "results"  # made-up results files
 # The test whose lease keeps `lease.SETTLE_S` (see `_no_lease_settle`): the lease's own first one.
 KEEP_LEASE_SETTLE = frozenset({"test_the_lease_names_its_holder_and_goes_when_released"})
+SHIPPED_SETTLE_S = lease.SETTLE_S
 
 
 def recipe_env(**extra: str) -> dict[str, str]:
@@ -102,13 +103,21 @@ def _no_folder_under_gcs():
         pytest.fail(f"the tests left {sorted(map(str, after - before))} under {mount}", pytrace=False)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_lease_settle():
+    """Every lease taken in this process (a checkpoint folder, a shard set, a course run), from
+    module fixtures too, skips the pause before its read-back: the pause lets a writer racing on
+    Cloud Storage land, no test races one, and the fast tier's 190-odd takes slept 39 s."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lease, "SETTLE_S", 0.0)
+        yield
+
+
 @pytest.fixture(autouse=True)
-def _no_lease_settle(request, monkeypatch):
-    """Every lease taken in this process (a checkpoint folder, a shard set, a course run) skips
-    the pause before its read-back: the pause lets a writer racing on Cloud Storage land, no test
-    races one, and the fast tier's 190-odd takes slept 39 s. One lease test keeps it as shipped."""
-    if request.node.originalname not in KEEP_LEASE_SETTLE:
-        monkeypatch.setattr(lease, "SETTLE_S", 0.0)
+def _lease_settle_as_shipped(request):
+    """The tests in `KEEP_LEASE_SETTLE` take their leases with the shipped pause."""
+    if request.node.originalname in KEEP_LEASE_SETTLE:
+        request.getfixturevalue("monkeypatch").setattr(lease, "SETTLE_S", SHIPPED_SETTLE_S)
 
 
 def _threads_per_worker() -> int | None:
