@@ -153,8 +153,9 @@ else:
 # The run to price: its FLOPs per step, and how fast its data arrives. A GPU trains no faster
 # than its batches arrive. `input_samples_per_s` is what your input pipeline delivers to one GPU
 # (notebook 03 measures it); without it, one loader process is timed here doing the costly part
-# of feeding this model (reading token records for GPT, decoding JPEGs for the image models).
-# That figure caps every option below, and a row the input holds back says so.
+# of feeding this model (reading token records for GPT, decoding JPEGs for the image models),
+# a floor: more loader workers or a bigger VM deliver more. That figure caps every option below,
+# and a row the input holds back says so.
 
 # %%
 from labkit.course.hardware_choice import input_rate, workload_flops_per_sample
@@ -164,8 +165,16 @@ workload = Workload(flops_per_step=per_sample * samples_per_step, samples_per_st
                     samples_per_epoch=samples_per_epoch, epochs=epochs)
 print(f"{model}: {per_sample / 1e9:.3g} GFLOP per sample, {workload.steps_per_epoch_on(gpus):,} steps per epoch "
       f"of {samples_per_step} samples on each of {gpus} GPU(s)")
+
+# %%
 feed = input_rate(model, input_samples_per_s)
-print(feed.text())
+if feed.passes is not None:
+    print(f"Input pipeline: {feed.samples_per_s:,.0f} samples/s per GPU, the median of {len(feed.passes.values)} timed "
+          f"passes ({feed.passes.range_text()} samples/s), {feed.source}.")
+elif feed.samples_per_s is not None:
+    print(f"Input pipeline: {feed.samples_per_s:,.0f} samples/s per GPU ({feed.source}).")
+else:
+    print(f"Input pipeline: no rate ({feed.source}); the estimates below are compute only.")
 
 # %% [markdown]
 # Now every option, **on equal terms**: each row runs `gpus` GPUs (a TPU row as many chips) and
@@ -231,7 +240,15 @@ from labkit.hardware.cost import tpu_break_even
 
 rows = tpu_break_even(estimates)
 print(table(rows))
-print("\n".join(f"{r['tpu']}: {r['why']}" for r in rows))
+for r in rows:
+    need, gpu = r["break-even TPU MFU"], r["cheapest GPU row"]
+    if need is not None:
+        print(f"{r['tpu']} on {r['chips']} chip(s) costs per run what {gpu} does (${r['GPU $/run']:,.2f}) at {need:.1%} of "
+              f"its datasheet peak" + ("." if r["reachable"] else ": above 100%, out of reach."))
+    else:
+        print(f"{r['tpu']}: no break-even utilisation ({r['why']}).")
+    if r["your TPU MFU"] is not None:
+        print(f"  at your tpu_mfu of {r['your TPU MFU']:.1%}: ${r['TPU $/run']:,.2f} per run")
 
 # %% [markdown]
 # ## 6. Your own model: `labkit estimate`

@@ -97,7 +97,6 @@ if fw.torch:
     print(ddp.summary())
     ddp_metrics = metrics.load_metrics(ddp.local("gs://labkit-local/06/ddp/metrics.json"))
     print("per-step loss:", [round(s["loss"], 4) for s in ddp_metrics["steps"]])
-    print(metrics.learning_text(ddp_metrics))
 else:
     print(frameworks.missing_reason("torch"))
 
@@ -127,10 +126,25 @@ if fw.tensorflow:
     print(tf_job.summary())
     tf_metrics = metrics.load_metrics(tf_job.local("gs://labkit-local/06/tf/metrics.json"))
     print("per-step loss:", [round(s["loss"], 4) for s in tf_metrics["steps"]])
-    print(metrics.learning_text(tf_metrics))
     key_figure(f"TF MultiWorkerMirrored, {replicas} workers: final loss", tf_metrics["summary"]["final_loss"])
 else:
     print(frameworks.missing_reason("tensorflow"))
+
+# %% [markdown]
+# What the emulated jobs show. A run "learned" when its loss on samples it never trained on ends
+# well under chance (`labkit.core.metrics.learned`); a run that did not says nothing with its curve.
+
+# %%
+runs = ([(f"PyTorch DDP, {replicas} nodes", ddp_metrics), ("PyTorch, 1 node", one_metrics)] if fw.torch else []) + \
+       ([(f"TensorFlow, {replicas} workers", tf_metrics)] if fw.tensorflow else [])
+print(f"A run learned when its held-out loss ends under {metrics.LEARNED_BELOW:g} × chance.")
+for name, m in runs:
+    held = (m.get("run") or {}).get("heldout")
+    print(f"{name}: held-out loss {held['loss']:.3f} on {held['samples']} unseen samples after {len(m['steps'])} steps, "
+          f"chance {held['chance']:.3f}: {'learned' if metrics.learned(m) else 'did NOT learn'}."
+          if held else f"{name}: no held-out loss measured, so no word on whether it learned.")
+if fw.torch:
+    print(f"With the same global batch, {replicas} nodes and 1 node gave per-step losses at most {gap:.2e} apart.")
 
 # %% [markdown]
 # ## Your own trainer, unmodified, as a 2-node job
@@ -153,7 +167,10 @@ from labkit.course import own_job
 
 if fw.torch:
     own = own_job.run_example(own_job.ddp_request(workdir, "06-own-job", replicas=replicas, epochs=own_epochs))
-    print(own.text())
+    print(own.report())
+    seen = own.learning
+    print(f"\nHeld-out loss {seen.first_loss:.3f} after epoch 1, {seen.last_loss:.3f} after epoch {seen.last_epoch}, "
+          f"against chance {seen.chance:.3f} (ln {own.classes} classes): {seen.verdict}.")
     key_figure(f"your own DDP trainer, {replicas} nodes: files it left in the bucket", len(own.run.outputs()),
                note=f"{own.run.job.state}")
 else:
@@ -230,6 +247,21 @@ if fw.torch:
     least = min(comp, key=lambda r: r["vs_none"])
     key_figure("gradient bytes per step with compression", least["vs_none"], "× of none",
                f"{least['hook']}, largest loss gap {least['max_loss_gap']:.2g}")
+
+# %% [markdown]
+# What each hook did here, read from the two tables (a break-even only from a cost larger than
+# the spread of its repeats):
+
+# %%
+if fw.torch:
+    print(f"Uncompressed, the busiest rank sent {comp[0]['sent_KiB_per_step']:,.0f} KiB per step.")
+    for r, e in zip(comp[1:], even, strict=True):
+        pays = (f"it pays on links slower than {e['break_even_MB_per_s']:,.0f} MB/s" if e["break_even_MB_per_s"] is not None
+                else "it saved no bytes, so it never pays" if e["note"] == gc.SAVED_NOTHING
+                else "its cost is within the spread of its repeats, so no break-even is claimed")
+        print(f"{r['hook']}: {r['vs_none']:.2f}× the bytes ({e['saved_KiB_per_step']:,.0f} KiB less per step), losses within "
+              f"{r['max_loss_gap']:.2g} of the uncompressed run's; its arithmetic took {e['cost_ms_per_step']:.3g} ms per step "
+              f"(its repeats spread over {e['spread_ms']:.3g} ms): {pays}.")
 
 # %% [markdown]
 # ## Reduction Server
@@ -349,11 +381,27 @@ if fw.aiplatform:
     sent = recipe_view.submit_locally(job_argv)
     spec = sent["request"]["job_spec"]
     print(table(recipe_view.request_rows(sent["request"])))
-    print("\n".join(recipe_view.request_conclusions(sent)))
     key_figure("vertex_job recipe: worker pools in the request the service received", len(spec["worker_pool_specs"]),
                note=f"scheduling {spec['scheduling']['strategy']}")
 else:
     print(frameworks.missing_reason("google.cloud.aiplatform"))
+
+# %% [markdown]
+# What arrived at the service, read from the request itself:
+
+# %%
+if fw.aiplatform:
+    got = recipe_view.received(sent)
+    pool2 = f", {got.pool2_replicas} × {got.pool2_image} on {got.pool2_machine} in pool 2" if got.pool2_replicas else ""
+    print(f"{got.pools} worker pools: {got.training_nodes} training nodes in pools 0 and 1{pool2}.")
+    print(f"scheduling.strategy = {got.strategy}: {'Spot VMs, cheaper and preemptible' if got.strategy == 'SPOT' else 'on-demand VMs'}.")
+    print(f"restart_job_on_worker_restart = {got.restart_job_on_worker_restart}: " + (
+        "a worker that restarts restarts the whole job, which DDP needs (its process group cannot lose a member)."
+        if got.restart_job_on_worker_restart else "a restarted worker rejoins alone, which a DDP process group cannot take."))
+    print(f"base_output_directory = {got.base_output_directory}: Vertex sets "
+          + ", ".join(f"{k}={v}" for k, v in got.output_dirs.items()) + ".")
+    print(f"Pool 0's command (a script that reads CLUSTER_SPEC) ends with: {got.primary_command.rsplit('; ', 1)[-1]}")
+    print("States the recipe polled: " + " → ".join(got.states) + ".")
 
 # %% [markdown]
 # ### A common mistake: an embedding's gradient all-reduced as if it were dense, or sparse for free
@@ -368,12 +416,41 @@ else:
 from labkit.course import mistakes
 
 if fw.torch:
-    emb = mistakes.embedding_gradient_traffic(world_size=nodes * gpus_per_node)
-    print("\n".join(mistakes.explain_embedding_gradient_traffic(emb)))
-    key_figure("embedding rows touched by one batch of 8 × 1024 tokens", 100 * emb["rows_touched_fraction"], "%",
-               note=f"of {emb['vocab_size']:,}")
-    key_figure(f"sparse row gather / dense all-reduce, bytes per rank at {emb['world_size']} ranks",
-               emb["touched_rows_allgather_bytes_per_rank"] / emb["dense_allreduce_bytes_per_rank"], "×")
+    # one process sends nothing, so the traffic is counted for at least two
+    emb = mistakes.embedding_gradient_traffic(world_size=max(2, nodes * gpus_per_node))
+    key_figure("embedding rows touched by one batch of 8 × 1024 tokens", 100 * emb.rows_touched_fraction, "%",
+               note=f"of {emb.vocab_size:,}")
+    key_figure(f"sparse row gather / dense all-reduce, bytes per rank at {emb.world_size} ranks", emb.sparse_over_dense,
+               "×", note=emb.fewer_bytes)
+
+# %% [markdown]
+# What the count shows (bytes counted, not timed): a ring all-reduce sends 2(N−1)/N × the dense
+# gradient from each rank; gathering the touched rows (float32 values and an int64 row id each)
+# sends them to the N−1 other ranks.
+
+# %%
+if fw.torch:
+    e = emb
+    print(f"One batch of {e.tokens:,} tokens touched {e.rows_touched:,} of the {e.vocab_size:,} embedding rows "
+          f"({e.rows_touched_fraction:.1%}); the other rows' gradients are zeros.")
+    print(f"Dense, DDP's way: the gradient is {e.dense_gradient_bytes / 1e6:.0f} MB and a ring sends "
+          f"{e.dense_allreduce_bytes_per_rank / 1e6:.0f} MB per rank with {e.world_size} ranks. Only the touched rows: "
+          f"{e.touched_rows_bytes / 1e6:.1f} MB on each rank; gathering them from every rank sends "
+          f"{e.touched_rows_allgather_bytes_per_rank / 1e6:.0f} MB per rank ({e.sparse_over_dense:.2f}× the ring): {e.fewer_bytes}.")
+    print(f"The gather grows with N − 1 while the ring stays under 2× the dense gradient: from {e.sparse_sends_more_from} "
+          f"ranks on, the rows send more than the dense all-reduce for this batch.")
+
+# %%
+if fw.torch:
+    print(f"nn.Embedding(sparse=True) gives a gradient of {emb.sparse_grad_rows_uncoalesced:,} rows before coalescing "
+          f"(one per token, repeats included), not the {emb.rows_touched:,} distinct rows.")
+    print(f"In a GPT whose output layer shares the embedding matrix, the gradient touches {emb.tied_rows_touched_fraction:.0%} "
+          f"of the rows" + (": nothing sparse to send." if emb.tied_rows_touched == emb.vocab_size else "."))
+
+# %% [markdown]
+# Why: the touched rows' bytes grow with the batch (more distinct tokens) and the gather's with
+# the rank count, while the dense all-reduce depends on neither. So rows can pay for a large
+# vocabulary, a small batch and few ranks, and cannot where the output layer shares the embedding.
 
 # %% [markdown]
 # ## Watch the job in Vertex AI TensorBoard
@@ -449,7 +526,13 @@ nccl_spec = vertex.training_job(dict(model="gpt", precision="bf16", steps=5000, 
                                 accelerator_count=gpus_per_node, replica_count=nodes, env={"NCCL_DEBUG": "INFO"})
 print("\n".join(mn.pool_env_lines(nccl_spec)))
 if fw.torch:
-    print(mn.nccl_here_text(tb_job, len(devices.detect().gpus)))
+    gpus_here, nccl_lines = len(devices.detect().gpus), mn.nccl_log_lines(tb_job)
+    print(f"The TensorBoard job above ran with NCCL_DEBUG=INFO: {nccl_lines} NCCL log line(s) in its replicas' logs, "
+          f"{gpus_here} GPU(s) on this machine.")
+    print("With GPUs, each rank's NCCL INFO lines name the network and the transport NCCL chose." if gpus_here else
+          "No GPU here: the replicas used gloo, which reads no NCCL_* variable. NCCL variables act only between GPUs, "
+          "and what one changes (all-reduce bus bandwidth with and without it) needs a GPU machine to measure: "
+          "no such figure is shown.")
 
 # %% [markdown]
 # ## What a running job reports, and where to read it

@@ -232,7 +232,10 @@ from labkit.course import own_job
 
 if frameworks.has_torch():
     own = own_job.preemption_comparison(workdir, replicas=replicas, epochs=own_epochs)
-    print(own.text())
+    print(own.report())
+    calm, hit = own.undisturbed.learning, own.preempted.learning
+    print(f"\nFinal held-out loss: undisturbed {calm.last_loss:.4f}, preempted and resumed {hit.last_loss:.4f}: "
+          + ("the same at every epoch, an exact resume." if own.identical else "they differ: the resume changed the run."))
     key_figure("your own trainer, preempted and resumed: held-out losses identical to undisturbed",
                str(own.identical), note=f"{own.preempted.run.job.job_restarts} job restart(s)")
 else:

@@ -91,7 +91,14 @@ print("Not tried here:", "; ".join(f"{s.label}: {s.why}" for s in not_here) or "
 
 # %%
 baseline, slow = capstone.slow_baseline(cfg, hardware)
-print(slow.text())
+if slow.injected:
+    sized = "" if slow.compute_ms is None else (f", as long as this machine's compute step (measured just now without "
+                                               f"it: {slow.compute_ms:,.0f} ms), so about {slow.expected_wait:.0%} "
+                                               f"of each baseline step should be spent waiting")
+    print(f"The baseline is input-bound by construction: each batch waits {slow.latency_ms:,.0f} ms for storage in "
+          f"the training process{sized}. The loader lever has that wait to remove.")
+print("It trains in fp32, eagerly: the 16-bit, layout and compiler levers have its fp32 arithmetic to remove."
+      + ("" if slow.injected else " No input wait is injected: this engine has no loader lever here."))
 print(f"baseline: {baseline.precision}, {baseline.num_workers} loader workers, "
       f"{baseline.input_latency_ms:g} ms injected wait per batch")
 
@@ -128,12 +135,28 @@ for t in result.trials:
 # %%
 display(Markdown(table(result.final, ["run", "samples_per_s", "range", "step_time_ms", "data_fraction",
                                        "peak_memory_mib", "final_loss", "device"], markdown=True)))
-print(result.bottleneck())
 key_figure("capstone baseline: share of each step waiting for input", result.baseline_wait or 0.0, "",
            f"median of its runs; input-bound from {capstone.INPUT_BOUND:.0%}")
 key_comparison("capstone speed-up here, optimised over baseline", result.final_comparison, "the baseline",
                "the optimised run")
 key_figure("capstone levers kept here", ", ".join(result.kept_labels) or "none")
+
+# %% [markdown]
+# The stated bottleneck against the measured one: a run counts as input-bound when it waits for
+# its input a third of each step or more (`capstone.INPUT_BOUND`).
+
+# %%
+neck = result.bottleneck()
+if neck.wait is None:
+    print("This engine did not measure how long each step waited for its input.")
+else:
+    about = f", about {neck.expected:.0%} of each step waiting" if neck.injected and neck.expected is not None else ""
+    print("Stated before it ran: " + ("input-bound" if neck.injected else "not input-bound") + f"{about}.")
+    print(f"Measured: the baseline waited for its input {neck.wait:.0%} of each step (median of its {neck.runs} runs "
+          f"in the final comparison; input-bound from {capstone.INPUT_BOUND:.0%}): " + ("input-bound" if
+          neck.input_bound else "not input-bound") + (", as stated." if neck.shown else ", not as stated."))
+    if neck.injected and not neck.shown:
+        print("The stated bottleneck did not show on this machine, so the loader lever had little to remove.")
 
 # %% [markdown]
 # ## What the job on the target GPU carries
@@ -151,8 +174,32 @@ from labkit.course import capstone_target
 job_plan = capstone_target.plan_for_target(result, hardware, target)
 display(Markdown(table(list(job_plan.rows), ["lever", "here", "stored GPU run", "carried", "decided by"],
                        markdown=True)))
-print("\n".join(job_plan.sentences()))
+carried = "; ".join(f"{', '.join(labels)} ({who})" for who, labels in job_plan.carried_by.items())
+print(f"The job on the {target} carries: {carried or 'no lever'}.")
+if job_plan.not_carried:
+    print("Not carried: " + "; ".join(f"{r['lever']} ({r['why'] or r['decided by']})" for r in job_plan.not_carried)
+          + ".")
 key_figure("capstone levers the job carries", ", ".join(job_plan.carried_labels) or "none", note=job_plan.deciders)
+
+# %%
+from labkit.course import references
+
+if not job_plan.measured_here:
+    if job_plan.ladder is None:
+        print(f"{references.NO_RESULTS}: no device lever is carried.")
+    elif not job_plan.ladder_decides:
+        print(f"The stored GPU ladder trained {capstone_target.LADDER_MODEL} with {capstone_target.LADDER_FRAMEWORK}; "
+              f"it does not decide for {model} with {baseline.framework}: run this notebook on a GPU to choose its "
+              "device levers.")
+    print("A CPU's verdicts on the 16-bit, layout and compiler levers do not decide a GPU job: tensor cores and GPU "
+          "kernels are what those levers are for.")
+
+# %%
+if (gap := job_plan.gpu_gap) is not None:
+    sheet = [f"{f.memory_bw_gbs:,.0f} GB/s memory, {f.peak_tflops.get('bf16', 0):,.1f} bf16 TFLOP/s datasheet, "
+             f"{f.cite()}" if f else "not in labkit's GPU table" for f in (gap.ran, gap.wanted)]
+    print(f"The stored ladder ran on {gap.ran_on} ({sheet[0]}); the target is the {gap.target} ({sheet[1]}). No ladder "
+          f"measured on the target is stored: the hours below are the {gap.ran_on}'s, an estimate, not a measurement.")
 
 # %% [markdown]
 # ## What an epoch costs
@@ -183,11 +230,47 @@ if (c := job_plan.comparison) is not None:
 
 # %% [markdown]
 # ## What this run shows
-# Every sentence is computed from the climb and the side-by-side runs above, on this machine
-# (dollars only where this machine's own runs priced the epoch).
+# Every sentence is written from the climb and the side-by-side runs above, on this machine
+# (`capstone.findings` gives the numbers and the verdicts; dollars only where this machine's own
+# runs priced the epoch). A verdict is "faster" or "slower" only when the two sides' runs do not
+# overlap; otherwise it is "no measurable difference here".
 
 # %%
-print("\n".join(capstone.conclusions(result, costs if job_plan.measured_here else [])))
+found = capstone.findings(result, costs if job_plan.measured_here else [])
+b, o = found.baseline, found.optimised
+if found.nothing_kept:
+    print(f"No lever measurably beat the configuration before it here, so the optimised run is the baseline itself "
+          f"({b.median:,.0f} samples/s, {b.range_text()} over {len(b.values)} runs, on {found.device}).")
+else:
+    print(f"Final comparison, in turns on {found.device}: the optimised run trained {found.speedup:.2f}× the "
+          f"baseline's samples per second ({o.median:,.0f} vs {b.median:,.0f}, ranges {o.range_text()} vs "
+          f"{b.range_text()}, {len(o.values)} and {len(b.values)} runs): {found.verdict}.")
+
+# %%
+if found.kept:
+    print("Kept, in order (every run with the lever faster than every run without it): " + ", ".join(
+        f"{f.lever} {f.gain:.2f}× ({f.before_range} → {f.after_range} samples/s)" for f in found.kept) + ".")
+if found.dropped:
+    print("Dropped, because they did not pay off measurably on this machine: "
+          + ", ".join(f"{f.lever} ({f.gain:.2f}×, {f.verdict})" for f in found.dropped) + ".")
+if found.swung:
+    r = found.baseline_runs
+    print(f"The baseline configuration measured {r.range_text()} samples/s over its {len(r.values)} runs in this "
+          f"climb, a {r.swing:.1f}× swing for the same settings: the machine's speed changed while this ran, so read "
+          "these verdicts with care.")
+
+# %%
+if found.input_left:
+    print(f"The optimised run still waits for its input {found.optimised_wait:.0%} of each step (the baseline "
+          f"{found.baseline_wait:.0%}): the input pipeline is the next lever (notebook 03).")
+print(f"At any fixed hourly price, an epoch of the optimised run costs {found.cost_ratio:.2f}× the baseline's (ratio "
+      f"of the medians; final comparison: {found.verdict}): machine time is what you pay for.")
+if found.epoch_dollars is not None:
+    print(f"Per epoch on-demand: ${found.epoch_dollars[0]:,.2f} → ${found.epoch_dollars[1]:,.2f}"
+          + (f"; optimised on Spot ${found.spot_dollars:,.2f}" if found.spot_dollars is not None else "") + ".")
+loss_b, loss_o = found.final_loss
+print(f"Final loss after {found.steps} steps: baseline {loss_b:.4f}, optimised {loss_o:.4f} "
+      f"(difference {found.loss_gap:.4f}).")
 
 # %% [markdown]
 # ## Run the planned job on Vertex AI

@@ -74,12 +74,22 @@ print("DeepSpeed:", deepspeed_missing or "installed")
 if has_torch:
     modes = mp.course_modes(processes, four_processes, use_deepspeed and not deepspeed_missing, microbatches)
     reference, results = mp.run_modes(base, modes, workdir / "runs")
-    rows = mp.mode_table(reference, results)
-    display(Markdown(table(rows, markdown=True)))
-    print("Your prediction, answered: " + mp.memory_answer(rows))
-    least = min(rows, key=lambda r: r["vs_ddp"])
-    key_figure("least memory per rank vs DDP", least["vs_ddp"], "×", least["mode"])
-    key_figure("largest loss gap from one process", max(r["loss_gap"] for r in rows), "", "relative")
+    display(Markdown(table(mp.mode_table(reference, results), markdown=True)))
+    found = mp.findings(reference, results)
+    key_figure("least memory per rank vs DDP", found.least_memory.value, "×", found.least_memory.mode)
+    key_figure("largest loss gap from one process", found.largest_gap.value, "",
+               f"relative, {found.largest_gap.mode}: {found.losses_verdict}")
+
+# %% [markdown]
+# Your prediction, answered: what each rank held against DDP's rank, and the least it could hold
+# (every rank keeping 1/N of the weights, gradients and optimizer state).
+
+# %%
+if has_torch:
+    shares = ", ".join(f"{m.mode} {m.value:.2f}×" for m in found.memory)
+    print(f"Per-rank memory against DDP's on {found.nproc} processes: {shares}.")
+    print(f"Least: {found.least_memory.mode}, {found.least_memory.value:.2f}× DDP's; 1/{found.nproc} of everything "
+          f"would be {found.memory_floor:.2f}×. Section 2 splits each figure into weights, gradients and optimizer state.")
 
 # %% [markdown]
 # ## 2. The calculator against the measurement
@@ -112,14 +122,30 @@ if has_torch:
 
 # %%
 if has_torch:
-    bubbles = mp.bubble_rows(results)
-    display(Markdown(table(bubbles, markdown=True)))
-    print("Your prediction, answered: " + mp.bubble_answer(bubbles))
+    bubbles = mp.bubble_findings(results)
+    display(Markdown(table([b.row() for b in bubbles], markdown=True)))
     first = bubbles[0]
-    key_figure("pipeline bubble, measured − (p−1)/(m+p−1)", first["difference"], "",
-               f"{first['mode']}: {first['measured']:.2f} vs {first['theory']:.2f}")
-    key_figure("pipeline bubble, measured − expected with these stages", first["unexplained"], "",
-               f"{first['mode']}: stage work {first['stage_work']}, expected {first['expected']:.2f}")
+    key_figure("pipeline bubble, measured − (p−1)/(m+p−1)", first.difference, "",
+               f"{first.mode}: {first.measured:.2f} vs {first.theory:.2f}")
+    key_figure("pipeline bubble, measured − expected with these stages", first.unexplained, "",
+               f"{first.mode}: stage work {first.row()['stage_work']}, expected {first.expected:.2f}")
+
+# %% [markdown]
+# Your prediction, answered, run by run: the formula, the measurement, what the stages' own work
+# leads to expect, and which way what remains went (within ±0.02 counts as a match).
+
+# %%
+if has_torch:
+    why = {mp.BUBBLE_ABOVE: "time spent sending, receiving and in the schedule's own launches, counted as idle",
+           mp.BUBBLE_BELOW: "part of the fill passed before this stage's clock started (it entered the schedule late)"}
+    for b in bubbles:
+        work = ", ".join(f"{w:.2f}" for w in b.stage_work)
+        print(f"{b.mode}: p={b.stages}, m={b.microbatches}, (p−1)/(m+p−1) = {b.theory:.2f}; measured {b.measured:.2f} "
+              f"on the busiest stage ({b.difference:+.2f}).")
+        print(f"  The stages did {'nearly equal' if b.equal_work else 'unequal'} work ({work} of the busiest), so the "
+              f"busiest one should sit idle {b.expected:.2f} of the step.")
+        print(f"  Measured − expected = {b.unexplained:+.2f}: {b.verdict}" + (f"; {why[b.verdict]}." if b.verdict in why
+                                                                               else f" (±{mp.BUBBLE_TOLERANCE:.2f})."))
 
 # %% [markdown]
 # ## 4. The DeepSpeed equivalent of each torch mode
@@ -151,11 +177,20 @@ if has_torch and use_deepspeed and not deepspeed_missing:
     offload_flags = mp.offload_argv(base, stage=2)
     print(recipe_view.command("deepspeed_zero", offload_flags, nproc=processes))
     offload = mp.offload_comparison(offload_flags, results, processes)
-    display(Markdown(table(offload["rows"], markdown=True)))
-    for line in mp.offload_lines(offload):
-        print("-", line)
+    display(Markdown(table(offload.rows, markdown=True)))
 elif has_torch:
     print("ZeRO-Offload run skipped:", deepspeed_missing or "use_deepspeed is False")
+
+# %%
+if has_torch and use_deepspeed and not deepspeed_missing:
+    print(f"Largest relative loss gap, offload against none: {offload.gap:.1e}: {offload.verdict} (up to {mp.SAME_LOSSES_BELOW:.0e}).")
+    for rank, (held, without) in enumerate(zip(offload.held, offload.without, strict=True)):
+        where = ", ".join(f"{b / 1024:,.1f} KiB on {d}" for d, b in sorted(held.items()))
+        print(f"Rank {rank}'s optimizer state: {where} with offload; {without / 1024:,.1f} KiB on the training device without.")
+    print(f"The GPUs kept {offload.gpu_bytes / 1024:,.1f} KiB of optimizer state with offload, "
+          f"{sum(offload.without) / 1024:,.1f} KiB without." if offload.on_gpu else
+          f"These processes trained on {offload.device}: the 'device' is host memory too, so offload moved nothing here; "
+          "on a GPU the GPU's share of these bytes drops to about 0.")
 
 # %% [markdown]
 # ## 5. Scaling up: one planner for GPT-2 small, 7B and 70B
@@ -221,8 +256,34 @@ display(Markdown(table(weighed[:10], markdown=True)))
 print(f"all {len(weighed)} layouts weighed: {tables.write_csv(weighed, workdir / 'weighed_70b_64x40.csv')}")
 grid = mp.grid_rows(gpus=(8, 64), gpu_gib=(40, 80), effective_tflops=effective_tflops)
 display(Markdown(table(grid, markdown=True)))
-for line in mp.view_notes(plan, decisions, grid):
-    print("-", line)
+check = mp.view_check(plan, decisions, grid)
+
+# %% [markdown]
+# How the tables relate: where two of them meet they must give the same layout; where the
+# decision table's layout changes along a row, the assumption that differs.
+
+# %%
+for c in check.clashes:
+    print(f"- the {c.table} says {c.layout} for {c.model} on {c.gpus} × {c.gib:g} GiB, {c.interconnect}; "
+          f"the decision table says {c.decided}")
+if not check.clashes:
+    print(f"- the memory, decision and layout tables share {check.shared} cells and give the same layout in every one: "
+          "they are one planner's answer")
+for c in check.by_interconnect:
+    where = "; ".join(f"{d['interconnect']}: {d['layout']}" for d in c.cells)
+    print(f"- {c.model} on {c.gpus} GPUs of {c.cells[0]['GiB']:g} GiB: {where}. The interconnect differs: it changes only "
+          "the step times, so a layout whose communication hides on the faster link can lose on the slower one.")
+
+# %%
+for c in check.by_memory:
+    small, big = c.smaller, c.larger
+    where = "; ".join(f"{d['GiB']:g} GiB: {d['layout']}" for d in c.cells)
+    why = (f"the {big['GiB']:g} GiB layout needs {big['GiB_per_rank']:.1f} GiB per GPU, over the {small['usable_GiB']:.1f} "
+           f"usable on the {small['GiB']:g} GiB one" if c.reason == mp.OVER_MEMORY else
+           f"on {small['GiB']:g} GiB the smallest tp·pp that fits is {small['smallest_tp_pp']}, so other layouts are weighed"
+           if c.reason == mp.ANOTHER_SPLIT else "the same layouts are weighed, but with less memory each holds smaller "
+           "micro-batches (more accumulation steps), which changes their step times")
+    print(f"- {c.model} on {c.gpus} GPUs, {small['interconnect']}: {where}. The GPU memory differs: {why}.")
 
 # %% [markdown]
 # ## The code
@@ -265,12 +326,24 @@ if has_torch and compare_recipe:
                f"tolerance {cmp.tolerance:.0e}")
 
 # %% [markdown]
-# ## Conclusions (computed from this run)
+# ## What this run shows
+# Every figure below comes from section 1's runs. A mode's losses count as the single process's
+# when its largest relative gap stays within the tolerance; "slower" needs every timed step of
+# the slowest mode to take longer than every timed step of DDP (its first step and the steps
+# whose collectives were counted left out).
 
 # %%
 if has_torch:
-    for line in mp.conclusions(reference, results):
-        print("-", line)
+    f, steps = found, found.slowest_steps
+    print(f"Against one process at the same global batch, the largest relative loss gap was {f.largest_gap.value:.1e} "
+          f"({f.largest_gap.mode}): {f.losses_verdict} (up to {mp.SAME_LOSSES_BELOW:.0e}).")
+    print(f"{f.least_memory.mode} held the least per rank: {f.least_memory.value:.2f}× DDP's bytes.")
+    print(f"{f.most_sent.mode} sent the most per step, {f.most_sent.value:.2f}× DDP's bytes"
+          + (": its all-reduces carry activations, which grow with the batch, not with the model." if
+             f.most_sent_carries_activations else "."))
+    print(f"{f.slowest.mode} had the slowest median step, {f.slowest.value:.2f}× DDP's"
+          + (f" ({steps.b.text()} against {steps.a.text()} ms per step)" if steps else "") + f": {f.slowest_verdict}"
+          + ("." if f.device.startswith("cuda") else " (CPU processes on a shared machine: an order, not a GPU forecast)."))
 
 # %% [markdown]
 # ## 7. Sharded checkpoints: `torch.distributed.checkpoint` against the full state
@@ -295,20 +368,40 @@ from labkit.notebooks import key_comparison
 if has_torch:
     ckpt = sc.measure(base, nproc=processes, saves=5, workdir=workdir)
     display(Markdown(table(sc.rows(ckpt), markdown=True)))
-    key_comparison("DCP save vs the full-state save, time per checkpoint", sc.time_comparison(ckpt),
-                   "full state", "dcp", what="ms")
-    key_figure("busiest rank's bytes per checkpoint, DCP vs full state", sc.bytes_ratio(ckpt), "×",
-               f"{processes} ranks")
-    for line in sc.lines(ckpt):
-        print("-", line)
+    ck = sc.findings(ckpt)
+    key_comparison("DCP save vs the full-state save, time per checkpoint", ck.time, "full state", "dcp", what="ms")
+    key_figure("busiest rank's bytes per checkpoint, DCP vs full state", ck.bytes_ratio, "×", f"{processes} ranks")
 
 # %% [markdown]
-# The same measurement at a larger state, from the repository's benchmark (the file, the machine
+# Your prediction, answered: what each rank wrote, and how long a save took ("faster" only when
+# every DCP save beat every full-state save).
+
+# %%
+if has_torch:
+    t, dcp_mb = ck.time, ", ".join(f"{b / 1e6:.2f}" for b in ck.dcp_by_rank)
+    print(f"Full state: rank 0 wrote {ck.full_by_rank[0] / 1e6:.2f} MB and held the whole state to do it; the other "
+          f"{ck.world_size - 1} rank(s) wrote {sum(ck.full_by_rank[1:]) / 1e6:.2f} MB.")
+    print(f"DCP: the ranks wrote {dcp_mb} MB each; the busiest {ck.bytes_ratio:.2f}× the full-state save's rank 0 "
+          f"(1/{ck.world_size} of it would be {1 / ck.world_size:.2f}×).")
+    print(f"Time per save, {len(t.b.values)} of each in turns: DCP {t.b.text()} ms, full state {t.a.text()} ms "
+          f"({t.ratio:.2f}×): {ck.verdict}.")
+    print(f"The DCP checkpoint loaded back bit for bit: {ck.reload_identical}.")
+
+# %% [markdown]
+# The same measurement at larger states, from the repository's benchmark (the file, the machine
 # and the command it ran):
 
 # %%
-for line in sc.reference_lines(sc.reference()):
-    print("-", line)
+from labkit.course.references import NO_RESULTS
+
+ref = sc.reference()
+if ref is None:
+    print(NO_RESULTS)
+else:
+    display(Markdown(table(sc.reference_rows(ref), markdown=True)))
+    d, v = ref["device"], ref["versions"]
+    print(f"{ref['file']}: {d['cpu']}, {d['cores']} cores, {ref['nproc']} {d['backend']} processes, torch {v['torch']}, "
+          f"{ref['date']}; command: {ref['command']}")
 
 # %% [markdown]
 # The recipe: FSDP2 saved and resumed with DCP, on any number of processes (the lines

@@ -79,18 +79,6 @@ def learned(metrics: dict[str, Any]) -> bool | None:
     return None if not heldout else heldout["loss"] < LEARNED_BELOW * heldout["chance"]
 
 
-def learning_text(metrics: dict[str, Any]) -> str:
-    """One line on what the run learned, from its own metrics: its held-out loss against chance."""
-    heldout = (metrics.get("run") or {}).get("heldout")
-    steps = len(metrics.get("steps") or [])
-    if not heldout:
-        return f"{steps} steps; no held-out loss measured (eval_samples=0, or a pipeline run)"
-    verdict = ("learned" if learned(metrics) else
-               f"did NOT learn (not under {LEARNED_BELOW:g} × chance): draw no conclusion from its curve")
-    return (f"held-out loss {heldout['loss']:.3f} on {heldout['samples']} unseen samples after {steps} "
-            f"steps, chance {heldout['chance']:.3f}: {verdict}")
-
-
 class MetricsLog:
     """Collects StepMetrics and writes the JSON file atomically (a reader never sees half a file)."""
 

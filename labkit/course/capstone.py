@@ -6,8 +6,8 @@ baseline and the optimised run measured again side by side and priced per epoch.
     result.slow_input  # why the baseline is slow, fixed before it is measured
     result.trials   # one row per lever: throughput before and after (medians, ranges), verdict
     result.final    # baseline and optimised, re-measured in alternation
-    result.bottleneck_shown()  # whether the baseline's runs show the stated bottleneck
-    cost_rows(result, price_for_this_machine(), samples_per_epoch=1_281_167)
+    result.bottleneck()  # the stated bottleneck against the baseline's measured wait
+    findings(result, cost_rows(result, price_for_this_machine(), samples_per_epoch=1_281_167))
 
 Why the baseline is slow: it trains in fp32 and, with torch, reads every batch from slow
 storage (`TrainConfig.input_latency_ms`, an injected wait per batch in the training process; by
@@ -21,8 +21,11 @@ seen (first-use costs: thread pools, kernels chosen on first use, loader process
 configuration so far and the candidate take turns `repeats` times (`labkit.core.stats`). The
 lever is kept only when the candidate's runs are all faster than the current ones (no overlap)
 and its median gains at least `min_gain`; otherwise the verdict reads "no measurable difference
-here". Every run of every configuration is kept (`CapstoneResult.runs`), so the conclusions can
-say when the same configuration measured very differently during the run.
+here". Every run of every configuration is kept (`CapstoneResult.runs`), so the findings can
+flag the same configuration measuring very differently during the run.
+
+The notebook writes the sentences: `findings` gives it the numbers and the verdicts (the final
+comparison's, each lever's, the stated bottleneck's against the measured wait), never prose.
 
 Levers are found by key (`Lever.key`, the `key` of each trial row); labels are for display.
 The levers themselves (key, label, settings, the code that shows them) are rows of
@@ -250,26 +253,16 @@ class SlowInput:
     compute_ms: float | None = None
 
     @property
+    def injected(self) -> bool:
+        """Whether the baseline waits for (emulated) storage at all."""
+        return bool(self.latency_ms)
+
+    @property
     def expected_wait(self) -> float | None:
         """The share of a baseline step expected to be waiting for input (None: unknown)."""
         if not self.latency_ms:
             return 0.0
         return None if self.compute_ms is None else self.latency_ms / (self.latency_ms + self.compute_ms)
-
-    def text(self) -> str:
-        """The reason, in the words the notebook says before measuring."""
-        if not self.latency_ms:
-            return ("The baseline trains in fp32, eagerly, with no injected input wait: the precision, layout "
-                    "and compiler levers have its fp32 arithmetic to remove.")
-        sized = "" if self.compute_ms is None else (
-            f", as long as this machine's compute step (measured just now without the wait: "
-            f"{self.compute_ms:,.0f} ms), so about {self.expected_wait:.0%} of each baseline step should be "
-            f"spent waiting for input")
-        return (f"The baseline is input-bound by construction: each batch waits {self.latency_ms:,.0f} ms for "
-                f"storage in the training process (an injected latency that stands for reads from remote "
-                f"storage){sized}. It also trains in fp32. The loader lever has the wait to remove (worker "
-                f"processes read ahead while the model trains); the 16-bit and layout levers have the fp32 "
-                f"arithmetic.")
 
 
 def slow_baseline(config: CapstoneConfig, hardware: Hardware | None = None,
@@ -312,6 +305,27 @@ def measure(config: TrainConfig) -> dict[str, Any]:
             "final_loss": s["final_loss"], "device": log.run.get("device", "")}
 
 
+@dataclass(frozen=True)
+class Bottleneck:
+    """The baseline's measured wait for input against what was stated before it ran. `wait`:
+    the share of a step spent waiting (median of its `runs` in the final comparison; None when
+    the engine did not measure it); `expected`: the share stated (None: unknown); `injected`: a
+    storage wait was injected, so the baseline was stated input-bound; `input_bound`: the
+    measured wait reached `INPUT_BOUND`."""
+
+    wait: float | None
+    expected: float | None
+    injected: bool
+    input_bound: bool
+    runs: int
+
+    @property
+    def shown(self) -> bool:
+        """Whether the measurement agrees with the statement: input-bound when a storage wait
+        was injected, else not (its time is the fp32 step)."""
+        return self.wait is not None and self.input_bound == self.injected
+
+
 @dataclass
 class CapstoneResult:
     """The climb and the final comparison. `trials`: one row per lever tried (medians, ranges,
@@ -340,29 +354,11 @@ class CapstoneResult:
         """Whether the baseline's measured breakdown shows it input-bound (`INPUT_BOUND`)."""
         return self.baseline_wait is not None and self.baseline_wait >= INPUT_BOUND
 
-    def bottleneck_shown(self) -> bool:
-        """Whether the measured baseline shows the bottleneck stated before it ran: input-bound
-        when a storage wait was injected, else not (its time is the fp32 step)."""
-        injected = bool(self.slow_input and self.slow_input.latency_ms)
-        return self.baseline_wait is not None and self.input_bound == injected
-
-    def bottleneck(self) -> str:
-        """The stated bottleneck against the measured breakdown, in one sentence."""
-        wait = self.baseline_wait
-        if wait is None:
-            return "This engine did not measure how long each step waited for its input."
-        runs = f"median of its {self.final[0].get('repeats', 1)} runs in the final comparison"
-        if not (self.slow_input and self.slow_input.latency_ms):
-            return (f"Measured: the baseline waited for its input {wait:.0%} of each step ({runs}): its time is "
-                    f"the training step itself.")
-        expected = self.slow_input.expected_wait
-        stated = f"; stated: about {expected:.0%}" if expected is not None else ""
-        if self.input_bound:
-            return (f"Measured: the baseline waited for its input {wait:.0%} of each step ({runs}{stated}): "
-                    f"input-bound, as stated.")
-        return (f"Measured: the baseline waited for its input only {wait:.0%} of each step ({runs}{stated}), "
-                f"under the {INPUT_BOUND:.0%} that makes a run input-bound: the stated bottleneck did not show on "
-                f"this machine, so the loader lever had little to remove.")
+    def bottleneck(self) -> Bottleneck:
+        """The bottleneck stated before the baseline ran against its measured breakdown."""
+        stated = self.slow_input or SlowInput(0.0)
+        return Bottleneck(self.baseline_wait, stated.expected_wait, stated.injected, self.input_bound,
+                          self.final[0].get("repeats", 1))
 
     @property
     def speedup(self) -> float:
@@ -481,7 +477,6 @@ def _climb(config: CapstoneConfig, base: TrainConfig, tried: list[Lever], skippe
                        "before_samples_per_s": before["samples_per_s"], "before_range": before["range"],
                        "samples_per_s": after["samples_per_s"], "range": after["range"],
                        "gain": c.speedup(), "verdict": ladder.verdict(c), "kept": kept,
-                       "sentence": c.sentence(f"without {lever.label}", f"with {lever.label}"),
                        "final_loss": after["final_loss"], "repeats": after["repeats"]})
         if kept:
             current = candidate
@@ -524,49 +519,94 @@ def cost_rows(result: CapstoneResult, price: Price | None, samples_per_epoch: in
 
 
 SWING_WARNING = 2.0  # a configuration whose runs span more than this factor: the machine changed
+NEXT_LEVER_WAIT = 0.1  # an optimised run still waiting this share of each step has an input lever left
 
 
-def conclusions(result: CapstoneResult, costs: list[dict[str, Any]]) -> list[str]:
-    """Sentences computed from this run's measurements: medians with their ranges, and a verdict
-    only where the ranges do not overlap."""
+@dataclass(frozen=True)
+class LeverFinding:
+    """One lever of the climb: its gain (ratio of the medians), the ranges of the runs without
+    and with it (samples/s), its verdict (`labkit.course.ladder.verdict`) and whether it was kept."""
+
+    lever: str
+    gain: float
+    before_range: str
+    after_range: str
+    verdict: str
+    kept: bool
+
+
+@dataclass(frozen=True)
+class CapstoneFindings:
+    """What the climb and the final side-by-side runs measured, for the notebook's sentences.
+    `baseline`/`optimised`: samples/s of each one's runs in the final comparison; `verdict`:
+    optimised against baseline (`labkit.course.ladder.verdict`: "faster", "slower", no
+    measurable difference, or no verdict with too few runs); `speedup`: ratio of the medians;
+    `baseline_runs`: every run of the baseline configuration over the whole climb (`swung`: they
+    span more than `SWING_WARNING`×); `input_left`: the optimised run still waits for its input
+    `NEXT_LEVER_WAIT` of each step or more; `epoch_dollars`: on-demand $ per epoch of baseline
+    and optimised, and `spot_dollars` the optimised run's on Spot (None: not priced)."""
+
+    device: str
+    nothing_kept: bool
+    baseline: stats.Spread
+    optimised: stats.Spread
+    verdict: str
+    speedup: float
+    bottleneck: Bottleneck
+    levers: tuple[LeverFinding, ...]
+    baseline_runs: stats.Spread | None
+    baseline_wait: float | None
+    optimised_wait: float | None
+    steps: int
+    final_loss: tuple[float, float]  # baseline, optimised
+    epoch_dollars: tuple[float, float] | None = None
+    spot_dollars: float | None = None
+
+    @property
+    def kept(self) -> tuple[LeverFinding, ...]:
+        return tuple(f for f in self.levers if f.kept)
+
+    @property
+    def dropped(self) -> tuple[LeverFinding, ...]:
+        return tuple(f for f in self.levers if not f.kept)
+
+    @property
+    def cost_ratio(self) -> float:
+        """An epoch of the optimised run over the baseline's, at any fixed hourly price."""
+        return 1.0 / self.speedup
+
+    @property
+    def swung(self) -> bool:
+        return self.baseline_runs is not None and self.baseline_runs.swing > SWING_WARNING
+
+    @property
+    def input_left(self) -> bool:
+        measured = self.optimised_wait is not None and self.baseline_wait is not None
+        return measured and self.optimised_wait >= NEXT_LEVER_WAIT
+
+    @property
+    def loss_gap(self) -> float:
+        return abs(self.final_loss[1] - self.final_loss[0])
+
+
+def _final_spread(row: dict[str, Any]) -> stats.Spread:
+    return stats.Spread(tuple(row.get("runs_samples_per_s") or (row["samples_per_s"],)))
+
+
+def findings(result: CapstoneResult, costs: list[dict[str, Any]]) -> CapstoneFindings:
+    """This run's numbers and verdicts for the notebook's conclusions; `costs`: `cost_rows`
+    (baseline, optimised), or [] where this machine's runs do not price the epoch."""
     base, best = result.final
-    c = result.final_comparison
-    if result.optimised == result.baseline:
-        out = [f"No lever measurably beat the configuration before it here, so the optimised run is "
-               f"the baseline itself ({base['samples_per_s']:,.0f} samples/s, range {base['range']}, "
-               f"{base['repeats']} runs, on {best['device']})."]
-    elif c is not None:
-        out = [f"Final comparison, in turns: {c.sentence('the baseline', 'the optimised run')} (on {best['device']})."]
-    else:
-        out = [f"The optimised run trained {result.speedup:.2f}× as many samples per second as the baseline "
-               f"({best['samples_per_s']:,.0f} vs {base['samples_per_s']:,.0f}, on {best['device']})."]
-    out.append(result.bottleneck())
-    if result.kept:
-        gains = [f"{t['lever']} {t['gain']:.2f}× ({t['before_range']} → {t['range']} samples/s)"
-                 for t in result.trials if t["kept"]]
-        out.append("Kept, in order (every run with the lever faster than every run without it): "
-                   + ", ".join(gains) + ".")
-    dropped = [f"{t['lever']} ({t['gain']:.2f}×, {t['verdict']})" for t in result.trials if not t["kept"]]
-    if dropped:
-        out.append("Dropped, because they did not pay off measurably on this machine: " + ", ".join(dropped) + ".")
-    spread = result.spread_of(result.baseline)
-    if spread is not None and spread.swing > SWING_WARNING:
-        out.append(f"The baseline configuration measured {spread.range_text()} samples/s over its "
-                   f"{len(spread.values)} runs in this climb, a {spread.swing:.1f}× swing for the same "
-                   f"settings: the machine's speed changed while this ran, so read these verdicts with care.")
-    if best.get("data_fraction") is not None and best["data_fraction"] >= 0.1:
-        out.append(f"The optimised run waits for its input {best['data_fraction']:.0%} of each step "
-                   f"(the baseline {base['data_fraction']:.0%}): the input pipeline is the next lever "
-                   f"(notebook 03).")
-    out.append(f"At any fixed hourly price, an epoch of the optimised run costs {1 / result.speedup:.2f}× "
-               f"the baseline's (ratio of the medians): machine time is what you pay for.")
-    if costs and "$/epoch" in costs[0]:
-        out.append(f"Per epoch on-demand: ${costs[0]['$/epoch']:,.2f} → ${costs[1]['$/epoch']:,.2f}"
-                   + (f"; optimised on Spot ${costs[1]['Spot $/epoch']:,.2f}" if "Spot $/epoch" in costs[1] else "")
-                   + ".")
-    out.append(f"Final loss after {result.baseline.steps} steps: baseline {base['final_loss']:.4f}, "
-               f"optimised {best['final_loss']:.4f} (difference {abs(best['final_loss'] - base['final_loss']):.4f}).")
-    return out
+    levers_ = tuple(LeverFinding(t["lever"], t["gain"], t["before_range"], t["range"], t["verdict"], t["kept"])
+                    for t in result.trials)
+    priced = len(costs) == 2 and "$/epoch" in costs[0]
+    return CapstoneFindings(
+        best["device"], result.optimised == result.baseline, _final_spread(base), _final_spread(best),
+        ladder.verdict(result.final_comparison), result.speedup, result.bottleneck(), levers_,
+        result.spread_of(result.baseline), base.get("data_fraction"), best.get("data_fraction"),
+        result.baseline.steps, (base["final_loss"], best["final_loss"]),
+        (costs[0]["$/epoch"], costs[1]["$/epoch"]) if priced else None,
+        costs[1].get("Spot $/epoch") if priced else None)
 
 
 def epoch_job(result: CapstoneResult, samples_per_epoch: int, *, checkpoint_every_min: float = 30.0,

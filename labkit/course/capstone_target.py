@@ -4,6 +4,7 @@ what decided each one, and what an epoch costs there.
     plan = plan_for_target(result, hardware, "H100 80GB")
     plan.rows            # per lever: measured here, on the stored GPU run, carried, decided by
     plan.config          # what the job runs: `capstone.epoch_job(result, n, config=plan.config)`
+    plan.carried_by      # the carried levers, grouped by what decided them
     cost_rows(plan, target_price(plan), samples_per_epoch=1_281_167)
 
 On a GPU machine the levers measured here decide (the climb's verdicts), and the epoch is
@@ -19,14 +20,15 @@ about tensor cores, so the levers are split by what they remove:
   range, at the target's hourly price: never from the CPU's own result.
 
 That ladder is ResNet-50's with torch on one GPU model: for another model or framework it does
-not decide, and for another target GPU the plan says so with both GPUs' datasheet rows.
+not decide (`TargetPlan.ladder_decides`), and for another target GPU the plan holds both GPUs'
+datasheet rows (`TargetPlan.gpu_gap`). The notebook writes the sentences from these.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from labkit.core import stats
 from labkit.core.train_config import TrainConfig
@@ -34,6 +36,9 @@ from labkit.course import capstone, ladder, references
 from labkit.course.levers import LEVERS
 from labkit.course.precision import default_batch
 from labkit.hardware.machines import Price
+
+if TYPE_CHECKING:
+    from labkit.hardware.gpus import GPUFacts
 
 # The stored ladder's rungs that judge a device lever: (lever key, rung without it, rung with it).
 # The climb follows the capstone's order; a lever whose rung "without" is not where the climb
@@ -113,11 +118,24 @@ class StoredLadder:
 
 
 @dataclass(frozen=True)
+class GpuGap:
+    """The stored ladder ran on another GPU than the target: both names and each one's
+    datasheet row (`labkit.hardware.gpus`; None where labkit's GPU table has no row for it)."""
+
+    ran_on: str
+    target: str
+    ran: GPUFacts | None
+    wanted: GPUFacts | None
+
+
+@dataclass(frozen=True)
 class TargetPlan:
     """What the job on `target` carries. `rows`: one per lever (lever, here, stored GPU run,
-    carried, decided by); `config`: the TrainConfig the job runs; `measured_here`: the levers
-    and the price come from this machine (a GPU); `ladder` and `rung`: the stored ladder and the
-    rung its kept levers reach (a CPU run); `notes`: what limits the plan, in sentences."""
+    carried, decided by, why: the reason a lever is not carried); `config`: the TrainConfig the
+    job runs; `measured_here`: the levers and the price come from this machine (a GPU);
+    `ladder` and `rung`: the stored ladder and the rung its kept levers reach (a CPU run);
+    `ladder_decides`: that ladder trained this model with this framework, so it judged the
+    device levers; `gpu_gap`: set when it ran on another GPU than the target."""
 
     result: capstone.CapstoneResult
     target: str
@@ -126,7 +144,8 @@ class TargetPlan:
     measured_here: bool
     ladder: StoredLadder | None = None
     rung: str | None = None
-    notes: tuple[str, ...] = ()
+    ladder_decides: bool = False
+    gpu_gap: GpuGap | None = None
 
     @property
     def carried(self) -> list[str]:
@@ -168,18 +187,19 @@ class TargetPlan:
         row = self.ladder.row(self.rung) if self.ladder and self.rung else None
         return 1000.0 * default_batch(self.config.model, "full") / row["samples_per_s"] if row else None
 
-    def sentences(self) -> list[str]:
-        """What the job carries and what decided it, computed from the rows."""
+    @property
+    def carried_by(self) -> dict[str, list[str]]:
+        """The carried levers' labels, grouped by what decided them, in order."""
         by: dict[str, list[str]] = {}
         for r in self.rows:
             if r["carried"]:
                 by.setdefault(r["decided by"], []).append(r["lever"])
-        carried = "; ".join(f"{', '.join(labels)} ({who})" for who, labels in by.items())
-        out = [f"The job on the {self.target} carries: {carried or 'no lever'}."]
-        dropped = [f"{r['lever']} ({r['why'] or r['decided by']})" for r in self.rows if not r["carried"]]
-        if dropped:
-            out.append("Not carried: " + "; ".join(dropped) + ".")
-        return out + list(self.notes)
+        return by
+
+    @property
+    def not_carried(self) -> list[dict[str, Any]]:
+        """The rows of the levers the job leaves out; each row's "why" says the reason."""
+        return [r for r in self.rows if not r["carried"]]
 
 
 def _here(trial: dict[str, Any] | None, why_not: str | None = None) -> str:
@@ -200,21 +220,13 @@ def plan_for_target(result: capstone.CapstoneResult, hardware: capstone.Hardware
                 for t in result.trials]
         return TargetPlan(result, target, result.optimised, tuple(rows), measured_here=True)
     ladder_ = StoredLadder.load() if stored is True else stored
-    notes, climbed, rung = [], [], None
     base = result.baseline
-    if ladder_ is None:
-        notes.append(references.NO_RESULTS + ": no device lever is carried.")
-    elif (base.framework, base.model) != (LADDER_FRAMEWORK, LADDER_MODEL):
-        notes.append(f"The stored GPU ladder is ResNet-50's with torch; it does not decide for {base.model} with "
-                     f"{base.framework}: run this notebook on a GPU to choose its device levers.")
-    else:
-        climbed, rung = ladder_.climb(result.min_gain, _target_bf16(target))
-        notes.extend(_device_notes(ladder_, target))
-    notes.append("A CPU's verdicts on the 16-bit, layout and compiler levers do not decide a GPU job: "
-                 "tensor cores and GPU kernels are what those levers are for.")
+    decides = ladder_ is not None and (base.framework, base.model) == (LADDER_FRAMEWORK, LADDER_MODEL)
+    climbed, rung = ladder_.climb(result.min_gain, _target_bf16(target)) if decides else ([], None)
     rows = _cpu_rows(result, climbed, here, ladder_)
     config = _cpu_config(result, [r["key"] for r in rows if r["carried"]])
-    return TargetPlan(result, target, config, tuple(rows), False, ladder_, rung, tuple(notes))
+    return TargetPlan(result, target, config, tuple(rows), False, ladder_, rung, decides,
+                      _gpu_gap(ladder_, target) if decides else None)
 
 
 def _cpu_rows(result: capstone.CapstoneResult, climbed: list[dict[str, Any]], here: str,
@@ -260,7 +272,7 @@ def _cpu_config(result: capstone.CapstoneResult, carried: list[str]) -> TrainCon
     return replace(result.baseline, **fields)
 
 
-def _facts(name: str):
+def _facts(name: str) -> GPUFacts | None:
     from labkit.hardware.gpus import lookup
 
     return lookup(name)
@@ -271,21 +283,12 @@ def _target_bf16(target: str) -> bool:
     return facts is None or facts.supports("bf16")
 
 
-def _device_notes(stored: StoredLadder, target: str) -> list[str]:
-    """A sentence when the ladder's GPU is not the target's, with both datasheet rows."""
+def _gpu_gap(stored: StoredLadder, target: str) -> GpuGap | None:
+    """Both GPUs' datasheet rows when the ladder's GPU is not the target's (None: the same GPU)."""
     ran, wanted = _facts(stored.device), _facts(target)
     if ran is not None and wanted is not None and ran.key == wanted.key:
-        return []
-
-    def row(f) -> str:
-        if f is None:
-            return "not in labkit's GPU table"
-        return (f"{f.memory_bw_gbs:,.0f} GB/s memory, {f.peak_tflops.get('bf16', 0):,.1f} bf16 TFLOP/s "
-                f"datasheet, {f.cite()}")
-
-    return [f"The stored ladder ran on {stored.device} ({row(ran)}); the target is the {target} ({row(wanted)}). "
-            f"No ladder measured on the target is stored: the hours below are the {stored.device}'s, an "
-            f"estimate for the {target}, not a measurement of it."]
+        return None
+    return GpuGap(stored.device, target, ran, wanted)
 
 
 def target_price(plan: TargetPlan, price_per_hour: float | None = None,

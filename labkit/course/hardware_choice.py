@@ -5,6 +5,10 @@ and time against cost per option (`labkit.hardware` returns the data, this modul
 The profiling workload's MLP is timed unprofiled (after warm-up steps) and its FLOPs are known
 exactly (matmuls: 6 × weights × batch), so achieved FLOP/s over the measured matmul ceiling is
 this machine's model FLOPs utilisation for a simple, matmul-heavy model.
+
+The run to price: `workload_flops_per_sample` (a course model's FLOPs, or yours) and `input_rate`
+(what one loader process delivers here, every pass kept, or your figure). These return numbers;
+notebook 01 writes the sentences.
 """
 
 from __future__ import annotations
@@ -75,22 +79,20 @@ def workload_flops_per_sample(model: str, given: float = 0.0) -> float:
 
 @dataclass(frozen=True)
 class InputRate:
-    """Samples per second the input pipeline delivers to one GPU (None: unknown), and where the
-    figure comes from (with the spread of repeated passes when measured here)."""
+    """Samples per second the input pipeline delivers to one GPU (None: unknown), where the
+    figure comes from, and, when it was measured here, every timed pass (`passes`: its median is
+    `samples_per_s`)."""
 
     samples_per_s: float | None
     source: str
-
-    def text(self) -> str:
-        if self.samples_per_s is None:
-            return f"input pipeline: no rate ({self.source}); the estimates below are compute only"
-        return f"input pipeline: {self.samples_per_s:,.0f} samples/s per GPU ({self.source})"
+    passes: stats.Spread | None = None
 
 
 def input_rate(model: str, samples_per_s: float | None = None, repeats: int = stats.MIN_REPEATS) -> InputRate:
     """`samples_per_s` when given (what your pipeline delivers per GPU, e.g. notebook 03's
-    figure); else one loader process measured here, the median of `repeats` passes (see the
-    module docstring); a model labkit cannot feed here has no rate."""
+    figure); else one loader process measured here, the median of `repeats` passes (reading
+    GPT-2 token records for "gpt", decoding JPEGs for the image models); a model labkit cannot
+    feed here has no rate."""
     if samples_per_s is not None:
         return InputRate(check_float("input_samples_per_s", samples_per_s, minimum=1e-9),
                          "your input_samples_per_s parameter")
@@ -107,8 +109,7 @@ def input_rate(model: str, samples_per_s: float | None = None, repeats: int = st
         what = f"decoding {size}² JPEGs with Pillow, as a loader worker does"
     else:
         return InputRate(None, f"labkit has no input to time for model {model!r}: pass input_samples_per_s")
-    return InputRate(spread.median, f"measured here: one loader process {what}, {spread.text()} samples/s; "
-                                    "more workers or a bigger VM deliver more")
+    return InputRate(spread.median, f"measured here: one loader process {what}", spread)
 
 
 def token_read_rates(repeats: int, sequences: int = GPT_INPUT_SEQUENCES, block_size: int = 1024) -> list[float]:

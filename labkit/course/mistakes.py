@@ -1,8 +1,6 @@
 """Mistakes that guides commonly make, each measured beside its fix in the run that shows it,
 and the plots that put the mistake beside the fix. Notebooks 02, 04, 06, 07 and 08 each show
-theirs. Notebook 02's, 04's two, 07's and 08's return numbers and verdicts, from which the notebook
-writes its sentences; the others come with sentences computed from their numbers (`explain_*`,
-nothing typed in).
+theirs. Each returns numbers and verdicts, from which the notebook writes its sentences.
 
 - `softmax_into_cross_entropy`: probabilities fed to `F.cross_entropy` (which applies its own
   log-softmax), trained with the mixed_precision recipe's `--mistake softmax` line: the loss
@@ -12,7 +10,7 @@ nothing typed in).
   with and without its `--mistake save-to-url` lines; the numbers only, for notebook 07.
 - `tf32_defaults`: what PyTorch and TensorFlow actually do with TF32, read from a fresh process.
 - `embedding_gradient_traffic`: the bytes DDP all-reduces for an embedding gradient against the
-  rows a batch touches.
+  rows a batch touches, and which sends fewer per rank; the numbers only, for notebook 06.
 - `per_process_batch`: a per-process batch taken for the global batch (the ddp recipe's
   `--mistake per-process-batch` line), against the single-process curve; the numbers only, for
   notebook 02.
@@ -328,21 +326,90 @@ def tf32_defaults() -> TF32Defaults:
 # ---------------------------------------------------------------- embedding gradients
 
 
+# The verdicts of `EmbeddingTraffic.fewer_bytes`: which way sends fewer bytes per rank.
+SPARSE_FEWER = "the touched rows send fewer bytes than the dense all-reduce"
+DENSE_FEWER = "the dense all-reduce sends fewer bytes than the touched rows"
+SAME_BYTES = "both send the same bytes"
+
+
+@dataclass(frozen=True)
+class EmbeddingTraffic:
+    """`embedding_gradient_traffic`: the rows one batch's gradient touches, and the bytes each of
+    `world_size` ranks sends for it, dense (ring all-reduce) or as rows (gathered from every rank).
+    A row sent alone is its float32 values and an int64 row id. The bytes per rank are nccl-tests'
+    (https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md, read 2026-11-29): an
+    all-reduce of S bytes needs 2(n-1)/n x S through each rank's link, an all-gather of n ranks'
+    shares (n-1)/n of the gathered total, which is each rank's share n-1 times."""
+
+    vocab_size: int
+    dim: int
+    tokens: int
+    rows_touched: int
+    sparse_grad_rows_uncoalesced: int  # rows of an nn.Embedding(sparse=True) gradient: one per token
+    world_size: int
+    tied_rows_touched: int  # non-zero rows of a tied GPT embedding's gradient (its output layer's too)
+
+    @property
+    def rows_touched_fraction(self) -> float:
+        return self.rows_touched / self.vocab_size
+
+    @property
+    def tied_rows_touched_fraction(self) -> float:
+        return self.tied_rows_touched / self.vocab_size
+
+    @property
+    def dense_gradient_bytes(self) -> int:
+        return self.vocab_size * self.dim * 4
+
+    @property
+    def touched_rows_bytes(self) -> int:
+        return self.rows_touched * (self.dim * 4 + 8)
+
+    @property
+    def dense_allreduce_bytes_per_rank(self) -> float:
+        """A ring all-reduce sends 2 (N - 1) / N × the gradient from each rank."""
+        n = self.world_size
+        return 2 * (n - 1) / n * self.dense_gradient_bytes
+
+    @property
+    def touched_rows_allgather_bytes_per_rank(self) -> int:
+        """Gathering every rank's touched rows: each rank sends its rows to the N - 1 others."""
+        return (self.world_size - 1) * self.touched_rows_bytes
+
+    @property
+    def sparse_over_dense(self) -> float | None:
+        """Bytes per rank of the row gather over the dense all-reduce (None with one rank: neither sends)."""
+        dense = self.dense_allreduce_bytes_per_rank
+        return self.touched_rows_allgather_bytes_per_rank / dense if dense else None
+
+    @property
+    def sparse_sends_more_from(self) -> int:
+        """The fewest ranks at which the row gather sends more than the ring: (N - 1) t > 2 (N - 1) D / N,
+        that is N > 2 D / t, for t bytes of touched rows and D of dense gradient."""
+        return math.floor(2 * self.dense_gradient_bytes / self.touched_rows_bytes) + 1
+
+    @property
+    def fewer_bytes(self) -> str:
+        """`SPARSE_FEWER`, `DENSE_FEWER` or `SAME_BYTES`, at `world_size` ranks (bytes are counted, not timed)."""
+        rows, dense = self.touched_rows_allgather_bytes_per_rank, self.dense_allreduce_bytes_per_rank
+        return SAME_BYTES if rows == dense else SPARSE_FEWER if rows < dense else DENSE_FEWER
+
+
 def embedding_gradient_traffic(vocab_size: int = 50304, dim: int = 768, batch_size: int = 8,
-                               block_size: int = 1024, world_size: int = 8, seed: int = 0) -> dict[str, Any]:
+                               block_size: int = 1024, world_size: int = 8, seed: int = 0) -> EmbeddingTraffic:
     """One backward pass through an `nn.Embedding(vocab_size, dim)` on a batch of labkit's
-    synthetic token sequences: how many rows of the gradient are non-zero, against the dense
-    gradient DDP all-reduces. Per-rank bytes sent: ring all-reduce of the dense gradient,
-    2 (N - 1) / N x its size; gathering only the touched rows (values and int64 row ids) from
-    every rank, (N - 1) x their size. Also the rows an `nn.Embedding(sparse=True)` gradient
-    carries before coalescing, and the non-zero rows of a tied GPT embedding (the output layer
-    touches every row)."""
+    synthetic token sequences: how many rows of the gradient are non-zero, and the rows an
+    `nn.Embedding(sparse=True)` gradient carries before coalescing; also the non-zero rows of a
+    tied GPT embedding's gradient (the output layer touches every row). The bytes per rank follow
+    from these counts (`EmbeddingTraffic`)."""
     import torch
     from torch import nn
 
     from labkit.data.synthetic import SyntheticTokens, TokenDatasetConfig
     from labkit.torch.models import build_model
 
+    if world_size < 1:
+        raise ParameterError("world_size", world_size, "must be at least 1")
     tokens, _ = SyntheticTokens(TokenDatasetConfig(num_sequences=batch_size, block_size=block_size,
                                                    vocab_size=vocab_size, seed=seed)).batch(range(batch_size))
     ids = torch.from_numpy(tokens)
@@ -355,41 +422,9 @@ def embedding_gradient_traffic(vocab_size: int = 50304, dim: int = 768, batch_si
 
     gpt = build_model(GPTConfig(vocab_size=vocab_size, block_size=min(block_size, 64), n_layer=1,
                                 n_head=1, n_embd=16))
-    small = ids[:, :gpt.cfg.block_size]
-    gpt(small).logsumexp(-1).sum().backward()
+    gpt(ids[:, :gpt.cfg.block_size]).logsumexp(-1).sum().backward()
     tied_rows = int((gpt.wte.weight.grad != 0).any(dim=1).sum())
-
-    dense_bytes = vocab_size * dim * 4
-    row_bytes = dim * 4 + 8
-    n = world_size
-    return {"vocab_size": vocab_size, "dim": dim, "tokens": int(ids.numel()),
-            "rows_touched": touched, "rows_touched_fraction": touched / vocab_size,
-            "dense_gradient_bytes": dense_bytes, "touched_rows_bytes": touched * row_bytes,
-            "sparse_grad_rows_uncoalesced": uncoalesced_rows, "world_size": n,
-            "dense_allreduce_bytes_per_rank": 2 * (n - 1) / n * dense_bytes,
-            "touched_rows_allgather_bytes_per_rank": (n - 1) * touched * row_bytes,
-            "tied_embedding_rows_touched_fraction": tied_rows / vocab_size}
-
-
-def explain_embedding_gradient_traffic(r: dict[str, Any]) -> list[str]:
-    """`embedding_gradient_traffic`'s result."""
-    n = r["world_size"]
-    dense, rows = r["dense_allreduce_bytes_per_rank"], r["touched_rows_allgather_bytes_per_rank"]
-    break_even = 2 * r["dense_gradient_bytes"] / r["touched_rows_bytes"]
-    out = [f"One batch of {r['tokens']:,} tokens touched {r['rows_touched']:,} of the {r['vocab_size']:,} "
-           f"embedding rows ({r['rows_touched_fraction']:.1%}); the other rows' gradients are zeros.",
-           f"DDP all-reduces the dense gradient ({r['dense_gradient_bytes'] / 1e6:.0f} MB): a ring "
-           f"sends {dense / 1e6:.0f} MB per rank with {n} ranks. Only the touched rows (values and "
-           f"row ids, {r['touched_rows_bytes'] / 1e6:.1f} MB) gathered from every rank: "
-           f"{rows / 1e6:.0f} MB per rank ({rows / dense:.2f}× the dense all-reduce).",
-           f"Gathering rows sends (N − 1)× their size while the ring sends under 2× the dense "
-           f"gradient, so from about {break_even:.0f} ranks on, sparse gradients send more than "
-           f"dense ones here: sparse pays for huge vocabularies, few ranks, small batches.",
-           f"nn.Embedding(sparse=True) gives a gradient of {r['sparse_grad_rows_uncoalesced']:,} rows "
-           f"before coalescing (one per token, repeats included), not {r['rows_touched']:,}.",
-           f"In a GPT whose output layer shares the embedding matrix, the output layer's gradient "
-           f"touches {r['tied_embedding_rows_touched_fraction']:.0%} of the rows: nothing sparse to send."]
-    return out
+    return EmbeddingTraffic(vocab_size, dim, int(ids.numel()), touched, uncoalesced_rows, world_size, tied_rows)
 
 
 # ---------------------------------------------------------------- per-process batch

@@ -4,12 +4,16 @@ processes through `labkit train`, beside a single process at the same global bat
 `Mode` names one run (mode, processes, degrees, backend); `run_modes` trains each and returns a
 `ModeResult` per run (per-step losses, what every rank held, bytes it sent per step, step time,
 the pipeline's measured bubble). `mode_table`, `calculator_check` and `bubble_rows` turn them
-into the notebook's tables; `bubble_answer` explains the measured bubble in the direction it went.
+into the notebook's tables. What the runs show comes back as numbers and verdicts, and the
+notebook writes the sentences: `findings` (each mode against DDP and one process),
+`bubble_findings` (each pipeline's idle share against the formula and against its stages'
+work, and which way what remains went) and `offload_comparison` (ZeRO-Offload beside the same
+stage without it).
 
 The planning tables (`plan_summary`, `decision_rows`, `grid_rows`, `weighed_rows`) are views of
 one answer, `labkit.core.parallelism.plan` (the calculator and planner live there), over
-different grids of models, GPU counts, GPU memory and interconnects; `view_notes` checks that
-they agree where they meet and names the assumption behind each cell that changes.
+different grids of models, GPU counts, GPU memory and interconnects; `view_check` checks that
+they agree where they meet and finds, for each cell that changes, the assumption that differs.
 """
 
 from __future__ import annotations
@@ -19,11 +23,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from labkit.core import parallelism
-from labkit.core.config import resolve_scale
+from labkit.core import parallelism, stats
+from labkit.core.config import ParameterError, resolve_scale
 from labkit.core.models import GPTConfig, build_config
 from labkit.core.progress import track
 from labkit.core.train_config import TrainConfig
+from labkit.course import ladder
 
 
 @dataclass(frozen=True)
@@ -82,12 +87,18 @@ class ModeResult:
     run: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def step_time_s(self) -> float:
-        """Median step time past the first step (which builds buckets, exchanges shapes), without
-        the steps whose collectives were counted (counting slows them)."""
+    def timed_steps(self) -> list[float]:
+        """The step times past the first step (which builds buckets, exchanges shapes), without
+        the steps whose collectives were counted (counting slows them); all of them when that
+        leaves none."""
         counted = set(self.run.get("comm_counted_steps") or [])
         times = [t for i, t in enumerate(self.step_times) if i > 0 and i not in counted]
-        return statistics.median(times or self.step_times)
+        return times or self.step_times
+
+    @property
+    def step_time_s(self) -> float:
+        """The median of `timed_steps`."""
+        return statistics.median(self.timed_steps)
 
     @property
     def memory_by_rank(self) -> list[dict[str, int]]:
@@ -174,16 +185,69 @@ def calculator_check(base: TrainConfig, results: list[ModeResult]) -> list[dict[
     return rows
 
 
-def bubble_rows(results: list[ModeResult]) -> list[dict[str, Any]]:
-    """Each pipeline run's idle share against (p-1)/(m+p-1). labkit times, on every rank, its
-    stage's schedule call (`schedule_s`, from the moment that stage enters it) and, inside it,
-    the stage's forward, backward and loss (`busy_s`): idle = 1 − busy/schedule. Per stage (the
-    mean over the replicas): `measured` is the busiest stage's idle share (it sets the pace), and
+# A pipeline's idle share closer than this to the expectation is called a match.
+BUBBLE_TOLERANCE = 0.02
+# Stages whose work is all at least this share of the busiest one's count as equal.
+EQUAL_WORK_FROM = 0.95
+# Which way a pipeline's measured idle share went from the one its stages' work gives
+# (`BubbleFinding.verdict`).
+BUBBLE_AS_EXPECTED = "as expected"
+BUBBLE_ABOVE = "above the expectation"
+BUBBLE_BELOW = "below the expectation"
+
+
+@dataclass(frozen=True)
+class BubbleFinding:
+    """One pipeline run's idle share. labkit times, on every rank, its stage's schedule call
+    (from the moment that stage enters it) and, inside it, the stage's forward, backward and
+    loss: idle = 1 − busy/schedule, per stage the mean over its replicas (`idle_by_stage`).
+    `measured` is the busiest stage's idle share (it sets the pace), `theory` (p−1)/(m+p−1),
     `expected` what the schedule gives with the stages' measured work (`stage_work`, busy shares
-    relative to the busiest: the formula assumes them equal; `parallelism.busiest_stage_bubble`).
-    `unexplained` = measured − expected: sends, receives and the schedule's own work when positive;
-    when negative, fill time that fell before the stage's clock started."""
-    rows = []
+    relative to the busiest: the formula assumes them equal; `parallelism.busiest_stage_bubble`)."""
+
+    mode: str
+    stages: int
+    microbatches: int
+    theory: float
+    measured: float
+    expected: float
+    idle_by_stage: tuple[float, ...]
+    stage_work: tuple[float, ...]
+
+    @property
+    def difference(self) -> float:
+        """measured − theory."""
+        return self.measured - self.theory
+
+    @property
+    def unexplained(self) -> float:
+        """measured − expected: sends, receives and the schedule's own work when positive; when
+        negative, fill time that fell before the stage's clock started."""
+        return self.measured - self.expected
+
+    @property
+    def equal_work(self) -> bool:
+        """Every stage did at least `EQUAL_WORK_FROM` of the busiest stage's work."""
+        return min(self.stage_work) >= EQUAL_WORK_FROM
+
+    @property
+    def verdict(self) -> str:
+        """`BUBBLE_ABOVE`, `BUBBLE_BELOW` or `BUBBLE_AS_EXPECTED` (within `BUBBLE_TOLERANCE`)."""
+        if self.unexplained > BUBBLE_TOLERANCE:
+            return BUBBLE_ABOVE
+        return BUBBLE_BELOW if self.unexplained < -BUBBLE_TOLERANCE else BUBBLE_AS_EXPECTED
+
+    def row(self) -> dict[str, Any]:
+        return {"mode": self.mode, "stages": self.stages, "microbatches": self.microbatches,
+                "measured": self.measured, "theory": self.theory, "difference": self.difference,
+                "per_stage": ", ".join(f"{b:.2f}" for b in self.idle_by_stage),
+                "stage_work": ", ".join(f"{w:.2f}" for w in self.stage_work),
+                "expected": self.expected, "unexplained": self.unexplained}
+
+
+def bubble_findings(results: list[ModeResult]) -> list[BubbleFinding]:
+    """A `BubbleFinding` for each pipeline run of `results` with a measurement on every stage."""
+    out = []
     for r in results:
         bubble = r.run.get("pipeline_bubble")
         if not bubble:
@@ -196,62 +260,95 @@ def bubble_rows(results: list[ModeResult]) -> list[dict[str, Any]]:
         idle = [statistics.mean(values) for values in stages]
         busy = [1 - x for x in idle]
         work = [b / max(busy) for b in busy]
-        measured, expected = min(idle), parallelism.busiest_stage_bubble(work, m)
-        rows.append({"mode": r.mode.label, "stages": p, "microbatches": m, "measured": measured,
-                     "theory": bubble["theory"], "difference": measured - bubble["theory"],
-                     "per_stage": ", ".join(f"{b:.2f}" for b in idle),
-                     "stage_work": ", ".join(f"{w:.2f}" for w in work),
-                     "expected": expected, "unexplained": measured - expected})
-    return rows
-
-
-def memory_answer(rows: list[dict[str, Any]]) -> str:
-    """The per-rank memory of every mode against DDP's, from `mode_table`'s rows, with the most
-    a mode can save (each rank holding 1/N of everything)."""
-    shares = [f"{r['mode']} {r['vs_ddp']:.2f}×" for r in rows if r["vs_ddp"] is not None]
-    if not shares:
-        return "no DDP run at the same process count to compare with"
-    least = min((r for r in rows if r["vs_ddp"] is not None), key=lambda r: r["vs_ddp"])
-    return (f"per-rank memory against DDP's: {', '.join(shares)}. Least: {least['mode']}; "
-            f"section 2 splits each figure into parameters, gradients and optimizer state.")
-
-
-BUBBLE_TOLERANCE = 0.02  # idle shares closer than this to the expectation are called a match
-
-
-def bubble_answer(bubbles: list[dict[str, Any]]) -> str:
-    """The measured idle share of each pipeline run against (p−1)/(m+p−1), from `bubble_rows`,
-    explained in the direction the numbers went: unequal stages lower the busiest stage's idle
-    share below the formula; what remains above the expectation is sends and the schedule's own
-    work, what remains below it is fill time spent before that stage's clock started."""
-    if not bubbles:
-        return "no pipeline run here, so no bubble was measured"
-    return " ".join(_bubble_sentence(b) for b in bubbles)
-
-
-def _bubble_sentence(b: dict[str, Any]) -> str:
-    out = (f"{b['mode']}: p={b['stages']}, m={b['microbatches']}, (p−1)/(m+p−1) = {b['theory']:.2f}, "
-           f"measured {b['measured']:.2f} on the busiest stage ({b['difference']:+.2f}).")
-    work = [float(w) for w in b["stage_work"].split(", ")]
-    if min(work) < 0.95:
-        out += (f" The stages did unequal work ({b['stage_work']} of the busiest; the last also runs the output "
-                f"head and the loss), so the busiest one waits only for the others' shorter fill and drain: "
-                f"expected {b['expected']:.2f}.")
-    else:
-        out += f" The stages did nearly equal work ({b['stage_work']}): expected {b['expected']:.2f}."
-    gap = b["unexplained"]
-    if gap > BUBBLE_TOLERANCE:
-        out += (f" The remaining {gap:+.2f} is time inside the schedule spent neither in forward, backward nor "
-                f"loss: sends and receives between the stages and the schedule's own launches, which labkit "
-                f"counts as idle.")
-    elif gap < -BUBBLE_TOLERANCE:
-        out += (f" It came out {gap:+.2f} below even that: labkit starts each stage's clock when that stage "
-                f"enters the schedule, and a stage that enters later (still finishing the previous step's "
-                f"optimizer update and gradient reduction) finds its first micro-batch waiting, so part of its "
-                f"fill fell outside the timed window.")
-    else:
-        out += f" The measurement matches that within ±{BUBBLE_TOLERANCE:.2f}."
+        out.append(BubbleFinding(r.mode.label, p, m, bubble["theory"], min(idle),
+                                 parallelism.busiest_stage_bubble(work, m), tuple(idle), tuple(work)))
     return out
+
+
+def bubble_rows(results: list[ModeResult]) -> list[dict[str, Any]]:
+    """The notebook's bubble table: each `bubble_findings` finding as a row (`BubbleFinding.row`)."""
+    return [b.row() for b in bubble_findings(results)]
+
+
+# The largest relative loss gap still called the same losses: the loosest the test suite holds
+# a parallel mode to against one process (DeepSpeed's stages, and ZeRO-Offload against the
+# same stage without it; torch's own modes stay under 1e-4). Summing in another order moves
+# fp32 losses by far less.
+SAME_LOSSES_BELOW = 1e-3
+SAME_LOSSES = "the same losses, to float rounding"
+DIFFERENT_LOSSES = "different losses"
+
+
+def loss_verdict(gap: float) -> str:
+    """`SAME_LOSSES` for a largest relative loss gap up to `SAME_LOSSES_BELOW`, else
+    `DIFFERENT_LOSSES`."""
+    return SAME_LOSSES if gap <= SAME_LOSSES_BELOW else DIFFERENT_LOSSES
+
+
+@dataclass(frozen=True)
+class ModeFigure:
+    """One run's figure: its label and a value (a ratio to DDP's, or a loss gap)."""
+
+    mode: str
+    value: float
+
+
+@dataclass(frozen=True)
+class RunFindings:
+    """What notebook 10's runs show (`findings`), against the DDP run on `nproc` processes:
+    every run's per-rank memory over DDP's (`memory`, in run order) and the least of it; the run
+    that sent the most per step (`most_sent_carries_activations`: it is tensor parallel, whose
+    all-reduces carry activations, which grow with the batch, not with the model); the run with
+    the slowest median step, its steps against DDP's (`slowest_steps`, in ms; None under 3 timed
+    steps each) and `slowest_verdict` (`labkit.course.ladder.verdict`); the largest relative loss gap
+    from one process and its verdict (`loss_verdict`)."""
+
+    nproc: int
+    device: str
+    memory: tuple[ModeFigure, ...]
+    least_memory: ModeFigure
+    most_sent: ModeFigure
+    most_sent_carries_activations: bool
+    slowest: ModeFigure
+    slowest_steps: stats.Comparison | None
+    slowest_verdict: str
+    largest_gap: ModeFigure
+    losses_verdict: str
+
+    @property
+    def memory_floor(self) -> float:
+        """The least a run could hold against DDP: every rank holding 1/`nproc` of everything."""
+        return 1 / self.nproc
+
+
+def findings(reference: ModeResult, results: list[ModeResult]) -> RunFindings:
+    """The numbers and verdicts of `results` against the first DDP run (at the first run's
+    process count, as `mode_table`) and the single-process `reference`."""
+    nproc = results[0].mode.nproc if results else 0
+    ddp = next((r for r in results if r.mode.parallel == "ddp" and r.mode.grad_compression == "none"
+                and r.mode.nproc == nproc), None)
+    if ddp is None:
+        raise ParameterError("results", [r.mode.label for r in results],
+                             f"no DDP run on {nproc} processes to compare the modes with")
+    rows = mode_table(reference, results)
+
+    def figures(key: str) -> list[ModeFigure]:
+        return [ModeFigure(r["mode"], r[key]) for r in rows]
+
+    def largest(key: str) -> int:
+        return max(range(len(rows)), key=lambda i: rows[i][key])
+
+    sent, slow, gap = largest("sent_vs_ddp"), largest("step_vs_ddp"), largest("loss_gap")
+    try:
+        steps = stats.compare([1000 * t for t in ddp.timed_steps], [1000 * t for t in results[slow].timed_steps],
+                              higher_is_better=False)
+    except ValueError:  # fewer than 3 timed steps on a side: no verdict
+        steps = None
+    memory = tuple(figures("vs_ddp"))
+    return RunFindings(nproc, str(ddp.run.get("device", "cpu")), memory, min(memory, key=lambda f: f.value),
+                       figures("sent_vs_ddp")[sent], results[sent].mode.parallel == "tp",
+                       figures("step_vs_ddp")[slow], steps, ladder.verdict(steps),
+                       figures("loss_gap")[gap], loss_verdict(rows[gap]["loss_gap"]))
 
 
 def deepspeed_equivalents(base: TrainConfig, nproc: int) -> list[dict[str, Any]]:
@@ -278,12 +375,43 @@ def offload_argv(base: TrainConfig, stage: int = 2) -> list[str]:
     return recipe_view.flags(base, stage=stage, offload_optimizer="cpu")
 
 
-def offload_comparison(argv: list[str], results: list[ModeResult], nproc: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class OffloadComparison:
+    """The deepspeed_zero recipe with the optimizer offloaded beside `labkit train
+    --sharding-backend deepspeed` at the same stage without it: `rows` per step (both losses,
+    relative gap), the training `device`, `held` (each rank's optimizer bytes by the device
+    holding them, offloaded) and `without` (each rank's optimizer bytes without offload, on the
+    training device)."""
+
+    rows: tuple[dict[str, Any], ...]
+    device: str
+    held: tuple[dict[str, int], ...]
+    without: tuple[int, ...]
+
+    @property
+    def gap(self) -> float:
+        """The largest relative loss gap, offload against none."""
+        return max(r["relative gap"] for r in self.rows)
+
+    @property
+    def verdict(self) -> str:
+        """`loss_verdict` of `gap`: `SAME_LOSSES` up to `SAME_LOSSES_BELOW`."""
+        return loss_verdict(self.gap)
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.device.startswith("cuda")
+
+    @property
+    def gpu_bytes(self) -> int:
+        """Optimizer bytes the ranks kept on a GPU with offload (all ranks)."""
+        return sum(h.get("cuda", 0) for h in self.held)
+
+
+def offload_comparison(argv: list[str], results: list[ModeResult], nproc: int) -> OffloadComparison:
     """Run the deepspeed_zero recipe with `argv` (optimizer offloaded) on `nproc` processes and
     set it beside the run of the same stage without offload in `results` (`labkit train
-    --sharding-backend deepspeed`, same settings): `rows` per step (both losses, relative gap),
-    `gap` (the largest), `held` (each rank's optimizer bytes by the device holding them, offloaded)
-    and `without` (each rank's optimizer bytes without offload, on the training device)."""
+    --sharding-backend deepspeed`, same settings)."""
     from labkit.course import recipe_view
 
     stage = int(argv[argv.index("--stage") + 1])
@@ -292,28 +420,9 @@ def offload_comparison(argv: list[str], results: list[ModeResult], nproc: int) -
     run = recipe_view.run("deepspeed_zero", argv, nproc=nproc)
     rows = [{"step": i, "loss without offload": a, "loss with offload": b, "relative gap": abs(b - a) / abs(a)}
             for i, (a, b) in enumerate(zip(plain.losses, run.losses, strict=True))]
-    return {"rows": rows, "gap": max(r["relative gap"] for r in rows), "device": run.run.get("device", "cpu"),
-            "held": run.run["optimizer_bytes_by_device"],
-            "without": [m["optimizer_bytes"] for m in plain.memory_by_rank if m]}
-
-
-def offload_lines(offload: dict[str, Any]) -> list[str]:
-    """What `offload_comparison` showed, in sentences computed from it."""
-    out = [f"largest relative loss gap, offload vs none: {offload['gap']:.1e} "
-           f"({'within' if offload['gap'] <= 1e-3 else 'OUTSIDE'} DeepSpeed's 1e-3)"]
-    for rank, (held, without) in enumerate(zip(offload["held"], offload["without"], strict=True)):
-        where = ", ".join(f"{b / 1024:,.1f} KiB on {d}" for d, b in sorted(held.items()))
-        out.append(f"rank {rank} optimizer state: offloaded {where}; without offload {without / 1024:,.1f} KiB "
-                   f"on the training device")
-    device = str(offload["device"])
-    if device.startswith("cuda"):
-        on_gpu = sum(h.get("cuda", 0) for h in offload["held"])
-        out.append(f"the GPUs kept {on_gpu / 1024:,.1f} KiB of optimizer state with offload "
-                   f"(vs {sum(offload['without']) / 1024:,.1f} KiB without)")
-    else:
-        out.append(f"these processes trained on {device}: the 'device' is host memory too, so offload moved "
-                   f"nothing here; on a GPU the GPU's share of these bytes drops to ~0")
-    return out
+    return OffloadComparison(tuple(rows), str(run.run.get("device", "cpu")),
+                             tuple(run.run["optimizer_bytes_by_device"]),
+                             tuple(m["optimizer_bytes"] for m in plain.memory_by_rank if m))
 
 
 def measured_effective_tflops() -> tuple[float, str]:
@@ -422,51 +531,93 @@ def weighed_rows(model: str, gpus: int, gpu_gib: float, link: parallelism.Interc
              "exposed_comm_s": c.exposed_s, "of_comm_s": c.comm_s, "chosen": c is p.choice} for c in order]
 
 
-def view_notes(plan: list[dict[str, Any]], decisions: list[dict[str, Any]],
-               grid: list[dict[str, Any]]) -> list[str]:
-    """How the page's tables relate: where two share a model, GPU count, GPU memory and
-    interconnect they must give the same layout (one `plan` call); where cells differ, the
-    assumption that differs between them."""
+@dataclass(frozen=True)
+class Clash:
+    """A cell where `table` gives another layout than the decision table (`decided`)."""
+
+    table: str
+    model: str
+    gpus: int
+    gib: float
+    interconnect: str
+    layout: str
+    decided: str
+
+
+# Why a chosen layout changes across a row of the decision table (`LayoutChange.reason`).
+STEP_TIMES = "the interconnect changes only the step times"
+OVER_MEMORY = "the larger GPU's layout needs more than the smaller GPU has usable"
+ANOTHER_SPLIT = "another smallest tp·pp fits the smaller GPU"
+SMALLER_MICRO_BATCHES = "the same layouts with smaller micro-batches"
+
+
+@dataclass(frozen=True)
+class LayoutChange:
+    """One model on one GPU count whose chosen layout changes across `cells` (its decision rows,
+    one per value of what varies, the rest held), and why (`reason`)."""
+
+    model: str
+    gpus: int
+    cells: tuple[dict[str, Any], ...]
+    reason: str
+
+    @property
+    def smaller(self) -> dict[str, Any]:
+        """The cell with the least GPU memory."""
+        return min(self.cells, key=lambda r: r["GiB"])
+
+    @property
+    def larger(self) -> dict[str, Any]:
+        """The cell with the most GPU memory."""
+        return max(self.cells, key=lambda r: r["GiB"])
+
+
+@dataclass(frozen=True)
+class ViewCheck:
+    """How the page's tables relate (`view_check`): how many cells the memory and layout tables
+    share with the decision table, those where they give another layout (none: they are one
+    planner's answer), and the changes across interconnects and across GPU memory."""
+
+    shared: int
+    clashes: tuple[Clash, ...]
+    by_interconnect: tuple[LayoutChange, ...]
+    by_memory: tuple[LayoutChange, ...]
+
+
+def view_check(plan: list[dict[str, Any]], decisions: list[dict[str, Any]],
+               grid: list[dict[str, Any]]) -> ViewCheck:
+    """Where the memory table (`plan`) or the layout table (`grid`) shares a model, GPU count,
+    GPU memory and interconnect with the decision table (`decisions`) they must give the same
+    layout (one `plan` call); where the decision table's layout changes with the interconnect or
+    the GPU memory, the assumption that differs."""
     answer = {(d["model"], d["gpus"], d["GiB"], d["interconnect"]): d for d in decisions}
     views = [((r["model"], r["gpus"], r["gpu_GiB"], r["interconnect"]), r["layout"], "memory table")
              for r in plan if r["chosen"]]
     views += [((g["model"], g["gpus"], g["GiB"], g["interconnect"]), g["layout"], "layout table") for g in grid]
     shared = [(k, layout, name) for k, layout, name in views if k in answer]
-    clash = [f"{name} says {layout} for {k[0]} on {k[1]} × {k[2]:g} GiB, {k[3]}; the decision table says "
-             f"{answer[k]['layout']}" for k, layout, name in shared if layout != answer[k]["layout"]]
-    out = clash or [f"the memory, decision and layout tables share {len(shared)} cells and give the same layout in "
-                    f"every one: they are one planner's answer"]
-    out += _differences(decisions, "interconnect", "GiB", lambda rows: (
-        "the interconnect differs: it changes only the step times, so a layout whose communication hides on "
-        "the faster link can lose on the slower one"))
-    out += _differences(decisions, "GiB", "interconnect", _memory_reason)
-    return out
+    clashes = tuple(Clash(name, *k, layout, answer[k]["layout"])
+                    for k, layout, name in shared if layout != answer[k]["layout"])
+    return ViewCheck(len(shared), clashes, tuple(_changes(decisions, "GiB", lambda rows: STEP_TIMES)),
+                     tuple(_changes(decisions, "interconnect", _memory_reason)))
 
 
-def _differences(decisions: list[dict[str, Any]], varying: str, fixed: str, why: Any) -> list[str]:
-    """One line per model, GPU count and `fixed` value whose layout changes with `varying`."""
+def _changes(decisions: list[dict[str, Any]], fixed: str, why: Any) -> list[LayoutChange]:
+    """One change per model, GPU count and `fixed` value whose layout changes across the rest."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for d in decisions:
         groups.setdefault((d["model"], d["gpus"], d[fixed]), []).append(d)
-    out = []
-    for (model, gpus, held), rows in groups.items():
-        if len({r["layout"] for r in rows}) > 1:
-            where = "; ".join(f"{r[varying]}{' GiB' if varying == 'GiB' else ''}: {r['layout']}" for r in rows)
-            out.append(f"{model} on {gpus} GPUs, {held}{' GiB' if fixed == 'GiB' else ''}: {where}. {why(rows)}")
-    return out
+    return [LayoutChange(model, gpus, tuple(rows), why(rows)) for (model, gpus, _), rows in groups.items()
+            if len({r["layout"] for r in rows}) > 1]
 
 
 def _memory_reason(rows: list[dict[str, Any]]) -> str:
     big = max(rows, key=lambda r: r["GiB"])
     small = min(rows, key=lambda r: r["GiB"])
     if big["GiB_per_rank"] is not None and big["GiB_per_rank"] > small["usable_GiB"]:
-        return (f"the GPU memory differs: {big['layout']} needs {big['GiB_per_rank']:.1f} GiB per GPU, over the "
-                f"{small['usable_GiB']:.1f} usable on the {small['GiB']:g} GiB one")
+        return OVER_MEMORY
     if (small["smallest_tp_pp"] or 0) > (big["smallest_tp_pp"] or 0):
-        return (f"the GPU memory differs: on {small['GiB']:g} GiB the smallest tp·pp that fits is "
-                f"{small['smallest_tp_pp']}, so other layouts are weighed")
-    return ("the GPU memory differs: the same layouts are weighed, but with less memory each holds smaller "
-            "micro-batches (more accumulation steps), which changes their step times")
+        return ANOTHER_SPLIT
+    return SMALLER_MICRO_BATCHES
 
 
 def course_modes(processes: int = 2, four: bool = True, deepspeed: bool = True,
@@ -483,23 +634,3 @@ def course_modes(processes: int = 2, four: bool = True, deepspeed: bool = True,
     if four:
         modes += [Mode("tp", 4, tp_degree=2), Mode("pp", 4, pp_degree=2, microbatches=microbatches)]
     return modes
-
-
-def conclusions(reference: ModeResult, results: list[ModeResult]) -> list[str]:
-    """What this run showed, in sentences computed from it."""
-    rows = {r["mode"]: r for r in mode_table(reference, results)}
-    out = []
-    worst = max(rows.values(), key=lambda r: r["loss_gap"])
-    out.append(f"Every mode reproduced the single process's losses: the largest relative gap was "
-               f"{worst['loss_gap']:.1e} ({worst['mode']}).")
-    sharded = [r for r in rows.values() if r["vs_ddp"] is not None]
-    least = min(sharded, key=lambda r: r["vs_ddp"])
-    out.append(f"{least['mode']} held the least per rank: {least['vs_ddp']:.2f}× of DDP's bytes.")
-    most = max(sharded, key=lambda r: r["sent_vs_ddp"])
-    why = (": its all-reduces carry activations, which grow with the batch, not with the model"
-           if most["mode"].startswith("tp") else "")
-    out.append(f"{most['mode']} sent the most per step, {most['sent_vs_ddp']:.2f}× DDP's bytes{why}.")
-    slowest = max(sharded, key=lambda r: r["step_vs_ddp"])
-    out.append(f"{slowest['mode']} had the slowest step here, {slowest['step_vs_ddp']:.2f}× DDP's "
-               f"(CPU processes on a shared machine: an order, not a GPU forecast).")
-    return out

@@ -17,6 +17,8 @@ help and where they do not (`REDUCER_EXAMPLES`).
 Watching a job: `tensorboard_spec_rows(spec)` shows the fields Vertex AI TensorBoard needs,
 `tensorboard_rows(logdir)` the event files a job left under AIP_TENSORBOARD_LOG_DIR and their
 scalar tags, `nccl_log_lines(job)` how many lines NCCL logged in an emulated job's replicas.
+
+Everything here returns numbers and rows; notebook 06 writes the sentences.
 """
 
 from __future__ import annotations
@@ -115,6 +117,11 @@ def compression_cost(base: TrainConfig, hooks: tuple[Hook, ...] = HOOKS, *, repe
             for h, s in samples.items()}
 
 
+# Why a hook has no break-even bandwidth (`break_even`'s `note`; "" when it has one).
+SAVED_NOTHING = "saved no bytes"
+COST_IN_NOISE = "cost within the spread of its repeats: no break-even"
+
+
 def break_even(rows: list[dict[str, Any]], costs: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     """Per hook: bytes saved per step, its measured cost, and the bandwidth below which the
     saved bytes take longer to send than the hook takes to compute. None, with the reason in
@@ -126,8 +133,7 @@ def break_even(rows: list[dict[str, Any]], costs: dict[str, dict[str, float]]) -
         saved = plain - row["sent_KiB_per_step"] * 1024
         cost = costs[row["hook"]]
         measurable = cost["cost_ms"] > max(cost["spread_ms"], 0.0)
-        note = ("" if measurable and saved > 0 else "saved no bytes" if saved <= 0
-                else "cost within the spread of its repeats: no break-even")
+        note = "" if measurable and saved > 0 else SAVED_NOTHING if saved <= 0 else COST_IN_NOISE
         out.append({"hook": row["hook"], "saved_KiB_per_step": saved / 1024,
                     "cost_ms_per_step": cost["cost_ms"], "spread_ms": cost["spread_ms"],
                     "break_even_MB_per_s": saved / (cost["cost_ms"] / 1000) / 1e6 if not note else None,
@@ -238,15 +244,3 @@ def pool_env_lines(spec: dict[str, Any]) -> list[str]:
     return [f"workerpool{i}.container_spec.env: "
             + ", ".join(f"{e['name']}={e['value']}" for e in pool["container_spec"].get("env", []))
             for i, pool in enumerate(spec["worker_pool_specs"]) if pool]
-
-
-def nccl_here_text(job: Any, gpus: int) -> str:
-    """What an emulated job run with NCCL_DEBUG=INFO logged, and what that means on a machine
-    with `gpus` GPUs (none: its replicas used gloo, which reads no NCCL variable)."""
-    text = (f"emulated job with NCCL_DEBUG=INFO: {nccl_log_lines(job)} NCCL log line(s) in its replica logs, "
-            f"{gpus} GPU(s) on this machine\n")
-    if gpus == 0:
-        return text + ("no GPU here: the replicas used gloo, which reads no NCCL_* variable; NCCL variables act "
-                       "only between GPUs, and what one changes (all-reduce bus bandwidth with and without it) "
-                       "needs a GPU machine to measure, so no such figure is shown")
-    return text + "with GPUs, each rank's log shows NCCL's choices (NCCL INFO lines)"

@@ -4,26 +4,32 @@ back what they left, as a learner would read their own job.
 
 `example(name)` is the folder of an example trainer. `epochs(run)` reads the ``Epoch N/M: ...
 test loss X`` lines each replica printed (attempt by attempt), so a notebook can show the
-curve and check the model learned; `output_rows(run)` lists the files the job left in its
+curve, and `learning(rows)` gives the held-out loss after the first and the last epoch against
+chance, with whether the model learned; `output_rows(run)` lists the files the job left in its
 bucket; `restart_rows(run)` what happened to each replica across attempts. `run_example`
-(06: the DDP example as a 2-node job) and `preemption_comparison` (07: undisturbed and
-preempted on Spot) run them and say what they show.
+(06: the DDP example as a 2-node job; 12: its own script) and `preemption_comparison` (07:
+undisturbed and preempted on Spot) run them. Their `report()` is what the job printed and
+left (tables); the notebooks write what it shows from `learning` and `identical`.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from labkit.core.config import ParameterError
 from labkit.course.tables import table
 from labkit.vertex.images import source_root
 from labkit.vertex.own_job import Emulated, JobRequest, cli_line, emulate
 
 _EPOCH = re.compile(r"Epoch (\d+)/(\d+): train loss ([\d.]+), test loss ([\d.]+), test accuracy ([\d.]+)")
-# Three classes: a model that learned nothing scores ln 3 on held-out data.
-CHANCE_LOSS = 1.0986
+# Three classes (examples/ddp_trainer): a model that learned nothing scores ln 3 on held-out data.
+CHANCE_LOSS = math.log(3)
+LEARNED = "learned"
+NOT_LEARNED = "did not learn"
 
 
 def example(name: str) -> Path:
@@ -49,9 +55,38 @@ def epochs(run: Emulated, replica: str = "workerpool0[0]") -> list[dict[str, Any
     return [by_epoch[k] for k in sorted(by_epoch)]
 
 
-def learned(rows: list[dict[str, Any]]) -> bool:
+@dataclass(frozen=True)
+class Learning:
+    """A run's held-out loss after its first and its last epoch, against chance (the loss of a
+    model that learned nothing: ln of the number of classes)."""
+
+    first_loss: float
+    last_loss: float
+    last_epoch: int
+    epochs: int  # how many epochs were reported
+    chance: float
+
+    @property
+    def learned(self) -> bool:
+        """The held-out loss fell from the first epoch and ended below chance."""
+        return self.epochs >= 2 and self.last_loss < self.first_loss and self.last_loss < self.chance
+
+    @property
+    def verdict(self) -> str:
+        """`LEARNED` or `NOT_LEARNED`."""
+        return LEARNED if self.learned else NOT_LEARNED
+
+
+def learning(rows: list[dict[str, Any]], chance: float = CHANCE_LOSS) -> Learning:
+    """The `Learning` of per-epoch rows (`epoch`, `test_loss`), in epoch order."""
+    if not rows:
+        raise ParameterError("rows", rows, "holds no epoch, so there is no held-out loss to read")
+    return Learning(rows[0]["test_loss"], rows[-1]["test_loss"], rows[-1]["epoch"], len(rows), chance)
+
+
+def learned(rows: list[dict[str, Any]], chance: float = CHANCE_LOSS) -> bool:
     """Whether the held-out loss fell from the first epoch and ended below chance."""
-    return len(rows) >= 2 and rows[-1]["test_loss"] < rows[0]["test_loss"] and rows[-1]["test_loss"] < CHANCE_LOSS
+    return bool(rows) and learning(rows, chance).learned
 
 
 def output_rows(run: Emulated) -> list[dict[str, Any]]:
@@ -92,28 +127,33 @@ def ddp_request(workdir: Path, name: str, *, replicas: int, epochs: int, spot: b
 
 @dataclass
 class ExampleRun:
-    """An example trainer run as your own job: the request, what it left, what it printed."""
+    """An example trainer run as your own job: the request, what it left, what it printed, and
+    how many classes its data has (chance is ln of it)."""
 
     request: JobRequest
     run: Emulated
+    classes: int = 3
 
     @property
     def epochs(self) -> list[dict[str, Any]]:
         return epochs(self.run)
 
-    def text(self) -> str:
-        rows = self.epochs
-        verdict = "learned" if learned(rows) else "did NOT learn"
+    @property
+    def learning(self) -> Learning:
+        """The primary replica's held-out loss, first epoch to last, against chance."""
+        return learning(self.epochs, math.log(self.classes))
+
+    def report(self) -> str:
+        """The command, the job's state, the epochs the primary printed and the files in the bucket."""
         return "\n".join([
             cli_line(self.request), self.run.job.summary().splitlines()[0], "",
-            table(rows, title="what the primary replica printed"), "",
-            table(output_rows(self.run), title=f"in the emulated bucket ({self.run.bucket_folder})"), "",
-            f"held-out loss {rows[0]['test_loss']:.3f} after epoch 1, {rows[-1]['test_loss']:.3f} after epoch "
-            f"{rows[-1]['epoch']} (chance {CHANCE_LOSS:.3f}): {verdict}"])
+            table(self.epochs, title="what the primary replica printed"), "",
+            table(output_rows(self.run), title=f"in the emulated bucket ({self.run.bucket_folder})")])
 
 
-def run_example(request: JobRequest) -> ExampleRun:
-    return ExampleRun(request, emulate(request))
+def run_example(request: JobRequest, classes: int = 3) -> ExampleRun:
+    """`request` run by `labkit emulate`; `classes`: how many classes the trainer's data has."""
+    return ExampleRun(request, emulate(request), classes)
 
 
 @dataclass
@@ -128,16 +168,13 @@ class PreemptionComparison:
         """Whether every epoch's held-out loss is the same in both (an exact resume)."""
         return [r["test_loss"] for r in self.undisturbed.epochs] == [r["test_loss"] for r in self.preempted.epochs]
 
-    def text(self) -> str:
-        job = self.preempted.run.job
-        calm, hit = self.undisturbed.epochs, self.preempted.epochs
+    def report(self) -> str:
+        """The preempted job: its command, each replica's attempts, the signals and the epochs."""
         return "\n".join([
             cli_line(self.preempted.request), "",
             table(restart_rows(self.preempted.run), title="the preempted job, replica by replica"),
-            *(e for e in job.events if "SIG" in e or "preempted" in e), "",
-            table(hit, title="epochs as the primary replica reported them"), "",
-            f"final held-out loss: undisturbed {calm[-1]['test_loss']:.4f}, preempted and resumed "
-            f"{hit[-1]['test_loss']:.4f}: " + ("identical at every epoch" if self.identical else "they differ")])
+            *(e for e in self.preempted.run.job.events if "SIG" in e or "preempted" in e), "",
+            table(self.preempted.epochs, title="epochs as the primary replica reported them")])
 
 
 def preemption_comparison(workdir: Path, *, replicas: int, epochs: int, at_epoch: int = 1) -> PreemptionComparison:

@@ -823,34 +823,43 @@ def request_rows(request: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def request_conclusions(submitted: dict[str, Any]) -> list[str]:
-    """Sentences on what arrived at the service, read from the request itself, and the states
-    the recipe saw (`submit_locally`'s result)."""
-    request = submitted["request"]
-    spec = request["job_spec"]
+@dataclass(frozen=True)
+class ReceivedJob:
+    """What a CustomJob request held when the service received it (`received`), read from its
+    fields, and the states the recipe polled; notebook 06 writes the sentences."""
+
+    pools: int
+    training_nodes: int  # replicas of pools 0 and 1
+    pool2_replicas: int  # parameter servers or the Reduction Server (0: no pool 2)
+    pool2_image: str | None
+    pool2_machine: str | None
+    strategy: str  # scheduling.strategy; "STANDARD" (on-demand) when the request leaves it out
+    restart_job_on_worker_restart: bool
+    base_output_directory: str | None
+    output_dirs: dict[str, str]  # the AIP_*_DIR variables Vertex sets from base_output_directory
+    primary_command: str | None  # what pool 0 runs (the script of a `bash -c` command)
+    states: tuple[str, ...]
+
+
+def received(submitted: dict[str, Any]) -> ReceivedJob:
+    """`submit_locally`'s result as `ReceivedJob`: the request's pools, scheduling and output
+    folder, the AIP_*_DIR variables Vertex derives from it (`labkit.vertex.emulator.vertex_variables`),
+    and the states the recipe saw."""
+    from labkit.vertex.emulator import vertex_variables
+
+    spec = submitted["request"]["job_spec"]
     pools = spec["worker_pool_specs"]
     scheduling = spec.get("scheduling", {})
-    nodes = sum(int(p.get("replica_count", 0)) for p in pools[:2])
-    out = [f"{len(pools)} worker pool(s): {nodes} training node(s) in pools 0 and 1"
-           + (f", {int(pools[2]['replica_count'])} replica(s) of {pools[2]['container_spec']['image_uri']} "
-              f"on {pools[2]['machine_spec']['machine_type']} in pool 2" if len(pools) > 2 else "") + "."]
-    strategy = scheduling.get("strategy") or "STANDARD"
-    out.append(f"scheduling.strategy = {strategy}: " + ("Spot VMs, cheaper and preemptible."
-               if strategy == "SPOT" else "on-demand VMs."))
-    restart = bool(scheduling.get("restart_job_on_worker_restart"))
-    out.append(f"restart_job_on_worker_restart = {restart}: "
-               + ("a worker that restarts restarts the whole job, which DDP needs (its process group "
-                  "cannot lose a member)." if restart else "a restarted worker rejoins alone."))
-    base = spec.get("base_output_directory", {}).get("output_uri_prefix")
-    if base:
-        out.append(f"base_output_directory = {base}: Vertex sets AIP_MODEL_DIR={base}/model/, "
-                   f"AIP_CHECKPOINT_DIR={base}/checkpoints/, AIP_TENSORBOARD_LOG_DIR={base}/logs/.")
+    pool2 = pools[2] if len(pools) > 2 and pools[2] else {}
     cmd = pools[0].get("container_spec", {}).get("command", [])
-    if cmd:
-        out.append("pool 0 runs: " + (cmd[-1] if cmd[:2] == ["bash", "-c"] else shlex.join(cmd)))
-    if submitted.get("states"):
-        out.append("States the recipe polled: " + " → ".join(submitted["states"]) + ".")
-    return out
+    dirs = {k: v for k, v in vertex_variables(spec, job_id="").items() if k.startswith("AIP_") and k.endswith("_DIR")}
+    return ReceivedJob(
+        len(pools), sum(int(p.get("replica_count", 0)) for p in pools[:2]), int(pool2.get("replica_count", 0)),
+        pool2.get("container_spec", {}).get("image_uri"), pool2.get("machine_spec", {}).get("machine_type"),
+        scheduling.get("strategy") or "STANDARD", bool(scheduling.get("restart_job_on_worker_restart")),
+        spec.get("base_output_directory", {}).get("output_uri_prefix"), dirs,
+        (cmd[-1] if cmd[:2] == ["bash", "-c"] else shlex.join(cmd)) if cmd else None,
+        tuple(submitted.get("states") or ()))
 
 
 # ---------------------------------------------------------------- the capstone's levers

@@ -22,9 +22,10 @@ zeroed first) and must give back the gathered state bit for bit, or the measurem
 Every format commits with `keep=1`, so each save also deletes the previous one, as a long run
 with `--keep-checkpoints` does. The full-state save leaves out the RNG blobs (a few KB).
 
-`rows`, `time_comparison`, `bytes_ratio` and `lines` turn the report into the notebook's table,
-its verdict and its sentences; `reference()` reads the repository's benchmark of the same
-measurement (`benchmarks/bench_sharded_checkpoint.py`) at a larger state.
+`rows`, `time_comparison`, `bytes_ratio` and `findings` turn the report into the notebook's
+table, its verdict and the numbers its sentences need; `reference()` reads the repository's
+benchmark of the same measurement (`benchmarks/bench_sharded_checkpoint.py`) at larger states,
+and `reference_rows` makes a table of it.
 """
 
 from __future__ import annotations
@@ -35,13 +36,14 @@ import re
 import sys
 import tempfile
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from labkit.core import stats
 from labkit.core.models import GPTConfig
 from labkit.core.train_config import TrainConfig
+from labkit.course import ladder
 
 FORMATS = ("full state", "rank files", "dcp")
 RESUMABLE_ON = {"full state": "any number of processes", "rank files": "the same layout only",
@@ -224,19 +226,29 @@ def bytes_ratio(report: dict[str, Any]) -> float:
     return max(report["bytes_by_rank"]["dcp"]) / max(report["bytes_by_rank"]["full state"])
 
 
-def lines(report: dict[str, Any]) -> list[str]:
-    """The measurement in sentences, each figure computed from `report`."""
-    full, dcp = report["bytes_by_rank"]["full state"], report["bytes_by_rank"]["dcp"]
-    world = report["world_size"]
-    saved = time_comparison(report)
-    return [
-        f"full state: rank 0 wrote {full[0] / 1e6:.2f} MB and held the whole state to do it; the other "
-        f"{world - 1} rank(s) wrote {sum(full[1:]) / 1e6:.2f} MB",
-        f"dcp: the ranks wrote {', '.join(f'{b / 1e6:.2f}' for b in dcp)} MB each; the busiest wrote "
-        f"{bytes_ratio(report):.2f}× the full-state save's rank 0",
-        f"time per save, {saved.sentence('full state', 'dcp', 'ms')}",
-        f"the DCP checkpoint loaded back bit for bit: {report['dcp_reload_identical']}",
-    ]
+@dataclass(frozen=True)
+class CheckpointFindings:
+    """What the measurement shows (`findings`): the bytes each rank wrote with the full-state
+    save and with DCP, the busiest rank's DCP bytes over the full-state save's (`bytes_ratio`),
+    the DCP save's time against the full-state save's (`time`, in ms) with its verdict
+    (`labkit.course.ladder.verdict`: "faster" only when every DCP save beat every full-state
+    one), and whether the DCP checkpoint loaded back bit for bit."""
+
+    world_size: int
+    full_by_rank: tuple[int, ...]
+    dcp_by_rank: tuple[int, ...]
+    bytes_ratio: float
+    time: stats.Comparison
+    verdict: str
+    reload_identical: bool
+
+
+def findings(report: dict[str, Any]) -> CheckpointFindings:
+    """The numbers and the verdict of a `measure` report."""
+    time = time_comparison(report)
+    return CheckpointFindings(report["world_size"], tuple(report["bytes_by_rank"]["full state"]),
+                              tuple(report["bytes_by_rank"]["dcp"]), bytes_ratio(report), time,
+                              ladder.verdict(time), report["dcp_reload_identical"])
 
 
 def reference() -> dict[str, Any] | None:
@@ -248,23 +260,18 @@ def reference() -> dict[str, Any] | None:
     return json.loads(found[-1].read_text()) | {"file": f"benchmarks/results/{found[-1].name}"} if found else None
 
 
-def reference_lines(ref: dict[str, Any] | None) -> list[str]:
-    """The benchmark's figures, one line per state size, then where they come from (or why
-    there are none)."""
-    from labkit.course.references import NO_RESULTS
-
-    if ref is None:
-        return [NO_RESULTS]
+def reference_rows(ref: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per state size of a `reference()` benchmark: its parameters and full-state bytes,
+    each format's median ms per save, the DCP save against the full-state save (its verdict)
+    and the busiest rank's bytes under DCP over the full-state save's."""
     out = []
     for size, r in ref["sizes"].items():
-        ms = {name: f"{_ms(r, name).median:,.0f} ms" for name in FORMATS}
-        out.append(f"{size} ({r['parameters'] / 1e6:.1f}M parameters, full state "
-                   f"{sum(r['bytes_by_rank']['full state']) / 1e6:.1f} MB): per save "
-                   + ", ".join(f"{name} {t}" for name, t in ms.items())
-                   + f"; the busiest rank writes {bytes_ratio(r):.2f}× the bytes under DCP")
-    device, versions = ref["device"], ref["versions"]
-    out.append(f"{ref['file']}: {device['cpu']}, {device['cores']} cores, {ref['nproc']} {device['backend']} "
-               f"processes, torch {versions['torch']}, {ref['date']}; command: {ref['command']}")
+        row = {"state": size, "M parameters": round(r["parameters"] / 1e6, 1),
+               "full state MB": round(sum(r["bytes_by_rank"]["full state"]) / 1e6, 1)}
+        row |= {f"{name} ms": round(_ms(r, name).median) for name in FORMATS}
+        row |= {"dcp vs full state": ladder.verdict(time_comparison(r)),
+                "busiest rank bytes, dcp / full": round(bytes_ratio(r), 2)}
+        out.append(row)
     return out
 
 

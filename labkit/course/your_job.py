@@ -4,9 +4,12 @@ own (`STEPS`), shown as the change from the one before and run to prove it train
 
     show_step("step2_loader")                   # the file, its new lines marked
     run = run_step("step2_loader", images, epochs=4, extra=["--num-workers", "2"])
-    run.rows, run.learned                        # held-out loss per epoch; whether it fell
+    run.rows, run.learning                       # held-out loss per epoch; first, last, chance, verdict
     timed = time_steps("step1_plain", "step2_loader", images, repeats=3)   # images/s, interleaved
+    timed.findings()                             # medians, ranges, ratio and verdict (`ladder.verdict`)
     job = spot_job(workdir, images, epochs=4)   # step 5 as a 2-node Spot job, preempted once
+
+Each returns numbers and verdicts; the notebook writes the sentences.
 """
 
 from __future__ import annotations
@@ -20,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from labkit.core import stats
+from labkit.course import ladder
 from labkit.course.own_data import run_labkit  # noqa: F401  (the notebook runs commands through it)
-from labkit.course.own_job import PreemptionComparison, example, run_example
+from labkit.course.own_job import Learning, PreemptionComparison, example, learning, run_example
 from labkit.course.tables import table
 from labkit.vertex.own_job import JobRequest
 
@@ -64,17 +68,23 @@ class StepRun:
         return math.log(self.classes)
 
     @property
-    def learned(self) -> bool:
-        """The held-out loss fell from the first epoch and ended below chance (ln classes)."""
-        r = self.rows
-        return len(r) >= 2 and r[-1]["test_loss"] < r[0]["test_loss"] and r[-1]["test_loss"] < self.chance
+    def learning(self) -> Learning:
+        """The held-out loss after the first and the last epoch, against chance (ln classes)."""
+        return learning(self.rows, self.chance)
 
-    def text(self) -> str:
-        r = self.rows
-        verdict = "learned" if self.learned else "did NOT learn"
-        return "\n".join([f"$ {' '.join(self.command)}", table(r), f"held-out loss {r[0]['test_loss']:.3f} after "
-                          f"epoch 1, {r[-1]['test_loss']:.3f} after epoch {r[-1]['epoch']} (chance "
-                          f"{self.chance:.3f}): {verdict}"])
+    @property
+    def learned(self) -> bool:
+        """The held-out loss fell from the first epoch and ended below chance."""
+        return bool(self.rows) and self.learning.learned
+
+    def report(self) -> str:
+        """The command as the learner types it and what each epoch printed."""
+        return f"$ {' '.join(self.command)}\n{table(self.rows)}"
+
+
+def classes(images: Path) -> int:
+    """How many classes an image folder has (one subfolder of `train/` per class)."""
+    return sum(1 for p in (images / "train").iterdir() if p.is_dir())
 
 
 def step_command(name: str, images: Path, *, epochs: int, image_size: int, extra: tuple[str, ...] = ()) -> list[str]:
@@ -92,8 +102,23 @@ def run_step(name: str, images: Path, *, epochs: int, image_size: int, workdir: 
         raise RuntimeError(f"{name} exited {done.returncode}: {done.stderr.strip()[-1500:]}")
     rows = [{"epoch": int(m.group(1)), "train_loss": float(m.group(3)), "test_loss": float(m.group(4)),
              "test_accuracy": float(m.group(5)), "seconds": float(m.group(6))} for m in _EPOCH.finditer(done.stdout)]
-    classes = sum(1 for p in (images / "train").iterdir() if p.is_dir())
-    return StepRun(name, command, rows, done.stdout, classes)
+    return StepRun(name, command, rows, done.stdout, classes(images))
+
+
+@dataclass(frozen=True)
+class TimingFindings:
+    """What `time_steps` measured: each step's images/s over its runs, step b's median over step
+    a's, and the verdict on b (`ladder.verdict`: "faster", "slower", "no measurable difference
+    here", or no verdict under `stats.MIN_REPEATS` runs each)."""
+
+    a: str
+    b: str
+    a_rate: stats.Spread  # images/s, one value per run
+    b_rate: stats.Spread
+    ratio: float  # median b / median a
+    verdict: str
+    decided: bool  # both steps ran the repeats a verdict needs
+    pays: bool  # b measurably faster: no run of one overlaps the other's and the medians differ enough
 
 
 @dataclass
@@ -109,25 +134,11 @@ class StepTiming:
         a, b = self.runs[self.a], self.runs[self.b]
         return stats.compare(a, b) if min(len(a), len(b)) >= stats.MIN_REPEATS else None
 
-    def conclusion(self, cpus: int, gpu: bool) -> str:
-        """What the timing says about the fix on this machine, from its verdict."""
-        c = self.comparison
-        if c is None:
-            return f"fewer than {stats.MIN_REPEATS} runs each: no verdict on the fix here"
-        if c.winner == "b":
-            return f"the fix pays here: {c.speedup():.2f}× the images per second"
-        where = ("the loader workers share this machine's " + str(cpus) + " CPU cores with the training "
-                 "itself, which also runs on them" if not gpu else "the GPU step is not waiting for data here")
-        said = "no faster" if c.winner is None else "slower"
-        return (f"the fix is {said} here ({c.speedup():.2f}×): {where}. The profile's verdict is what to act "
-                f"on where the model trains on a GPU and the CPU cores only prepare batches; measure it there")
-
-    def text(self) -> str:
-        c = self.comparison
-        if c is None:
-            return (f"{self.b}: {stats.Spread(tuple(self.runs[self.b])).median:,.0f} images/s, {self.a}: "
-                    f"{stats.Spread(tuple(self.runs[self.a])).median:,.0f} (fewer than {stats.MIN_REPEATS} runs: no verdict)")
-        return c.sentence(self.a, self.b, "images/s")
+    def findings(self) -> TimingFindings:
+        """The two steps' images/s, b over a, and the verdict from their runs (`stats.compare`)."""
+        a, b, c = stats.Spread(tuple(self.runs[self.a])), stats.Spread(tuple(self.runs[self.b])), self.comparison
+        return TimingFindings(self.a, self.b, a, b, b.median / a.median if a.median else float("inf"),
+                              ladder.verdict(c), c is not None, c is not None and c.b_is_better)
 
 
 def time_steps(a: str, b: str, images: Path, *, epochs: int, image_size: int, workdir: Path, repeats: int,
@@ -163,14 +174,9 @@ def spot_request(workdir: Path, images: Path, name: str, *, epochs: int, image_s
 def spot_job(workdir: Path, images: Path, *, epochs: int, image_size: int, at_epoch: int = 2) -> PreemptionComparison:
     """Step 5 on Spot twice: undisturbed, and preempted after `at_epoch`."""
     return PreemptionComparison(*[
-        run_example(spot_request(workdir, images, name, epochs=epochs, image_size=image_size, preempt_at_epoch=at))
+        run_example(spot_request(workdir, images, name, epochs=epochs, image_size=image_size, preempt_at_epoch=at),
+                    classes=classes(images))
         for name, at in (("undisturbed", None), ("preempted", at_epoch))])
-
-
-def job_learned(job: PreemptionComparison) -> bool:
-    """Whether the preempted job's held-out loss fell and ended below chance (ln 4: four classes)."""
-    rows = job.preempted.epochs
-    return len(rows) >= 2 and rows[-1]["test_loss"] < min(rows[0]["test_loss"], math.log(4))
 
 
 def submit_command(images: Path, *, epochs: int) -> list[str]:

@@ -64,14 +64,13 @@ def test_a_write_that_fails_leaves_no_temporary_file(tmp_path):
 
 
 def test_learned_compares_the_held_out_loss_with_chance():
-    from labkit.core.metrics import learned, learning_text
+    from labkit.core.metrics import learned
 
     run = {"heldout": {"loss": 1.0, "samples": 256, "chance": 2.302585}}
     assert learned({"run": run}) is True
-    assert "learned" in learning_text({"run": run, "steps": [{}] * 10}) and "1.000" in learning_text({"run": run})
     flat = {"run": {"heldout": {"loss": 2.29, "samples": 256, "chance": 2.302585}}, "steps": []}
-    assert learned(flat) is False and "did NOT learn" in learning_text(flat)
-    assert learned({"run": {}}) is None and "no held-out loss" in learning_text({"run": {}})
+    assert learned(flat) is False
+    assert learned({"run": {}}) is None
 
 
 def test_the_summary_holds_the_latest_held_out_loss():

@@ -8,6 +8,7 @@ import pytest
 from labkit.core import parallelism
 from labkit.core.config import ParameterError
 from labkit.core.models import GPTConfig
+from labkit.core.stats import NO_DIFFERENCE
 from labkit.core.train_config import TrainConfig, from_argv, to_argv
 
 
@@ -176,14 +177,14 @@ def test_the_deepspeed_mode_file_imports_the_real_deepspeed():
     assert callable(namespace["deepspeed"].initialize)
 
 
-def _result(mode, losses, held, sent, step_s=0.1, bubble=None):
+def _result(mode, losses, held, sent, step_s=0.1, bubble=None, steps=None):
     from labkit.course.model_parallel import ModeResult
 
     run = {"memory_by_rank": [{"params_bytes": held, "grads_bytes": 0, "optimizer_bytes": 0}] * mode.nproc,
-           "comm_bytes_by_rank": [sent] * mode.nproc, "parallel": {"pp": 2, "microbatches": 4}}
+           "comm_bytes_by_rank": [sent] * mode.nproc, "parallel": {"pp": 2, "microbatches": 4}, "device": "cpu"}
     if bubble:
         run["pipeline_bubble"] = {"measured_by_rank": bubble, "theory": 0.2}
-    return ModeResult(mode, losses, [1.0] + [step_s] * 3, run)
+    return ModeResult(mode, losses, steps or [1.0] + [step_s] * 3, run)
 
 
 def test_mode_table_compares_with_ddp_and_one_process():
@@ -199,14 +200,35 @@ def test_mode_table_compares_with_ddp_and_one_process():
     assert rows["zero3 [2]"]["loss_gap"] == pytest.approx(1e-3)
     bubble = mp.bubble_rows(results)[0]
     assert (bubble["measured"], bubble["theory"]) == (0.3, 0.2)  # the stage that sets the pace
-    text = " ".join(mp.conclusions(ref, results))
-    assert "zero3 [2] held the least per rank: 0.50×" in text and "1.0e-03" in text
-    # the answers to the notebook's predictions, from the same rows
-    memory = mp.memory_answer(mp.mode_table(ref, results))
-    assert "zero3 [2] 0.50×" in memory and "ddp [2] 1.00×" in memory and "Least: zero3 [2]" in memory
-    answer = mp.bubble_answer(mp.bubble_rows(results))
-    assert "p=2, m=4, (p−1)/(m+p−1) = 0.20, measured 0.30" in answer and "+0.10" in answer
-    assert "no pipeline run" in mp.bubble_answer([])
+    # what the runs show, as numbers and verdicts from the same rows
+    found = mp.findings(ref, results)
+    assert [(m.mode, m.value) for m in found.memory] == [("ddp [2]", 1.0), ("zero3 [2]", 0.5),
+                                                         ("pp gpipe m=4 [2]", 0.6)]
+    assert found.least_memory == mp.ModeFigure("zero3 [2]", 0.5) and found.memory_floor == 0.5
+    assert found.most_sent == mp.ModeFigure("zero3 [2]", 1.5) and not found.most_sent_carries_activations
+    assert found.slowest.mode == "zero3 [2]" and found.slowest.value == pytest.approx(2.0)
+    assert found.slowest_steps.ratio == pytest.approx(2.0) and found.slowest_verdict == "slower"  # ms, all apart
+    assert found.largest_gap.mode == "zero3 [2]" and found.largest_gap.value == pytest.approx(1e-3)
+    assert found.losses_verdict == mp.SAME_LOSSES and (found.nproc, found.device) == (2, "cpu")
+
+
+def test_findings_give_verdicts_only_the_runs_support():
+    from labkit.course import model_parallel as mp
+
+    ref = _result(mp.Mode("single", 1), [4.0, 2.0], 0, 0)
+    # tensor parallelism's steps overlap DDP's: slowest by the median, not measurably slower
+    results = [_result(mp.Mode("ddp"), [4.0, 2.0], 1000, 100, steps=[1.0, 0.10, 0.30, 0.11]),
+               _result(mp.Mode("tp"), [4.0, 2.01], 600, 400, steps=[1.0, 0.12, 0.13, 0.14])]
+    found = mp.findings(ref, results)
+    assert found.slowest.mode == "tp [2]" and found.slowest_verdict == NO_DIFFERENCE
+    assert found.most_sent_carries_activations  # tensor parallelism sends activations
+    assert found.largest_gap.value == pytest.approx(5e-3) and found.losses_verdict == mp.DIFFERENT_LOSSES
+    few = [_result(mp.Mode("ddp"), [4.0, 2.0], 1000, 100, steps=[1.0, 0.1]),
+           _result(mp.Mode("zero1"), [4.0, 2.0], 800, 100, steps=[1.0, 0.2])]
+    assert mp.findings(ref, few).slowest_steps is None  # one timed step each: no verdict
+    assert "no verdict" in mp.findings(ref, few).slowest_verdict
+    with pytest.raises(ParameterError, match="no DDP run on 2 processes"):
+        mp.findings(ref, results[1:])
 
 
 def test_course_modes_and_decisions():

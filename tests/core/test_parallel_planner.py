@@ -1,6 +1,7 @@
 """The layout planner (`parallelism.plan`, `decide` its answer): the expected layout over the
 reference models and 1 to 512 GPUs, the memory margin, the overlap model, notebook 10's tables
-as views of the one answer, and the pipeline bubble explained in the direction it went."""
+as views of the one answer (and where they change, the assumption that differs), and the
+pipeline bubble's verdict in the direction it went."""
 
 from __future__ import annotations
 
@@ -131,14 +132,22 @@ def test_every_table_on_the_page_is_a_view_of_the_one_answer():
             for gib in (40, 80):
                 g = next(r for r in grid if (r["model"], r["gpus"], r["GiB"]) == (name, n, gib))
                 assert g["layout"] == decide(cfg, n, gib, link, effective_tflops=RATE)["layout"]
-    notes = mp.view_notes(rows, decisions, grid)
-    assert "give the same layout in every one" in notes[0]
+    check = mp.view_check(rows, decisions, grid)
+    assert check.clashes == () and check.shared == len(grid) + sum(r["chosen"] for r in rows)
     # cells that change name the assumption that changes
-    assert any("the interconnect differs" in line for line in notes)
-    assert any("70B on 64 GPUs" in line and "the GPU memory differs" in line for line in notes)
+    assert check.by_interconnect and all(c.reason == mp.STEP_TIMES for c in check.by_interconnect)
+    assert all(len({d["GiB"] for d in c.cells}) == 1 < len({d["layout"] for d in c.cells})
+               for c in check.by_interconnect)  # the memory held, the layout changing
+    big = next(c for c in check.by_memory if (c.model, c.gpus) == ("70B", 64))
+    assert (big.smaller["GiB"], big.larger["GiB"]) == (40, 80) and big.smaller["layout"] != big.larger["layout"]
+    assert big.reason in (mp.OVER_MEMORY, mp.ANOTHER_SPLIT, mp.SMALLER_MICRO_BATCHES)
+    if big.reason == mp.OVER_MEMORY:  # the reason is the numbers'
+        assert big.larger["GiB_per_rank"] > big.smaller["usable_GiB"]
     # and the check can fail: a table that disagreed would be named
     wrong = [dict(g, layout="ddp over 64 GPUs") if g["model"] == "70B" else g for g in grid]
-    assert any("layout table says ddp over 64 GPUs for 70B" in line for line in mp.view_notes(rows, decisions, wrong))
+    clashes = mp.view_check(rows, decisions, wrong).clashes
+    assert clashes and all((c.table, c.model, c.layout) == ("layout table", "70B", "ddp over 64 GPUs") for c in clashes)
+    assert {c.decided for c in clashes} == {r["layout"] for r in grid if r["model"] == "70B"}
 
 
 def test_weighed_rows_list_the_plans_layouts_fastest_first():
@@ -170,18 +179,18 @@ def test_a_bubble_above_theory_is_explained_by_sends_and_the_schedules_own_work(
     row = mp.bubble_rows([_pipeline([0.5, 0.3])])[0]
     assert row["measured"] == pytest.approx(0.3) and row["difference"] == pytest.approx(0.1)
     assert row["expected"] < row["theory"] and row["unexplained"] > 0
-    text = mp.bubble_answer([row])
-    assert "+0.10" in text and "sends and receives" in text and "below" not in text
+    (found,) = mp.bubble_findings([_pipeline([0.5, 0.3])])
+    assert found.row() == row and not found.equal_work and found.verdict == mp.BUBBLE_ABOVE
 
 
 def test_a_bubble_below_theory_from_unequal_stages_says_so():
     # stage 0 does half the busiest stage's work: the busiest waits only for stage 0's fill/drain
     expected = 1 - 4 / 4.5
     idle = [1 - 0.5 * (1 - expected), expected]
-    row = mp.bubble_rows([_pipeline(idle)])[0]
-    assert row["difference"] < 0 and row["expected"] == pytest.approx(expected)
-    text = mp.bubble_answer([row])
-    assert "unequal work" in text and "matches" in text and "sends" not in text
+    (found,) = mp.bubble_findings([_pipeline(idle)])
+    assert found.difference < 0 and found.expected == pytest.approx(expected)
+    assert found.stage_work == pytest.approx((0.5, 1.0)) and not found.equal_work
+    assert found.verdict == mp.BUBBLE_AS_EXPECTED  # the unequal stages explain it all
 
 
 def test_a_bubble_below_even_the_stage_aware_expectation_names_the_clock():
@@ -189,5 +198,12 @@ def test_a_bubble_below_even_the_stage_aware_expectation_names_the_clock():
     row = mp.bubble_rows([_pipeline([0.10, 0.14, 0.14, 0.10])])[0]
     assert row["per_stage"] == "0.12, 0.12" and row["expected"] == pytest.approx(0.2)
     assert row["difference"] < 0 and row["unexplained"] < 0
-    text = mp.bubble_answer([row])
-    assert "below even that" in text and "clock" in text and "sends and receives" not in text
+    (found,) = mp.bubble_findings([_pipeline([0.10, 0.14, 0.14, 0.10])])
+    assert found.idle_by_stage == pytest.approx((0.12, 0.12)) and found.equal_work
+    assert found.verdict == mp.BUBBLE_BELOW
+
+
+def test_a_bubble_within_the_tolerance_is_a_match_and_a_stage_without_figures_is_left_out():
+    near = mp.bubble_findings([_pipeline([0.21, 0.21])])[0]  # equal stages, 0.01 over (p−1)/(m+p−1)
+    assert abs(near.unexplained) <= mp.BUBBLE_TOLERANCE and near.verdict == mp.BUBBLE_AS_EXPECTED
+    assert mp.bubble_findings([_pipeline([0.3, None])]) == []

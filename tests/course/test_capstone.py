@@ -124,8 +124,11 @@ def test_nothing_kept_means_the_optimised_run_is_the_baseline():
     cfg = CapstoneConfig(framework="torch", model="resnet", scale="smoke", repeats=3)
     result = capstone.optimise(cfg, hardware=CPU, measure_fn=measure)
     assert result.optimised == result.baseline and result.kept == [] and result.kept_labels == []
-    text = " ".join(capstone.conclusions(result, capstone.cost_rows(result, None, 1000)))
-    assert "optimised run is the baseline itself" in text and "Dropped" in text
+    found = capstone.findings(result, capstone.cost_rows(result, None, 1000))
+    assert found.nothing_kept and found.kept == () and found.epoch_dollars is None
+    assert [(f.lever, f.verdict) for f in found.dropped] == [
+        ("1 loader worker", "slower"), ("bf16 autocast", "slower"), ("channels_last", "no measurable difference here")]
+    assert found.dropped[1].gain == pytest.approx(0.8) and found.speedup == pytest.approx(1.0)
 
 
 def test_the_climb_on_a_cpu_pins_torch_threads_and_restores_them(request):
@@ -163,7 +166,7 @@ def test_bad_config_names_the_parameter(field, value):
 
 def test_a_first_run_effect_is_not_measured_as_a_lever():
     """The baseline's first runs are slow (a cold machine); a lever that changes nothing must not
-    be kept, and the conclusions say the same configuration swung."""
+    be kept, and the findings say the same configuration swung."""
     seen = {}
 
     def measure(cfg: TrainConfig):
@@ -177,7 +180,7 @@ def test_a_first_run_effect_is_not_measured_as_a_lever():
     assert result.kept == [] and {t["verdict"] for t in result.trials} == {"no measurable difference here"}
 
 
-def test_conclusions_flag_a_configuration_that_swung():
+def test_findings_flag_a_configuration_that_swung():
     speeds = iter([20.0, 100.0, 30.0, 100.0, 500.0, 100.0] + [100.0] * 100)
 
     def measure(cfg: TrainConfig):
@@ -188,8 +191,10 @@ def test_conclusions_flag_a_configuration_that_swung():
 
     cfg = CapstoneConfig(framework="torch", model="cnn", scale="smoke", repeats=3)
     result = capstone.optimise(cfg, hardware=CPU, measure_fn=measure)
-    text = " ".join(capstone.conclusions(result, capstone.cost_rows(result, None, 1000)))
-    assert "swing for the same settings" in text
+    found = capstone.findings(result, capstone.cost_rows(result, None, 1000))
+    assert found.swung and (found.baseline_runs.low, found.baseline_runs.high) == (20.0, 500.0)  # 25× apart
+    assert found.verdict == "no measurable difference here"  # the final runs, all 100 samples/s
+    assert not capstone.findings(_result(), []).swung  # never ran in a climb: nothing to swing
 
 
 def _result(base_sps=100.0, best_sps=250.0, device="cuda:0"):
@@ -207,8 +212,25 @@ def test_cost_per_epoch_arithmetic():
     assert rows[0]["$/epoch"] == pytest.approx(100.0) and rows[1]["$/epoch"] == pytest.approx(40.0)
     assert rows[1]["Spot $/epoch"] == pytest.approx(4.0 * 1.1 * 2.0)
     assert "$/epoch" not in capstone.cost_rows(_result(), None, 3_600_000)[0]
-    text = "\n".join(capstone.conclusions(_result(), rows))
-    assert "2.50×" in text and "0.40×" in text and "$100.00 → $40.00" in text
+    found = capstone.findings(_result(), rows)
+    assert found.speedup == pytest.approx(2.5) and found.cost_ratio == pytest.approx(0.4)
+    assert found.epoch_dollars == pytest.approx((100.0, 40.0)) and found.spot_dollars == pytest.approx(8.8)
+    assert capstone.findings(_result(), []).epoch_dollars is None
+
+
+def test_findings_hold_the_final_runs_and_their_verdict():
+    result = _result()
+    result.final[0].update(runs_samples_per_s=[98.0, 100.0, 103.0], data_fraction=0.5, final_loss=2.0)
+    result.final[1].update(runs_samples_per_s=[240.0, 250.0, 255.0], data_fraction=0.2, final_loss=2.25)
+    found = capstone.findings(result, [])
+    assert found.verdict == "faster" and found.device == "cuda:0" and not found.nothing_kept
+    assert found.baseline.values == (98.0, 100.0, 103.0) and found.optimised.range_text() == "240–255"
+    assert found.input_left and found.steps == 40 and found.loss_gap == pytest.approx(0.25)
+    result.final[1]["runs_samples_per_s"] = [90.0, 250.0, 255.0]  # overlaps the baseline's runs
+    assert capstone.findings(result, []).verdict == "no measurable difference here"
+    result.final[1]["data_fraction"] = capstone.NEXT_LEVER_WAIT / 2
+    assert not capstone.findings(result, []).input_left
+    assert capstone.findings(_result(), []).verdict.endswith("no verdict")  # one run each
 
 
 def test_epoch_job_runs_one_epoch_of_the_optimised_config():
@@ -253,9 +275,9 @@ def test_the_baseline_says_why_it_is_slow_before_it_runs():
     assert len(calls) == 1 and calls[0].input_latency_ms == 0.0 and calls[0].precision == "fp32"
     assert base.input_latency_ms == 157.0 and base.precision == "fp32" and base.num_workers == 0
     assert slow.expected_wait == pytest.approx(157.0 / (157.0 + 156.8))
-    assert "input-bound" in slow.text() and "157 ms" in slow.text() and "fp32" in slow.text()
+    assert slow.injected and slow.latency_ms == 157.0 and slow.compute_ms == pytest.approx(156.8)
     given, why = capstone.slow_baseline(CapstoneConfig(framework="torch", input_latency_ms=0.0), CPU, measure)
-    assert len(calls) == 1 and given.input_latency_ms == 0.0 and "no injected input wait" in why.text()
+    assert len(calls) == 1 and given.input_latency_ms == 0.0 and not why.injected and why.expected_wait == 0.0
 
 
 def _bottleneck_result(latency_ms: float, data_fraction: float | None):
@@ -265,13 +287,15 @@ def _bottleneck_result(latency_ms: float, data_fraction: float | None):
 
 
 def test_the_stated_bottleneck_is_checked_against_the_measured_breakdown():
-    shown = _bottleneck_result(100.0, 0.48)
-    assert shown.input_bound and shown.bottleneck_shown()
-    assert "waited for its input 48% of each step" in shown.bottleneck() and "as stated" in shown.bottleneck()
-    missing = _bottleneck_result(100.0, 0.1)
-    assert not missing.bottleneck_shown() and "did not show" in missing.bottleneck()
-    assert _bottleneck_result(0.0, 0.02).bottleneck_shown()  # fp32 only: not input-bound, as stated
-    assert not _bottleneck_result(100.0, None).bottleneck_shown()
+    shown = _bottleneck_result(100.0, 0.48).bottleneck()
+    assert shown.input_bound and shown.injected and shown.shown
+    assert (shown.wait, shown.runs, shown.expected) == (0.48, 2, pytest.approx(0.5))
+    missing = _bottleneck_result(100.0, 0.1).bottleneck()
+    assert missing.injected and not missing.input_bound and not missing.shown
+    fp32_only = _bottleneck_result(0.0, 0.02).bottleneck()
+    assert fp32_only.shown and not fp32_only.injected and fp32_only.expected == 0.0  # not input-bound, as stated
+    unmeasured = _bottleneck_result(100.0, None).bottleneck()
+    assert unmeasured.wait is None and not unmeasured.shown
 
 
 def test_the_baseline_is_input_bound_when_measured_on_this_cpu():
@@ -281,7 +305,7 @@ def test_the_baseline_is_input_bound_when_measured_on_this_cpu():
     torch = pytest.importorskip("torch")
     cfg = CapstoneConfig(framework="torch", model="cnn", scale="smoke", steps=6, device="cpu", input_latency_ms=200.0)
     base, slow = capstone.slow_baseline(cfg, CPU)
-    assert base.input_latency_ms == 200.0 and "input-bound" in slow.text() and "200 ms" in slow.text()
+    assert base.input_latency_ms == 200.0 and slow.injected and slow.compute_ms is None and slow.expected_wait is None
     before = torch.get_num_threads()
     torch.set_num_threads(cfg.cpu_threads)  # as the climb runs on a CPU
     try:
@@ -351,8 +375,10 @@ def test_a_cpu_run_plans_the_gpu_job_with_the_stored_gpu_ladders_levers():
     assert rows["bf16"]["here"] == "0.50×, slower" and rows["bf16"]["stored GPU run"].startswith("2.50×, faster")
     assert not rows["compile"]["carried"] and "run this notebook on a GPU" in rows["compile"]["why"]
     assert (plan.config.precision, plan.config.channels_last, plan.config.num_workers) == ("bf16", True, 1)
-    text = " ".join(plan.sentences())
-    assert "carries: 1 loader worker (measured here on cuda:0); bf16 autocast, channels_last (stored GPU run: " in text
+    assert plan.carried_by == {"measured here on cuda:0": ["1 loader worker"],
+                               rows["bf16"]["decided by"]: ["bf16 autocast", "channels_last"]}
+    assert plan.ladder_decides and plan.gpu_gap is None and plan.rung == "bf16_channels_last"
+    assert [r["key"] for r in plan.not_carried] == ["compile", "step_graph"]
     # the epoch is priced from the ladder at the target's price, never from the CPU's runs
     costs = capstone_target.cost_rows(plan, Price(10.0, 4.0, "test"), 1_800_000, spot_overhead=0.1)
     assert [c["run"] for c in costs] == ["baseline (fp32)", "planned job"]
@@ -392,14 +418,21 @@ def test_a_lever_that_overlaps_on_the_stored_ladder_is_not_carried():
 
 def test_the_plan_says_when_the_ladder_ran_on_another_gpu_or_model():
     other = capstone_target.plan_for_target(_cpu_result(), CPU, "H100 80GB", _ladder(device="NVIDIA H200"))
-    assert any("ran on NVIDIA H200" in n and "H100 80GB" in n and "not a measurement of it" in n for n in other.notes)
+    gap = other.gpu_gap
+    assert (gap.ran_on, gap.target, gap.ran.key, gap.wanted.key) == ("NVIDIA H200", "H100 80GB", "h200", "h100")
+    assert gap.ran.memory_bw_gbs > gap.wanted.memory_bw_gbs  # the datasheets differ: an estimate, not a measurement
     same = capstone_target.plan_for_target(_cpu_result(), CPU, "H100 80GB", _ladder())
-    assert not any("ran on" in n for n in same.notes)
+    assert same.gpu_gap is None and same.ladder_decides
+    unknown = capstone_target.plan_for_target(_cpu_result(), CPU, "H100 80GB", _ladder(device="Some GPU"))
+    assert unknown.gpu_gap.ran is None and unknown.gpu_gap.wanted is not None
     measure, _ = _speed_model({})
     gpt = capstone.optimise(CapstoneConfig(framework="torch", model="gpt", scale="smoke"), hardware=CPU,
                             measure_fn=measure)
     plan = capstone_target.plan_for_target(gpt, CPU, "H100 80GB", _ladder())
-    assert "bf16" not in plan.carried and any("ResNet-50's" in n for n in plan.notes)
+    assert "bf16" not in plan.carried and not plan.ladder_decides and plan.ladder is not None
+    assert plan.gpu_gap is None and plan.rung is None
+    none_stored = capstone_target.plan_for_target(_cpu_result(), CPU, "H100 80GB", None)
+    assert none_stored.carried == ["loader_workers"] and not none_stored.ladder_decides
     assert capstone_target.cost_rows(plan, None, 1000) == []
 
 
@@ -422,5 +455,4 @@ def test_without_a_loader_lever_the_baseline_gets_no_wait():
     measure, calls = _speed_model({})
     cfg = CapstoneConfig(framework="tf", model="resnet", scale="smoke", input_latency_ms=50.0)
     base, slow = capstone.slow_baseline(cfg, CPU, measure)
-    assert calls == [] and base.input_latency_ms == 0.0 and slow.latency_ms == 0.0
-    assert "no injected input wait" in slow.text()
+    assert calls == [] and base.input_latency_ms == 0.0 and slow.latency_ms == 0.0 and not slow.injected

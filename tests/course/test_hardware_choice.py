@@ -26,11 +26,12 @@ def test_flops_per_sample_of_each_course_model_and_of_yours():
 
 def test_input_rate_is_yours_or_measured_here_with_its_spread():
     mine = hardware_choice.input_rate("gpt", 250.0)
-    assert mine.samples_per_s == 250.0 and mine.source == "your input_samples_per_s parameter"
+    assert mine.samples_per_s == 250.0 and mine.source == "your input_samples_per_s parameter" and mine.passes is None
     here = hardware_choice.input_rate("gpt", repeats=2)
-    assert here.samples_per_s > 0 and "measured here: one loader process" in here.source and "n=2" in here.source
+    assert len(here.passes.values) == 2 and here.samples_per_s == here.passes.median > 0
+    assert "measured here: one loader process" in here.source
     unknown = hardware_choice.input_rate("mine")
-    assert unknown.samples_per_s is None and "pass input_samples_per_s" in unknown.text()
+    assert unknown.samples_per_s is None and unknown.passes is None and "pass input_samples_per_s" in unknown.source
     with pytest.raises(ParameterError, match="input_samples_per_s"):
         hardware_choice.input_rate("gpt", -1.0)
 

@@ -60,9 +60,10 @@ def test_capstone_climb_and_conclusions_survive_new_labels(monkeypatch):
     result = capstone.optimise(cfg, hardware=capstone.Hardware("cpu", cpu_count=2), measure_fn=measure)
     assert result.kept == ["bf16"] and result.kept_labels == ["renamed bf16"]
     assert {s.key for s in result.skipped} == {"compile", "step_graph"}
-    text = " ".join(capstone.conclusions(result, capstone.cost_rows(result, None, 1000)))
-    assert "renamed bf16 2.00× (100–100 → 200–200 samples/s)" in text
-    assert "renamed channels_last (0.90×, slower)" in text
+    found = capstone.findings(result, capstone.cost_rows(result, None, 1000))
+    assert [(f.lever, f.gain, f.before_range, f.after_range) for f in found.kept] == [
+        ("renamed bf16", pytest.approx(2.0), "100–100", "200–200")]
+    assert ("renamed channels_last", pytest.approx(0.9), "slower") in [(f.lever, f.gain, f.verdict) for f in found.dropped]
 
 
 def test_a_new_rung_is_one_row(monkeypatch):

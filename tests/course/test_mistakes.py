@@ -142,12 +142,30 @@ def test_tf32_settings_name_tensorflow_only_where_it_is_installed():
 def test_embedding_gradient_rows_against_the_dense_all_reduce():
     r = mistakes.embedding_gradient_traffic(vocab_size=4096, dim=32, batch_size=2, block_size=128,
                                             world_size=4)
-    assert r["tokens"] == 2 * 129 - 2 == r["sparse_grad_rows_uncoalesced"]
-    assert 0 < r["rows_touched"] <= r["tokens"]
-    assert r["dense_gradient_bytes"] == 4096 * 32 * 4
-    assert r["dense_allreduce_bytes_per_rank"] == 2 * 3 / 4 * r["dense_gradient_bytes"]
-    assert r["touched_rows_allgather_bytes_per_rank"] == 3 * r["rows_touched"] * (32 * 4 + 8)
-    assert r["tied_embedding_rows_touched_fraction"] == 1.0  # the output layer touches every row
+    assert r.tokens == 2 * 129 - 2 == r.sparse_grad_rows_uncoalesced
+    assert 0 < r.rows_touched <= r.tokens and r.rows_touched_fraction == r.rows_touched / 4096
+    assert r.dense_gradient_bytes == 4096 * 32 * 4
+    assert r.dense_allreduce_bytes_per_rank == 2 * 3 / 4 * r.dense_gradient_bytes
+    assert r.touched_rows_allgather_bytes_per_rank == 3 * r.rows_touched * (32 * 4 + 8)
+    assert r.tied_rows_touched_fraction == 1.0  # the output layer touches every row
+    assert r.sparse_over_dense == pytest.approx(r.touched_rows_allgather_bytes_per_rank / r.dense_allreduce_bytes_per_rank)
+    with pytest.raises(ParameterError, match="world_size"):
+        mistakes.embedding_gradient_traffic(vocab_size=64, dim=4, batch_size=1, block_size=8, world_size=0)
+
+
+def test_embedding_traffic_names_the_way_that_sends_fewer_bytes_and_where_that_turns():
+    from dataclasses import replace
+
+    # 1,000 rows of 4 floats: the dense gradient is 16,000 bytes; 100 touched rows are 100 × 24 = 2,400
+    # bytes, so the row gather sends more than the ring from N > 2 × 16,000 / 2,400 = 13.3 ranks on.
+    r = mistakes.EmbeddingTraffic(vocab_size=1000, dim=4, tokens=200, rows_touched=100,
+                                  sparse_grad_rows_uncoalesced=200, world_size=13, tied_rows_touched=1000)
+    assert r.sparse_sends_more_from == 14
+    assert r.fewer_bytes == mistakes.SPARSE_FEWER and r.sparse_over_dense < 1
+    at_14 = replace(r, world_size=14)
+    assert at_14.fewer_bytes == mistakes.DENSE_FEWER and at_14.sparse_over_dense > 1
+    alone = replace(r, world_size=1)
+    assert alone.fewer_bytes == mistakes.SAME_BYTES and alone.sparse_over_dense is None
 
 
 def test_training_memory_counts_every_kind_of_byte():
@@ -239,13 +257,6 @@ def test_a_learning_curve_is_told_apart_from_a_flat_one():
     assert (flat.right_trend, flat.mistaken_trend, flat.logged_trend) == ("fell", "stayed flat", "stayed flat")
     assert flat.gradient_shrink == pytest.approx(500) and flat.final_gap == pytest.approx(0.999)
     assert mistakes.trend([6.0, 5.995]) == "stayed flat" and mistakes.trend([6.0, 5.98]) == "fell"
-
-
-@pytest.mark.slow
-def test_bucket_url_and_embedding_sentences(tmp_path):
-    emb = mistakes.embedding_gradient_traffic(vocab_size=4096, dim=32, batch_size=2, block_size=128, world_size=4)
-    text = " ".join(mistakes.explain_embedding_gradient_traffic(emb))
-    assert f"touched {emb['rows_touched']:,} of the 4,096" in text and "with 4 ranks" in text
 
 
 def test_memory_rows_add_up():

@@ -87,8 +87,8 @@ def test_compression_break_even_only_from_a_cost_above_its_noise():
              "bf16": {"cost_ms": 1.0, "spread_ms": 0.1}}
     fp16, psgd, bf16 = multinode.break_even(rows, costs)
     assert fp16["break_even_MB_per_s"] == pytest.approx(50 * 1024 / 1e-3 / 1e6) and fp16["note"] == ""
-    assert psgd["break_even_MB_per_s"] is None and "within the spread" in psgd["note"]
-    assert bf16["break_even_MB_per_s"] is None and bf16["note"] == "saved no bytes"
+    assert psgd["break_even_MB_per_s"] is None and psgd["note"] == multinode.COST_IN_NOISE
+    assert bf16["break_even_MB_per_s"] is None and bf16["note"] == multinode.SAVED_NOTHING
 
 
 def test_an_estimate_says_whether_it_was_measured():
@@ -100,7 +100,7 @@ def test_an_estimate_says_whether_it_was_measured():
     assert hardware_choice.estimate_basis(replace(guess, measured=True), 0.43) == "measured here"
 
 
-def test_nccl_lines_say_what_each_pool_gets_and_what_a_cpu_run_cannot_show():
+def test_nccl_lines_say_what_each_pool_gets_and_how_many_lines_nccl_logged():
     spec = {"worker_pool_specs": [{"container_spec": {"env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}}, {},
                                   {"container_spec": {}}]}
     assert multinode.pool_env_lines(spec) == ["workerpool0.container_spec.env: NCCL_DEBUG=INFO",
@@ -117,5 +117,3 @@ def test_nccl_lines_say_what_each_pool_gets_and_what_a_cpu_run_cannot_show():
         runs = [Run("x NCCL INFO a\nNCCL INFO b"), Run("NCCL WARN c")]
 
     assert multinode.nccl_log_lines(Job()) == 3
-    assert "no such figure is shown" in multinode.nccl_here_text(Job(), 0)
-    assert "3 NCCL log line(s)" in multinode.nccl_here_text(Job(), 8) and "gloo" not in multinode.nccl_here_text(Job(), 8)

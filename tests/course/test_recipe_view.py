@@ -285,10 +285,18 @@ def test_the_request_the_service_received_is_described_from_its_fields():
     rows = recipe_view.request_rows(REQUEST)
     assert [r["replicas"] for r in rows] == [1, 3, 4] and rows[2]["accelerators"] == "none"
     assert rows[0]["accelerators"] == "8 x NVIDIA_H100_80GB"
-    text = "\n".join(recipe_view.request_conclusions({"request": REQUEST, "states": ["JOB_STATE_SUCCEEDED"]}))
-    assert "4 training node(s)" in text and "4 replica(s) of reductionserver:latest on n1-highcpu-16" in text
-    assert "scheduling.strategy = SPOT" in text and "restart_job_on_worker_restart = True" in text
-    assert "AIP_CHECKPOINT_DIR=gs://bkt/run/checkpoints/" in text and "pool 0 runs: torchrun" in text
+    got = recipe_view.received({"request": REQUEST, "states": ["JOB_STATE_SUCCEEDED"]})
+    assert (got.pools, got.training_nodes, got.pool2_replicas) == (3, 4, 4)
+    assert (got.pool2_image, got.pool2_machine) == ("reductionserver:latest", "n1-highcpu-16")
+    assert got.strategy == "SPOT" and got.restart_job_on_worker_restart is True
+    assert got.output_dirs == {"AIP_MODEL_DIR": "gs://bkt/run/model/", "AIP_CHECKPOINT_DIR": "gs://bkt/run/checkpoints/",
+                               "AIP_TENSORBOARD_LOG_DIR": "gs://bkt/run/logs/"}
+    assert got.primary_command == "torchrun -m labkit.recipes.ddp" and got.states == ("JOB_STATE_SUCCEEDED",)
+    plain = {"job_spec": {"worker_pool_specs": [REQUEST["job_spec"]["worker_pool_specs"][1]]}}
+    bare = recipe_view.received({"request": plain, "states": []})
+    assert (bare.pools, bare.training_nodes, bare.pool2_replicas, bare.pool2_image) == (1, 3, 0, None)
+    assert bare.strategy == "STANDARD" and bare.restart_job_on_worker_restart is False
+    assert bare.output_dirs == {} and bare.primary_command is None
 
 
 def test_every_capstone_lever_has_code_or_a_recipe():

@@ -1,6 +1,6 @@
 """Notebook 10's checkpoint measurement: which rank wrote which file, the table, verdict and
-sentences computed from a report, the benchmark's reference, and the measurement itself on two
-local processes (slow)."""
+numbers computed from a report, the benchmark's reference table, and the measurement itself on
+two local processes (slow)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def test_each_file_counts_for_the_rank_that_wrote_it():
     assert sc.bytes_by_rank(files, 2) == [1_010_011, 10_101_100]
 
 
-def test_the_table_verdict_and_sentences_come_from_the_report():
+def test_the_table_verdict_and_findings_come_from_the_report():
     report = _report(full_ms=(100, 110, 120), dcp_ms=(40, 45, 50))
     rows = {r["format"]: r for r in sc.rows(report)}
     assert rows["dcp"]["ms per save"] == 45.0 and rows["dcp"]["range ms"] == "40–50"
@@ -37,21 +37,29 @@ def test_the_table_verdict_and_sentences_come_from_the_report():
     faster = sc.time_comparison(report)
     assert faster.winner == "b" and faster.ratio == pytest.approx(45 / 110)
     assert sc.bytes_ratio(report) == pytest.approx(0.55)
-    text = "\n".join(sc.lines(report))
-    assert "0.55× the full-state save's rank 0" in text and "faster" in text and "1.10, 1.00 MB" in text
-    overlapping = _report(full_ms=(100, 110, 120), dcp_ms=(90, 105, 130))
-    assert sc.time_comparison(overlapping).winner is None
-    assert NO_DIFFERENCE in "\n".join(sc.lines(overlapping))
+    found = sc.findings(report)
+    assert (found.world_size, found.full_by_rank, found.dcp_by_rank) == (2, (2_000_000, 0), (1_100_000, 1_000_000))
+    assert found.bytes_ratio == pytest.approx(0.55) and found.time.ratio == pytest.approx(45 / 110)
+    assert found.verdict == "faster" and found.reload_identical
+    overlapping = sc.findings(_report(full_ms=(100, 110, 120), dcp_ms=(90, 105, 130)))
+    assert overlapping.time.winner is None and overlapping.verdict == NO_DIFFERENCE
+    assert sc.findings(_report(full_ms=(40, 45, 50), dcp_ms=(100, 110, 120))).verdict == "slower"
 
 
-def test_the_reference_is_the_benchmark_file_or_says_it_is_missing():
-    assert sc.reference_lines(None)[0].startswith("benchmarks/results/ is not beside this labkit")
+def test_the_reference_table_comes_from_the_benchmark_file():
+    sizes = {"small": _report(full_ms=(100, 110, 120), dcp_ms=(40, 45, 50)) | {"parameters": 2_500_000},
+             "large": _report(full_ms=(100, 110, 120), dcp_ms=(90, 105, 130)) | {"parameters": 90_000_000}}
+    small, large = sc.reference_rows({"sizes": sizes})
+    assert (small["state"], small["M parameters"], small["full state MB"]) == ("small", 2.5, 2.0)
+    assert (small["full state ms"], small["rank files ms"], small["dcp ms"]) == (110, 6, 45)
+    assert small["dcp vs full state"] == "faster" and small["busiest rank bytes, dcp / full"] == 0.55
+    assert large["dcp vs full state"] == NO_DIFFERENCE and large["M parameters"] == 90.0
     ref = sc.reference()
     if ref is None:
         pytest.skip("no benchmarks/results beside this labkit")
-    lines = sc.reference_lines(ref)
-    assert len(lines) == len(ref["sizes"]) + 1
-    assert lines[-1].startswith("benchmarks/results/") and "bench_sharded_checkpoint.py" in lines[-1]
+    rows = sc.reference_rows(ref)
+    assert [r["state"] for r in rows] == list(ref["sizes"]) and ref["file"].startswith("benchmarks/results/")
+    assert all(0 < r["busiest rank bytes, dcp / full"] < 1 for r in rows)  # every rank writes a share
 
 
 @pytest.mark.slow
