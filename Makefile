@@ -21,6 +21,9 @@ PYTEST_FLAGS ?=
 NBSTRIP_EXTRA_KEYS := metadata.papermill cell.metadata.papermill cell.metadata.execution
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 export PYTHONUNBUFFERED := 1
+# The suite starts hundreds of Python processes (workers, kernels, replicas, CLI runs): each would
+# recompile labkit and re-rewrite the test modules' asserts if bytecode caching were off.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup chromium run test check lab lint sync clean
 

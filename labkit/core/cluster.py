@@ -450,18 +450,42 @@ def local_tf_cluster(num_workers: int, num_ps: int = 0, *,
             for role, index, rank in tasks]
 
 
+# Where the OS takes the local port of every outgoing connection (Linux's default 32768-60999).
+EPHEMERAL_RANGE_FILE = "/proc/sys/net/ipv4/ip_local_port_range"
+PICKED_FROM = 10000  # ports are picked from here up to just below the ephemeral range
+
+
 def free_ports(n: int = 1) -> list[int]:
-    """`n` distinct loopback ports the OS reports free now (held open together so they differ),
-    for replicas started on this machine."""
+    """`n` distinct loopback ports free now, for replicas started on this machine. Picked below
+    the OS's ephemeral range where it is known: a port the OS hands out itself can be taken by
+    any process's next outgoing connection in the moment between this pick and the replica's
+    bind (TensorFlow then fails with "Could not start gRPC server")."""
+    import random
     import socket
 
-    socks = []
+    top = _ephemeral_low() - 1
+    socks: list[socket.socket] = []
     try:
-        for _ in range(n):
+        tries = 0
+        while len(socks) < n:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
             socks.append(s)
+            tries += 1
+            port = random.randint(PICKED_FROM, top) if top > PICKED_FROM and tries <= 50 * n else 0
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # in use: try another
+                socks.pop().close()
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:
             s.close()
+
+
+def _ephemeral_low() -> int:
+    """The lowest port of the OS's ephemeral range, or 0 where it cannot be read."""
+    try:
+        with open(EPHEMERAL_RANGE_FILE) as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0

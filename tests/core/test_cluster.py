@@ -381,3 +381,28 @@ def test_malformed_job_raises_naming_the_field(job, field):
 
 def test_empty_tf_config_is_a_single_node():
     assert cluster.from_env({"TF_CONFIG": "{}"}).role == "single"
+
+
+def test_free_ports_are_distinct_bindable_and_below_the_ephemeral_range():
+    """Ports the OS hands to outgoing connections can be taken between the pick and the
+    replica's bind; labkit picks below that range."""
+    import socket
+
+    from labkit.core import cluster
+
+    ports = cluster.free_ports(8)
+    assert len(set(ports)) == 8
+    low = cluster._ephemeral_low()
+    if low > cluster.PICKED_FROM:
+        assert all(cluster.PICKED_FROM <= p < low for p in ports)
+    for p in ports:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", p))
+
+
+def test_free_ports_fall_back_to_the_os_where_the_range_is_unknown(monkeypatch, tmp_path):
+    from labkit.core import cluster
+
+    monkeypatch.setattr(cluster, "EPHEMERAL_RANGE_FILE", str(tmp_path / "absent"))
+    assert cluster._ephemeral_low() == 0
+    assert len(set(cluster.free_ports(3))) == 3

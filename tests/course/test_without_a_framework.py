@@ -37,6 +37,7 @@ def _outputs_text(path) -> str:
 # "no verdict") and runs that only repeat a layout the notebook has already shown.
 ONE_REPEAT = ["-p", "repeats", "1"]
 LIGHTER = {"03_input_pipelines": ONE_REPEAT, "04_mixed_precision": ONE_REPEAT,
+           "06_multi_node": ["-p", "own_epochs", "2", "-p", "allreduce_max_mb", "4"],
            "09_capstone": ["-p", "steps", "4"],  # TensorFlow's bf16 on a CPU is slow per step
            "10_model_parallelism": ["-p", "four_processes", "False", "-p", "use_deepspeed", "False"],
            "11_hyperparameter_tuning": ["-p", "trials", "3"], "12_your_own_job": ONE_REPEAT}
