@@ -5,8 +5,8 @@ the engine's with the largest difference computed.
     argv = flags(model="gpt", steps=20, batch_size=32)
     print(command("ddp", argv, nproc=2))          # what a learner types
     cmp = compare("ddp", argv, nproc=2)           # the recipe, then `labkit train`, same settings
-    plot(cmp); print(explain(cmp))                # both curves; a sentence computed from them
-    cmp.agreement, curve_trend(cmp.recipe_losses) # or the verdicts, for a sentence of your own
+    plot(cmp)                                     # both curves on one axis
+    cmp.agreement, curve_trend(cmp.recipe_losses) # the verdicts a notebook writes its sentence from
     show_mistake("mixed_precision", "softmax")    # a recipe's --mistake lines beside the right ones
 
 Recipes run as their own processes exactly as a learner runs them (`python -m labkit.recipes.NAME`,
@@ -438,14 +438,6 @@ class RecipeRun:
                    if ln.startswith("step ") and " loss " in ln]
         return sorted({int(s) for s in printed if printed.count(s) > 1})
 
-    def redone_text(self, failed_at: int) -> str:
-        """A worker failed at the start of step `failed_at`: the steps trained twice, computed
-        from the resumed step the recipe recorded, checked against the steps it printed twice."""
-        resumed = self.run.get("resumed_at_step") or 0  # None: no snapshot yet, step 0 again
-        return (f"A worker failed at the start of step {failed_at}; the newest snapshot named step "
-                f"{resumed} as the next one, so {failed_at - resumed} step(s) were trained twice; "
-                f"the steps both attempts printed: {self.repeated_steps()}.")
-
     def lines(self, *words: str) -> str:
         """The lines the recipe printed that contain any of `words`."""
         return "\n".join(ln for ln in self.output.splitlines() if any(w in ln for w in words))
@@ -682,48 +674,6 @@ def ran_on_a_gpu(run: dict[str, Any]) -> bool:
     return any("cuda" in str(d).lower() or "gpu" in str(d).lower() for d in devices if d)
 
 
-def explain(comparison: Comparison) -> str:
-    """What the comparison shows, in sentences computed from it."""
-    c = comparison
-    n, diff, tol = len(c.recipe_losses), c.max_abs_diff, c.tolerance
-    replicas = len(c.recipe.run.get("devices") or ())  # in-process replicas (MirroredStrategy)
-    inside = f", {replicas} replicas" if replicas > 1 else ""
-    notes = (["the run above, same settings"] if c.engine_reused else []) + \
-        (["1 replica, the same global batch"] if replicas > 1 and c.nproc == 1 else [])
-    who = (f"The recipe ({c.nproc} process{'es' if c.nproc > 1 else ''}{inside}) and `labkit train`"
-           + (f" ({'; '.join(notes)})" if notes else ""))
-    if c.agreement == BIT_FOR_BIT:
-        out = (f"{who} logged the same {n} losses, bit for bit (largest difference 0): the code "
-               f"on the page computes exactly what the engine computes.")
-    elif c.agreement == WITHIN_TOLERANCE:
-        out = (f"{who} agree on all {n} steps to within {diff:.1e} (largest at step {c.worst_step}); "
-               f"the tests allow {tol:.0e} in {c.precision}: float rounding from a different order "
-               f"of the same operations, not a different computation.")
-    elif c.agreement == WITHIN_SPREAD:
-        out = (f"{who} differ by up to {diff:.2e} (step {c.worst_step}), more than the {tol:.0e} "
-               f"the tests allow in {c.precision} on a CPU; but `labkit train` run a second time "
-               f"here differs from its first run by up to {c.engine_spread:.2e}: on a GPU some "
-               f"kernels add in a varying order, and each step carries the rounding forward. The "
-               f"recipe is within {SPREAD_MARGIN:g}× that run-to-run spread: no sign of a "
-               f"different computation.")
-    else:
-        spread = ("" if c.engine_spread is None else
-                  f", and more than {SPREAD_MARGIN:g}× the {c.engine_spread:.2e} by which `labkit train` "
-                  f"run a second time here differs from its first run")
-        out = (f"{who} differ by up to {diff:.2e} (step {c.worst_step}), more than the {tol:.0e} "
-               f"the tests allow in {c.precision}{spread}: here they did not compute the same thing.")
-    if c.recipe.restarts:
-        steps = [s["step"] for s in c.recipe.steps]
-        once = "each step exactly once" if steps == list(range(n)) else "NOT each step exactly once"
-        how = (f"A worker failed and torchrun restarted its worker group {c.recipe.restarts} time(s)"
-               if c.recipe.run.get("restart_count") else
-               f"The recipe was preempted {c.recipe.restarts} time(s) (exit {PREEMPTED_EXIT_CODE}) "
-               f"and started again with the same command")
-        out += (f" {how}; it resumed with step(s) "
-                f"{', '.join(map(str, c.recipe.resumed_at))}, and its logged steps are {once}.")
-    return out + curve_sentence(c.recipe_losses)
-
-
 # A curve counts as falling when the mean loss of its last quarter of steps is under this share
 # of its first quarter's: one batch's loss is noisy, a tenth is not noise at these sizes.
 FALLS_BELOW = 0.9
@@ -753,19 +703,6 @@ def curve_trend(losses: list[float]) -> CurveTrend:
         raise ValueError("losses: an empty curve has no trend")
     quarter = max(1, len(losses) // 4)
     return CurveTrend(sum(losses[:quarter]) / quarter, sum(losses[-quarter:]) / quarter)
-
-
-def curve_sentence(losses: list[float]) -> str:
-    """Whether the curve shows the model learning, from its own losses (`curve_trend`)."""
-    if len(losses) < 4:
-        return ""
-    trend = curve_trend(losses)
-    if trend.falls:
-        return (f" The curve falls, from {losses[0]:.3f} at step 0 to {losses[-1]:.3f} at step "
-                f"{len(losses) - 1}: the model learns at these settings.")
-    return (f" The curve does not fall by a tenth (mean loss {trend.first:.3f} over the first quarter of "
-            f"the steps, {trend.last:.3f} over the last): it shows that the two compute the same, not that "
-            f"these settings train the model.")
 
 
 def plot(comparison: Comparison, path: str | os.PathLike | None = None, ax=None):
