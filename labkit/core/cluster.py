@@ -464,6 +464,9 @@ def free_ports(n: int = 1) -> list[int]:
     import socket
 
     top = _ephemeral_low() - 1
+    # The OS's randomness, not `random`'s: a trainer seeds `random`, and two seeded pickers
+    # would pick the same ports.
+    rng = random.SystemRandom()
     socks: list[socket.socket] = []
     try:
         tries = 0
@@ -471,7 +474,7 @@ def free_ports(n: int = 1) -> list[int]:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             socks.append(s)
             tries += 1
-            port = random.randint(PICKED_FROM, top) if top > PICKED_FROM and tries <= 50 * n else 0
+            port = rng.randint(PICKED_FROM, top) if top > PICKED_FROM and tries <= 50 * n else 0
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:  # in use: try another

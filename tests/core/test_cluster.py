@@ -406,3 +406,15 @@ def test_free_ports_fall_back_to_the_os_where_the_range_is_unknown(monkeypatch, 
     monkeypatch.setattr(cluster, "EPHEMERAL_RANGE_FILE", str(tmp_path / "absent"))
     assert cluster._ephemeral_low() == 0
     assert len(set(cluster.free_ports(3))) == 3
+
+
+def test_free_ports_do_not_follow_a_seeded_random():
+    """Trainers seed Python's `random`; two launchers seeded alike must not pick alike."""
+    import random
+
+    from labkit.core import cluster
+
+    random.seed(0)
+    first = cluster.free_ports(4)
+    random.seed(0)
+    assert cluster.free_ports(4) != first
