@@ -28,6 +28,12 @@ from labkit.notebooks.figures import KeyFigure, figures_in_notebook
 from labkit.notebooks.kernel import require_kernel
 from labkit.notebooks.stderr import KERNEL_LOG_ENV
 
+# jupyter_client's words for a kernel process that ended before it answered. One cause is not
+# the notebook's: the client picks the kernel's ports free, and before the kernel binds them
+# another process on the machine can take one ("Address already in use" in the kernel's log).
+DIED_AT_START = "Kernel died before replying to kernel_info"
+KERNEL_START_TRIES = 2
+
 
 @dataclass
 class NotebookRun:
@@ -83,18 +89,29 @@ def run_notebook(
     error = ""
     existed = {path: path.exists() for path in (output, log) if path is not None}
     try:
-        with _stderr_to(log), _environ({KERNEL_LOG_ENV: str(log.resolve())} if log else {}):
-            papermill.execute_notebook(
-                str(notebook), str(output), parameters=parameters,
-                cwd=str(cwd or notebook.parent), progress_bar=False, log_output=log_output,
-                execution_timeout=cell_timeout, kernel_name=kernel,
-            )
+        for attempt in range(1, KERNEL_START_TRIES + 1):
+            try:
+                with _stderr_to(log), _environ({KERNEL_LOG_ENV: str(log.resolve())} if log else {}):
+                    papermill.execute_notebook(
+                        str(notebook), str(output), parameters=parameters,
+                        cwd=str(cwd or notebook.parent), progress_bar=False, log_output=log_output,
+                        execution_timeout=cell_timeout, kernel_name=kernel,
+                    )
+                break
+            except RuntimeError as e:  # no cell has run yet, so starting again changes nothing
+                if not str(e).startswith(DIED_AT_START) or attempt == KERNEL_START_TRIES:
+                    raise
     except papermill.PapermillExecutionError as e:
         error = f"cell {e.cell_index}: {e.ename}: {e.evalue}"
     except _kernel_errors() as e:  # the kernel died or a cell ran past its limit: this run failed
         error = f"{_last_cell(output)}{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
         error += " (the kernel process ended: out of memory, a crash in native code, or os._exit)" \
             if type(e).__name__ == "DeadKernelError" else ""
+    except RuntimeError as e:
+        if not str(e).startswith(DIED_AT_START):
+            raise
+        error = (f"the kernel {kernel!r} ended before it started, {KERNEL_START_TRIES} times"
+                 + (f"; its log: {log}" if log else ""))
     except OSError as e:  # writing the executed notebook failed (a full disk): say where and why
         for path, was_there in existed.items():
             if not was_there or _empty(path):  # what this run left is no notebook

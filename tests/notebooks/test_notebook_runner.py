@@ -143,3 +143,48 @@ def test_kernel_stderr_goes_to_a_log_beside_the_output(tmp_path):
     assert run.log == tmp_path / "out" / "noisy.log"
     text = run.log.read_text()
     assert "fd-level chatter" in text and "python-level chatter" in text
+
+
+FLAKY_KERNEL = """import pathlib, sys
+marker = pathlib.Path(sys.argv[1])
+if int(marker.read_text() if marker.exists() else 0) < int(sys.argv[2]):  # end before answering
+    marker.write_text(str(int(marker.read_text() if marker.exists() else 0) + 1))
+    sys.exit(1)
+from ipykernel.kernelapp import launch_new_instance
+launch_new_instance(argv=sys.argv[3:])
+"""
+
+
+def _kernel_that_dies_at_start(tmp_path, monkeypatch, times: int):
+    """A registered kernel whose process ends at once the first `times` starts, as one does when
+    another process took one of its ports first; the notebook names it."""
+    import json
+    import sys
+
+    spec = tmp_path / "share" / "jupyter" / "kernels" / "flaky"
+    spec.mkdir(parents=True)
+    (tmp_path / "flaky.py").write_text(FLAKY_KERNEL)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, str(tmp_path / "flaky.py"), str(tmp_path / "starts"), str(times),
+                 "-f", "{connection_file}"], "display_name": "flaky", "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "share" / "jupyter"))
+    nb = nbformat.read(HELLO_NOTEBOOK, as_version=4)
+    nb.metadata["kernelspec"] = {"name": "flaky", "display_name": "flaky", "language": "python"}
+    nbformat.write(nb, tmp_path / "hello.ipynb")
+    return tmp_path / "hello.ipynb"
+
+
+@pytest.mark.slow
+def test_a_kernel_that_ends_before_it_starts_is_started_once_more(tmp_path, monkeypatch):
+    nb = _kernel_that_dies_at_start(tmp_path, monkeypatch, times=1)
+    run = notebook.run_notebook(nb, tmp_path / "out.ipynb", {"size": 32, "repeats": 1})
+    assert run.ok, run.error
+    assert (tmp_path / "starts").read_text() == "1" and run.figures
+
+
+@pytest.mark.slow
+def test_a_kernel_that_never_starts_is_one_line_not_a_traceback(tmp_path, monkeypatch):
+    nb = _kernel_that_dies_at_start(tmp_path, monkeypatch, times=notebook.KERNEL_START_TRIES)
+    run = notebook.run_notebook(nb, tmp_path / "out.ipynb", {"size": 32, "repeats": 1})
+    assert not run.ok
+    assert run.error == "the kernel 'flaky' ended before it started, 2 times"
